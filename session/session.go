@@ -1,0 +1,181 @@
+package session
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Recipe is what re-creates an upstream session. It is written once when the
+// session is created and read-only afterwards.
+type Recipe struct {
+	// InitBody is the agent's initialize request, verbatim.
+	InitBody []byte
+	// ProtocolVersion is the version the upstream negotiated.
+	ProtocolVersion string
+	// Credential is a keyed fingerprint of the credential that created the
+	// session; empty when the agent sent none.
+	Credential string
+}
+
+// InitFunc creates a new upstream session and returns its id. ctx carries the
+// heal budget. It runs at most once per generation.
+type InitFunc func(ctx context.Context) (UpstreamID, error)
+
+// ErrClosed is returned by Heal for a session removed from its store.
+var ErrClosed = errors.New("session closed")
+
+// Session is one agent session.
+type Session struct {
+	// ID is the agent-facing id; written once.
+	ID ClientID
+	// Recipe re-creates the upstream session; written once.
+	Recipe Recipe
+
+	lastUsed atomic.Int64 // unix nanoseconds of the last request
+	removed  atomic.Bool  // dropped by the agent or the store
+
+	mu        sync.Mutex // protects upstream, gen, born, healing, replayOK, heals
+	upstream  UpstreamID
+	gen       uint64
+	born      time.Time // when the current upstream session was created
+	healing   *healCall
+	replayOK  map[string]bool // tool name → safe to replay (read-only or idempotent)
+	heals     uint64
+}
+
+// healCall is one re-init in flight; its result fields are written once,
+// before done is closed, and read after.
+type healCall struct {
+	done     chan struct{}
+	upstream UpstreamID
+	gen      uint64
+	err      error
+}
+
+// New returns a session for a freshly initialized upstream session.
+func New(id ClientID, r Recipe, up UpstreamID) *Session {
+	s := &Session{ID: id, Recipe: r, upstream: up, gen: 1, born: now()}
+	s.touch()
+	return s
+}
+
+// now is the clock; tests replace it.
+var now = time.Now
+
+func (s *Session) touch() { s.lastUsed.Store(now().UnixNano()) }
+
+// idle returns how long the session has gone unused.
+func (s *Session) idle(t time.Time) time.Duration {
+	return t.Sub(time.Unix(0, s.lastUsed.Load()))
+}
+
+// Current returns the upstream id and the generation a request must remember.
+func (s *Session) Current() (UpstreamID, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.upstream, s.gen
+}
+
+// UpstreamAge returns how long the current upstream session has lived.
+func (s *Session) UpstreamAge() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return now().Sub(s.born)
+}
+
+// Heal re-initializes the upstream session if generation seen is still
+// current, or joins the re-init already running, and returns the upstream id
+// and generation to use. The re-init itself runs detached from ctx, bounded
+// by budget; ctx only bounds how long this caller waits.
+func (s *Session) Heal(ctx context.Context, seen uint64, budget time.Duration, init InitFunc) (UpstreamID, uint64, error) {
+	if s.removed.Load() {
+		return "", seen, ErrClosed
+	}
+	s.mu.Lock()
+	if s.gen != seen {
+		up, g := s.upstream, s.gen
+		s.mu.Unlock()
+		return up, g, nil
+	}
+	c := s.healing
+	if c == nil {
+		c = &healCall{done: make(chan struct{})}
+		s.healing = c
+		go s.lead(c, context.WithoutCancel(ctx), budget, init)
+	}
+	s.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.upstream, c.gen, c.err
+	case <-ctx.Done():
+		return "", seen, ctx.Err()
+	}
+}
+
+// lead runs one re-init and publishes its outcome to every waiter.
+func (s *Session) lead(c *healCall, base context.Context, budget time.Duration, init InitFunc) {
+	ctx, cancel := context.WithTimeout(base, budget)
+	defer cancel()
+	var (
+		up  UpstreamID
+		err error
+	)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("reinit panicked: %v", p)
+			}
+		}()
+		up, err = init(ctx)
+	}()
+	s.mu.Lock()
+	if err == nil {
+		s.upstream = up
+		s.gen++
+		s.born = now()
+		s.heals++
+	}
+	c.upstream, c.gen, c.err = s.upstream, s.gen, err
+	s.healing = nil
+	s.mu.Unlock()
+	close(c.done)
+}
+
+// Heals returns how many re-inits succeeded on this session.
+func (s *Session) Heals() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heals
+}
+
+// SetReplayable records, from a tools/list answer, whether a tool may be run
+// twice safely (readOnlyHint or idempotentHint).
+func (s *Session) SetReplayable(tool string, ok bool) {
+	s.mu.Lock()
+	if s.replayOK == nil {
+		s.replayOK = make(map[string]bool)
+	}
+	s.replayOK[tool] = ok
+	s.mu.Unlock()
+}
+
+// Replayable reports whether tool was announced read-only or idempotent.
+func (s *Session) Replayable(tool string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replayOK[tool]
+}
+
+// Removed reports whether the session was dropped.
+func (s *Session) Removed() bool { return s.removed.Load() }
+
+func shortHash(v string) string {
+	h := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(h[:4])
+}

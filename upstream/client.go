@@ -1,0 +1,242 @@
+package upstream
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Config configures a Client. Zero values take the documented defaults.
+type Config struct {
+	// URL is the MCP endpoint, http or https (e.g. http://127.0.0.1:3000/mcp).
+	URL string
+	// DialTimeout bounds connection setup; zero means 5 s.
+	DialTimeout time.Duration
+	// MaxIdleConn is how long an idle pooled connection may wait for reuse
+	// before it is closed instead; zero means 30 s, well under common load
+	// balancer and NAT idle limits (60–350 s).
+	MaxIdleConn time.Duration
+	// MaxIdleConns caps the pool; zero means 512.
+	MaxIdleConns int
+	// MaxResponseBody caps a JSON (non-streamed) answer; zero means 32 MiB.
+	MaxResponseBody int
+}
+
+// Client sends requests to one upstream MCP endpoint.
+type Client struct {
+	host    string // Host header the upstream expects
+	path    []byte // request URI sent upstream (path and query)
+	origin  string // scheme://host, for messages
+	maxBody int
+	pool    pool
+}
+
+// New validates cfg and returns a Client. It dials nothing.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("upstream url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("upstream url %q: want http://host[:port]/path or https://…", cfg.URL)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(u.Hostname(), port)
+	}
+	path := u.RequestURI()
+	c := &Client{
+		host:    u.Host,
+		path:    []byte(path),
+		origin:  u.Scheme + "://" + u.Host,
+		maxBody: orInt(cfg.MaxResponseBody, 32<<20),
+	}
+	c.pool = pool{
+		dialer:   net.Dialer{Timeout: orDur(cfg.DialTimeout, 5*time.Second), KeepAlive: 15 * time.Second},
+		addr:     addr,
+		maxIdle:  orDur(cfg.MaxIdleConn, 30*time.Second),
+		maxConns: orInt(cfg.MaxIdleConns, 512),
+	}
+	if u.Scheme == "https" {
+		c.pool.tls = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+	}
+	return c, nil
+}
+
+// Host returns the upstream's host[:port], the Host header it is sent.
+func (c *Client) Host() string { return c.host }
+
+// Origin returns scheme://host[:port] of the upstream.
+func (c *Client) Origin() string { return c.origin }
+
+// Close closes idle connections and refuses further requests. Exchanges in
+// flight finish on their own connections.
+func (c *Client) Close() { c.pool.closeIdle(true) }
+
+// Do sends req to the upstream endpoint and reads the response head into resp
+// before deadline. req's URI and Host are set here; the caller sets method,
+// headers and body. A JSON answer is read whole; a text/event-stream answer is
+// left streaming: read it with resp.Read. In both cases the caller must call
+// resp.Close (ReleaseResponse does).
+//
+// A failure is an *Error saying whether the request may have been delivered.
+func (c *Client) Do(req *fasthttp.Request, resp *Response, deadline time.Time) error {
+	req.SetRequestURIBytes(c.path)
+	req.Header.SetHost(c.host)
+	cn, err := c.pool.get(deadline)
+	if err != nil {
+		return err
+	}
+	return c.exchange(cn, req, resp, deadline)
+}
+
+func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadline time.Time) error {
+	reused := cn.uses > 0
+	cn.uses++
+	cn.written, cn.read = 0, 0
+	fail := func(op string, err error) error {
+		_ = cn.nc.Close()
+		return &Error{Op: op, Written: cn.written > 0, Reused: reused, Err: err}
+	}
+	if err := cn.nc.SetDeadline(deadline); err != nil {
+		return fail("write", err)
+	}
+	if err := req.Write(cn.bw); err != nil {
+		return fail("write", err)
+	}
+	if err := cn.bw.Flush(); err != nil {
+		return fail("write", err)
+	}
+	if err := resp.Header.Read(cn.br); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fail("read", err)
+	}
+	closeConn := req.Header.ConnectionClose() || resp.Header.ConnectionClose()
+	if isEventStream(resp.Header.ContentType()) && hasBody(resp.StatusCode()) {
+		resp.StreamBody = true
+		if err := resp.ReadBody(cn.br, 0); err != nil {
+			return fail("read", err)
+		}
+		// The head arrived in time; the stream itself has no deadline.
+		if err := cn.nc.SetReadDeadline(time.Time{}); err != nil {
+			return fail("read", err)
+		}
+		resp.stream = resp.BodyStream()
+		resp.conn, resp.pool, resp.closeConn = cn, &c.pool, closeConn
+		return nil
+	}
+	if err := resp.ReadBody(cn.br, c.maxBody); err != nil {
+		return fail("read", err)
+	}
+	if closeConn {
+		_ = cn.nc.Close()
+	} else {
+		c.pool.put(cn)
+	}
+	return nil
+}
+
+// hasBody reports whether a response with this status may carry a body
+// (RFC 9110 §6.4.1: not 1xx, 204 or 304).
+func hasBody(status int) bool {
+	return status >= 200 && status != fasthttp.StatusNoContent && status != fasthttp.StatusNotModified
+}
+
+func isEventStream(ct []byte) bool {
+	const sse = "text/event-stream"
+	return len(ct) >= len(sse) && strings.EqualFold(b2s(ct[:len(sse)]), sse)
+}
+
+// Response is an upstream answer. For a streamed answer the body is read with
+// Read; otherwise Body() holds it.
+type Response struct {
+	fasthttp.Response
+
+	stream    io.Reader
+	eof       bool
+	conn      *conn
+	pool      *pool
+	closeConn bool
+}
+
+var responsePool = sync.Pool{New: func() any { return new(Response) }}
+
+// AcquireResponse returns an empty Response from a pool.
+func AcquireResponse() *Response { return responsePool.Get().(*Response) }
+
+// ReleaseResponse closes r and returns it to the pool. r must not be used
+// afterwards.
+func ReleaseResponse(r *Response) {
+	r.Close()
+	r.Response.Reset()
+	r.eof = false
+	responsePool.Put(r)
+}
+
+// IsStream reports whether the body is being streamed (text/event-stream).
+func (r *Response) IsStream() bool { return r.stream != nil }
+
+// Read reads the streamed body.
+func (r *Response) Read(p []byte) (int, error) {
+	if r.stream == nil {
+		return 0, io.EOF
+	}
+	n, err := r.stream.Read(p)
+	if errors.Is(err, io.EOF) {
+		r.eof = true
+	}
+	return n, err
+}
+
+// Interrupt closes the connection of a streamed answer so that a Read
+// blocked in another goroutine returns. It is safe to call concurrently with
+// Read; Close must still be called by the reader.
+func (r *Response) Interrupt() {
+	if cn := r.conn; cn != nil {
+		_ = cn.nc.Close()
+	}
+}
+
+// Close ends a streamed answer. The connection is pooled again only if the
+// stream was read to its end.
+func (r *Response) Close() {
+	if r.stream == nil {
+		return
+	}
+	_ = r.CloseBodyStream()
+	r.stream = nil
+	if r.eof && !r.closeConn {
+		r.pool.put(r.conn)
+	} else {
+		_ = r.conn.nc.Close()
+	}
+	r.conn, r.pool = nil, nil
+}
+
+func orDur(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+func orInt(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
+}

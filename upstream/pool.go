@@ -1,0 +1,129 @@
+package upstream
+
+import (
+	"bufio"
+	"crypto/tls"
+	"net"
+	"sync"
+	"time"
+)
+
+// conn is one upstream TCP connection with its buffers and the byte counters
+// that tell replay safety what happened on the wire.
+type conn struct {
+	nc        net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	written   int64 // bytes written during the current exchange
+	read      int64 // bytes read during the current exchange
+	uses      int   // exchanges started on this connection
+	idleSince time.Time
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	n, err := c.nc.Read(p)
+	c.read += int64(n)
+	return n, err
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	n, err := c.nc.Write(p)
+	c.written += int64(n)
+	return n, err
+}
+
+// pool keeps idle keep-alive connections, newest last, so the stalest is
+// always at the front and the freshest is reused first.
+type pool struct {
+	dialer   net.Dialer
+	addr     string
+	maxIdle  time.Duration
+	maxConns int
+	tls      *tls.Config // nil for plain http
+
+	mu     sync.Mutex // protects idle, closed
+	idle   []*conn
+	closed bool
+}
+
+const bufSize = 16 << 10
+
+// get returns a pooled connection idle for less than maxIdle, or dials one.
+func (p *pool) get(deadline time.Time) (*conn, error) {
+	now := time.Now()
+	var stale []*conn
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	// Everything idle too long is stale; the slice is ordered by idleSince.
+	n := 0
+	for n < len(p.idle) && now.Sub(p.idle[n].idleSince) >= p.maxIdle {
+		n++
+	}
+	if n > 0 {
+		stale = append(stale, p.idle[:n]...)
+		p.idle = append(p.idle[:0], p.idle[n:]...)
+	}
+	var c *conn
+	if k := len(p.idle); k > 0 {
+		c = p.idle[k-1]
+		p.idle[k-1] = nil
+		p.idle = p.idle[:k-1]
+	}
+	p.mu.Unlock()
+	for _, s := range stale {
+		_ = s.nc.Close()
+	}
+	if c != nil {
+		return c, nil
+	}
+	d := p.dialer
+	d.Deadline = deadline
+	nc, err := d.Dial("tcp", p.addr)
+	if err != nil {
+		return nil, &Error{Op: "dial", Err: err}
+	}
+	if p.tls != nil {
+		tc := tls.Client(nc, p.tls)
+		_ = tc.SetDeadline(deadline)
+		if err := tc.Handshake(); err != nil {
+			_ = nc.Close()
+			return nil, &Error{Op: "dial", Err: err}
+		}
+		nc = tc
+	}
+	c = &conn{nc: nc}
+	c.br = bufio.NewReaderSize(c, bufSize)
+	c.bw = bufio.NewWriterSize(c, bufSize)
+	return c, nil
+}
+
+// put returns a healthy connection whose exchange ended cleanly.
+func (p *pool) put(c *conn) {
+	c.idleSince = time.Now()
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= p.maxConns {
+		p.mu.Unlock()
+		_ = c.nc.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+}
+
+// closeIdle closes every idle connection; with final set, the pool refuses
+// new work.
+func (p *pool) closeIdle(final bool) {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	if final {
+		p.closed = true
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		_ = c.nc.Close()
+	}
+}
