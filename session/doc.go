@@ -7,16 +7,16 @@
 // before it is forwarded. When the upstream answer says the session is dead,
 // the request calls Heal with the generation it used:
 //
-//	          request fails under gen g
-//	                    │
-//	      gen still g? ─┴─ no ──▶ use the current upstream (someone healed)
-//	          │ yes
-//	   heal in flight? ── yes ──▶ wait for it (own deadline)
-//	          │ no
-//	   start the leader: init(ctx) on a context detached from the request
-//	          │
-//	   ok ──▶ upstream = new id, gen = g+1, wake waiters
-//	   err ─▶ gen stays g, waiters get the error; the next failure tries again
+//	       request fails under gen g
+//	                 │
+//	   gen still g? ─┴─ no ──▶ use the current upstream (someone healed)
+//	       │ yes
+//	heal in flight? ── yes ──▶ wait for it (own deadline)
+//	       │ no
+//	start the leader: init(ctx) on a context detached from the request
+//	       │
+//	ok ──▶ upstream = new id, gen = g+1, wake waiters
+//	err ─▶ gen stays g, waiters get the error; the next failure tries again
 //
 // So N concurrent failures on one dead session cause exactly one re-init, and
 // a late failure from an old generation never causes a second one.

@@ -40,13 +40,13 @@ type Session struct {
 	lastUsed atomic.Int64 // unix nanoseconds of the last request
 	removed  atomic.Bool  // dropped by the agent or the store
 
-	mu        sync.Mutex // protects upstream, gen, born, healing, replayOK, heals
-	upstream  UpstreamID
-	gen       uint64
-	born      time.Time // when the current upstream session was created
-	healing   *healCall
-	replayOK  map[string]bool // tool name → safe to replay (read-only or idempotent)
-	heals     uint64
+	mu       sync.Mutex // protects upstream, gen, born, healing, replayOK, heals
+	upstream UpstreamID
+	gen      uint64
+	born     time.Time // when the current upstream session was created
+	healing  *healCall
+	replayOK map[string]bool // tool name → safe to replay (read-only or idempotent)
+	heals    uint64
 }
 
 // healCall is one re-init in flight; its result fields are written once,

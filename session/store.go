@@ -149,7 +149,6 @@ func (st *Store) drop(s *Session) {
 	}
 }
 
-
 func orDur(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
