@@ -1,0 +1,147 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestHealDupSuppress: N concurrent failures under one generation cause
+// exactly one re-init, and every caller gets the new upstream.
+func TestHealDupSuppress(t *testing.T) {
+	t.Parallel()
+	s := New(NewClientID(), Recipe{}, "up-1")
+	_, gen := s.Current()
+	var inits atomic.Int32
+	release := make(chan struct{})
+	init := func(context.Context) (UpstreamID, error) {
+		inits.Add(1)
+		<-release
+		return "up-2", nil
+	}
+	const n = 50
+	var wg sync.WaitGroup
+	results := make(chan UpstreamID, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			up, g, err := s.Heal(context.Background(), gen, time.Second, init)
+			if err != nil || g != gen+1 {
+				t.Errorf("Heal = %q, %d, %v; want up-2, %d, nil", up, g, err, gen+1)
+			}
+			results <- up
+		}()
+	}
+	// Let every goroutine reach Heal before the leader finishes.
+	for deadline := time.Now().Add(2 * time.Second); inits.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	close(results)
+	for up := range results {
+		if up != "up-2" {
+			t.Errorf("upstream = %q, want up-2", up)
+		}
+	}
+	if got := inits.Load(); got != 1 {
+		t.Fatalf("inits = %d, want 1", got)
+	}
+}
+
+// TestHealStaleGeneration: a failure reported under an old generation does
+// not re-init again; it is pointed at the current upstream.
+func TestHealStaleGeneration(t *testing.T) {
+	t.Parallel()
+	s := New(NewClientID(), Recipe{}, "up-1")
+	_, g1 := s.Current()
+	n := 0
+	init := func(context.Context) (UpstreamID, error) { n++; return UpstreamID("up-new"), nil }
+	if _, _, err := s.Heal(context.Background(), g1, time.Second, init); err != nil {
+		t.Fatal(err)
+	}
+	up, g, err := s.Heal(context.Background(), g1, time.Second, init) // late failure of gen 1
+	if err != nil || up != "up-new" || g != g1+1 || n != 1 {
+		t.Fatalf("late Heal = %q, %d, %v with %d inits; want up-new, %d, nil with 1", up, g, err, n, g1+1)
+	}
+}
+
+// TestHealFailureKeepsGeneration: a failed re-init leaves the generation,
+// so the next failure tries again.
+func TestHealFailureKeepsGeneration(t *testing.T) {
+	t.Parallel()
+	s := New(NewClientID(), Recipe{}, "up-1")
+	_, g := s.Current()
+	boom := errors.New("refused")
+	if _, _, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, error) {
+		return "", boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("Heal error = %v, want %v", err, boom)
+	}
+	up, g2 := s.Current()
+	if up != "up-1" || g2 != g {
+		t.Fatalf("after failed heal Current = %q, %d; want up-1, %d", up, g2, g)
+	}
+	up, g3, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, error) { return "up-2", nil })
+	if err != nil || up != "up-2" || g3 != g+1 {
+		t.Fatalf("retry Heal = %q, %d, %v", up, g3, err)
+	}
+}
+
+// TestHealWaiterDeadline: a waiter whose own deadline passes returns, while
+// the leader's re-init still completes for everyone else.
+func TestHealWaiterDeadline(t *testing.T) {
+	t.Parallel()
+	s := New(NewClientID(), Recipe{}, "up-1")
+	_, g := s.Current()
+	release := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, _, err := s.Heal(ctx, g, time.Second, func(context.Context) (UpstreamID, error) {
+		<-release
+		return "up-2", nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Heal error = %v, want deadline exceeded", err)
+	}
+	close(release)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if up, g2 := s.Current(); up == "up-2" && g2 == g+1 {
+			return
+		}
+	}
+	t.Fatal("leader's re-init never landed")
+}
+
+// TestHealPanicIsError: a panicking re-init becomes an error for the
+// waiters, not a crash.
+func TestHealPanicIsError(t *testing.T) {
+	t.Parallel()
+	s := New(NewClientID(), Recipe{}, "up-1")
+	_, g := s.Current()
+	_, _, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, error) { panic("bug") })
+	if err == nil {
+		t.Fatal("Heal after panic returned nil error")
+	}
+}
+
+func TestNewClientID(t *testing.T) {
+	t.Parallel()
+	seen := map[ClientID]bool{}
+	for range 1000 {
+		id := NewClientID()
+		if len(id) != 32 || seen[id] {
+			t.Fatalf("NewClientID() = %q: want 32 unique hex chars", id)
+		}
+		for _, c := range []byte(id) {
+			if c < 0x21 || c > 0x7e {
+				t.Fatalf("NewClientID() = %q has a non-visible character", id)
+			}
+		}
+		seen[id] = true
+	}
+}
