@@ -105,7 +105,7 @@ func (c *Client) Do(req *fasthttp.Request, resp *Response, deadline time.Time) e
 func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadline time.Time) error {
 	reused := cn.uses > 0
 	cn.uses++
-	cn.written, cn.read = 0, 0
+	cn.written, cn.read, cn.sawEOF = 0, 0, false
 	fail := func(op string, err error) error {
 		_ = cn.nc.Close()
 		return &Error{Op: op, Written: cn.written > 0, Reused: reused, Err: err}
@@ -136,6 +136,10 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 			return fail("read", err)
 		}
 		resp.stream = resp.BodyStream()
+		resp.chunked = resp.Header.ContentLength() == -1
+		if resp.Header.ContentLength() == -2 {
+			closeConn = true // the body ends when the connection does
+		}
 		resp.conn, resp.pool, resp.closeConn = cn, &c.pool, closeConn
 		return nil
 	}
@@ -167,6 +171,7 @@ type Response struct {
 	fasthttp.Response
 
 	stream    io.Reader
+	chunked   bool
 	eof       bool
 	conn      *conn
 	pool      *pool
@@ -183,7 +188,7 @@ func AcquireResponse() *Response { return responsePool.Get().(*Response) }
 func ReleaseResponse(r *Response) {
 	r.Close()
 	r.Response.Reset()
-	r.eof = false
+	r.eof, r.chunked = false, false
 	responsePool.Put(r)
 }
 
@@ -197,6 +202,11 @@ func (r *Response) Read(p []byte) (int, error) {
 	}
 	n, err := r.stream.Read(p)
 	if errors.Is(err, io.EOF) {
+		// fasthttp reports a chunked body cut at a chunk boundary as a clean
+		// EOF; only the terminating zero-length chunk is one.
+		if r.chunked && r.conn.sawEOF {
+			return n, io.ErrUnexpectedEOF
+		}
 		r.eof = true
 	}
 	return n, err

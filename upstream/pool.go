@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"crypto/tls"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -17,12 +18,16 @@ type conn struct {
 	written   int64 // bytes written during the current exchange
 	read      int64 // bytes read during the current exchange
 	uses      int   // exchanges started on this connection
+	sawEOF    bool  // the peer closed its side
 	idleSince time.Time
 }
 
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.nc.Read(p)
 	c.read += int64(n)
+	if err == io.EOF {
+		c.sawEOF = true
+	}
 	return n, err
 }
 
