@@ -81,8 +81,8 @@ func (c *Client) Host() string { return c.host }
 // Origin returns scheme://host[:port] of the upstream.
 func (c *Client) Origin() string { return c.origin }
 
-// Close closes idle connections and refuses further requests. Exchanges in
-// flight finish on their own connections.
+// Close closes every connection, cutting exchanges in flight, and refuses
+// further requests.
 func (c *Client) Close() { c.pool.closeIdle(true) }
 
 // Do sends req to the upstream endpoint and reads the response head into resp
@@ -107,7 +107,7 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 	cn.uses++
 	cn.written, cn.read, cn.sawEOF = 0, 0, false
 	fail := func(op string, err error) error {
-		_ = cn.nc.Close()
+		c.pool.discard(cn)
 		return &Error{Op: op, Written: cn.written > 0, Reused: reused, Err: err}
 	}
 	if err := cn.nc.SetDeadline(deadline); err != nil {
@@ -143,11 +143,13 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 		resp.conn, resp.pool, resp.closeConn = cn, &c.pool, closeConn
 		return nil
 	}
-	if err := resp.ReadBody(cn.br, c.maxBody); err != nil {
-		return fail("read", err)
+	if hasBody(resp.StatusCode()) {
+		if err := resp.ReadBody(cn.br, c.maxBody); err != nil {
+			return fail("read", err)
+		}
 	}
 	if closeConn {
-		_ = cn.nc.Close()
+		c.pool.discard(cn)
 	} else {
 		c.pool.put(cn)
 	}
@@ -232,7 +234,7 @@ func (r *Response) Close() {
 	if r.eof && !r.closeConn {
 		r.pool.put(r.conn)
 	} else {
-		_ = r.conn.nc.Close()
+		r.pool.discard(r.conn)
 	}
 	r.conn, r.pool = nil, nil
 }

@@ -98,6 +98,29 @@ func TestDoJSONAndReuse(t *testing.T) {
 	}
 }
 
+// TestDoNoContent: a 204 has no body even without Content-Length (RFC 9110
+// §15.3.5); reading one would wait for the connection to close.
+func TestDoNoContent(t *testing.T) {
+	t.Parallel()
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
+		}
+	})
+	c := newClient(t, url)
+	for range 2 {
+		resp, err := post(c, `{}`, 500*time.Millisecond)
+		if err != nil || resp.StatusCode() != 204 {
+			t.Fatalf("Do = %d, %v; want 204", resp.StatusCode(), err)
+		}
+		ReleaseResponse(resp)
+	}
+}
+
 func TestDoRefusedIsNotDelivered(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -46,8 +46,9 @@ type pool struct {
 	maxConns int
 	tls      *tls.Config // nil for plain http
 
-	mu     sync.Mutex // protects idle, closed
+	mu     sync.Mutex // protects idle, active, closed
 	idle   []*conn
+	active map[*conn]struct{} // connections in an exchange
 	closed bool
 }
 
@@ -82,6 +83,7 @@ func (p *pool) get(deadline time.Time) (*conn, error) {
 		_ = s.nc.Close()
 	}
 	if c != nil {
+		p.track(c)
 		return c, nil
 	}
 	d := p.dialer
@@ -102,13 +104,40 @@ func (p *pool) get(deadline time.Time) (*conn, error) {
 	c = &conn{nc: nc}
 	c.br = bufio.NewReaderSize(c, bufSize)
 	c.bw = bufio.NewWriterSize(c, bufSize)
+	if !p.track(c) {
+		_ = nc.Close()
+		return nil, ErrClosed
+	}
 	return c, nil
+}
+
+// track marks c as in an exchange, so that a final close can cut it.
+func (p *pool) track(c *conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if p.active == nil {
+		p.active = make(map[*conn]struct{})
+	}
+	p.active[c] = struct{}{}
+	return true
+}
+
+// discard closes a connection whose exchange failed or cannot be reused.
+func (p *pool) discard(c *conn) {
+	p.mu.Lock()
+	delete(p.active, c)
+	p.mu.Unlock()
+	_ = c.nc.Close()
 }
 
 // put returns a healthy connection whose exchange ended cleanly.
 func (p *pool) put(c *conn) {
 	c.idleSince = time.Now()
 	p.mu.Lock()
+	delete(p.active, c)
 	if p.closed || len(p.idle) >= p.maxConns {
 		p.mu.Unlock()
 		_ = c.nc.Close()
@@ -118,17 +147,24 @@ func (p *pool) put(c *conn) {
 	p.mu.Unlock()
 }
 
-// closeIdle closes every idle connection; with final set, the pool refuses
-// new work.
+// closeIdle closes every idle connection. With final set, it also cuts the
+// exchanges in flight (their reads fail at once) and refuses new work.
 func (p *pool) closeIdle(final bool) {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
+	var active []*conn
 	if final {
 		p.closed = true
+		for c := range p.active {
+			active = append(active, c)
+		}
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
+		_ = c.nc.Close()
+	}
+	for _, c := range active {
 		_ = c.nc.Close()
 	}
 }
