@@ -1,0 +1,63 @@
+package classify
+
+// badRequestMarkers name the session in a 400 body: a server that answers 400
+// instead of 404 for an unknown or missing session. They are matched anywhere
+// in the body, ignoring ASCII case, whatever the content type (JSON-RPC error
+// message, text/plain, text/html or SSE-framed), because a 400 is already an
+// error and these phrases name nothing but the session. Lower case.
+var badRequestMarkers = newFoldSet(
+	"no valid session id",               // TS v1 example template, supergateway 3.x, Python ≤1.25, Bocha
+	"invalid or missing session id",     // TS example and supergateway 3.x, GET/DELETE
+	"mcp-session-id header is required", // TS SDK transport, no id
+	"missing session id",                // Python SDK, no id (hermes#20349)
+	"invalid session id",                // mcp-go v0.42–v0.43
+	"server not initialized",            // TS SDK transport that never saw initialize
+	"unknown mcp-session-id",            // 1mcp-app/agent (PR #550)
+)
+
+// Classify returns the Class of one upstream answer to a request that carried
+// an Mcp-Session-Id. status is the HTTP status code; contentType is the raw
+// Content-Type header value (nil when absent); body is the body or a prefix of
+// it, such as the first events of an SSE stream. Neither slice is modified or
+// retained.
+//
+// The status decides first, so the common 2xx path is cheap and a body can
+// never turn an auth failure or a gateway error into a heal:
+//
+//	401, 403         Auth
+//	404              SessionGone, unless the body is a JSON-RPC error with one of notFoundCodes
+//	400              SessionGone if the body names the session (badRequestMarkers), else Protocol
+//	502, 503, 504    TransportDead
+//	2xx              the first JSON-RPC message decides (classifyMessage)
+//	anything else    Protocol
+func Classify(status int, contentType, body []byte) Class {
+	switch status {
+	case 401, 403:
+		return Auth
+	case 404:
+		if isNotFoundError(payload(b2s(contentType), b2s(body))) {
+			return ToolError
+		}
+		return SessionGone
+	case 400:
+		if badRequestMarkers.in(b2s(body), false) {
+			return SessionGone
+		}
+		return Protocol
+	case 502, 503, 504:
+		return TransportDead
+	}
+	if status >= 200 && status <= 299 {
+		return classifyMessage(payload(b2s(contentType), b2s(body)))
+	}
+	return Protocol
+}
+
+// payload returns the JSON-RPC text of an answer: the data of the first
+// non-empty SSE event for text/event-stream, the body itself otherwise.
+func payload(contentType, body string) string {
+	if isEventStream(contentType) {
+		return firstData(body)
+	}
+	return body
+}

@@ -1,0 +1,39 @@
+// Package classify decides what one upstream answer means for the proxy: pass
+// it through (OK, ToolError, Auth, Protocol), heal the upstream session and
+// replay (SessionGone), or treat the upstream as unreachable (TransportDead).
+//
+// Its whole API is [Classify], a pure function of the HTTP status, the
+// Content-Type header and the first bytes of the body, and the [Class] it
+// returns. The signals come from real servers (TypeScript, Python and Go SDKs,
+// mcp-go, supergateway, WordPress, keryx; see MCP-BEHAVIOUR.md §2 and §7);
+// each dialect is a golden file under testdata/<Class>/.
+//
+// What it must not do: I/O, logging, keeping state, allocating, retaining or
+// modifying its inputs, or deciding on a JSON-RPC error code alone (-32001
+// means "Session not found" to the TypeScript SDK and "Request timed out" to
+// its client; -32600 means session loss to Python and a malformed request to
+// everyone else). It imports only the standard library.
+//
+// Invariants, each asserted by a test:
+//
+//   - Pure and deterministic: the same input always gives the same Class.
+//   - Zero allocations for every input (alloc_test.go, and FuzzClassify when
+//     built without -race). Every value it inspects is a sub-slice of the
+//     input; nothing is unescaped or copied. This is why JSON is read with a
+//     small raw scanner (json.go) and not with gjson: gjson.Get unescapes any
+//     string it returns, so a message such as the Go SDK's
+//     `method \"tools/call\" is invalid during session initialization`
+//     costs two allocations even if only Result.Raw is read.
+//   - Session markers in a 2xx answer are matched only inside the JSON-RPC
+//     error member (its message, or the error itself when it is a bare
+//     string), as whole phrases, ignoring ASCII case. A successful result or
+//     an isError tool result that says "session expired" is not a session
+//     signal: the server dispatched the request, so the session was alive.
+//   - A UTF-8 byte order mark or leading whitespace before the body never
+//     changes the answer, and a 2xx JSON body classifies the same whether it
+//     arrives bare or as the data of one text/event-stream event.
+//
+// Classify expects answers to requests that carried an Mcp-Session-Id (the
+// proxy always sends one after initialize): a 404 then means the session is
+// gone (2025-11-25 basic/transports, "Session Management").
+package classify

@@ -1,0 +1,67 @@
+package classify
+
+import "testing"
+
+func TestFirstData(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, s, want string }{
+		{"plain", "data: {}\n\n", "{}"},
+		{"no space", "data:{}\n\n", "{}"},
+		{"one space dropped only", "data:  {}\n", " {}"},
+		{"priming skipped", "id: a\ndata: \n\nevent: message\nid: b\ndata: {}\n\n", "{}"},
+		{"bare data skipped", "data\n\ndata: x\n", "x"},
+		{"whitespace data skipped", "data: \t \n\ndata: x\n", "x"},
+		{"comments and fields skipped", ": hi\nretry: 10\nevent: e\nid: 1\ndata: x\n", "x"},
+		{"CRLF", "data: x\r\n\r\n", "x"},
+		{"CR", "id: 1\rdata: x\r\r", "x"},
+		{"unterminated", "data: x", "x"},
+		{"none", ": keepalive\n\n", ""},
+		{"empty", "", ""},
+		{"BOM and blank lines", bom + "\r\n data: x\n", "x"},
+		{"other field", "datum: x\n", ""},
+		{"case-sensitive", "DATA: x\n", ""},
+	} {
+		if got := firstData(tc.s); got != tc.want {
+			t.Errorf("firstData(%s: %q) = %q, want %q", tc.name, tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestCutLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ s, line, rest string }{
+		{"a\nb", "a", "b"},
+		{"a\r\nb", "a", "b"},
+		{"a\rb\nc", "a", "b\nc"},
+		{"a\r", "a", ""},
+		{"a", "a", ""},
+		{"\n", "", ""},
+	} {
+		line, rest := cutLine(tc.s)
+		if line != tc.line || rest != tc.rest {
+			t.Errorf("cutLine(%q) = %q, %q, want %q, %q", tc.s, line, rest, tc.line, tc.rest)
+		}
+	}
+}
+
+func TestIsEventStream(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ct   string
+		want bool
+	}{
+		{"text/event-stream", true},
+		{"TEXT/Event-Stream", true},
+		{"text/event-stream; charset=utf-8", true},
+		{"text/event-stream ;charset=utf-8", true},
+		{"\ttext/event-stream", true},
+		{"text/event-streams", false},
+		{"text/event", false},
+		{"application/json", false},
+		{"", false},
+	} {
+		if got := isEventStream(tc.ct); got != tc.want {
+			t.Errorf("isEventStream(%q) = %v, want %v", tc.ct, got, tc.want)
+		}
+	}
+}
