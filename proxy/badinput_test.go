@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestBadInput: each malformed request gets the proxy's own clear 4xx with a
+// JSON-RPC error (carrying the request id where there is one), and the
+// agent's live session keeps working afterwards.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxBody = 64 << 10 })
+	sid := peerRawInitialize(t, url)
+	before := up.Inits()
+
+	post := func(ct, sid, body string, hdr map[string]string) *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+		}
+		for k, v := range hdr {
+			if k == "Host" {
+				req.Host = v
+				continue
+			}
+			req.Header.Set(k, v)
+		}
+		return req
+	}
+	get := func(accept string) *http.Request {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Mcp-Session-Id", sid)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		return req
+	}
+	ping := `{"jsonrpc":"2.0","id":41,"method":"ping"}`
+	tests := []struct {
+		name   string
+		req    *http.Request
+		status int
+		code   int64
+		id     string
+	}{
+		{"malformed JSON", post("application/json", sid, `{"jsonrpc":"2.0","id":1,`, nil), 400, codeParseError, "null"},
+		{"body over limit", post("application/json", sid, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"`+strings.Repeat("x", 70<<10)+`"}}`, nil), 413, codeInvalidRequest, "null"},
+		{"no session id", post("application/json", "", `{"jsonrpc":"2.0","id":"n-1","method":"tools/list"}`, nil), 400, codeInvalidRequest, `"n-1"`},
+		{"unknown session id", post("application/json", "0123456789abcdef0123456789abcdef", ping, nil), 404, codeSessionNotFound, "41"},
+		{"wrong content type", post("text/plain", sid, ping, nil), 415, codeInvalidRequest, "41"},
+		{"no content type", post("", sid, ping, nil), 415, codeInvalidRequest, "41"},
+		{"GET without Accept", get(""), 406, codeInvalidRequest, "null"},
+		{"GET wanting JSON", get("application/json"), 406, codeInvalidRequest, "null"},
+		{"foreign Host", post("application/json", sid, ping, map[string]string{"Host": "evil.example:8787"}), 403, codeForbidden, "41"},
+		{"foreign Origin", post("application/json", sid, ping, map[string]string{"Origin": "https://evil.example"}), 403, codeForbidden, "41"},
+		{"PUT", func() *http.Request { r, _ := http.NewRequest(http.MethodPut, url, nil); return r }(), 405, codeInvalidRequest, "null"},
+	}
+	for _, tt := range tests {
+		resp, body := peerRawDo(t, tt.req)
+		code, msg, id := rpcError(t, body)
+		if resp.StatusCode != tt.status || code != tt.code || id != tt.id || msg == "" {
+			t.Errorf("%s: %d %s; want %d, code %d, id %s", tt.name, resp.StatusCode, body, tt.status, tt.code, tt.id)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s: Content-Type %q, want application/json", tt.name, ct)
+		}
+	}
+	// Nothing above disturbed the session.
+	resp, body := peerRawPost(t, url, sid, ping)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"result"`) {
+		t.Fatalf("ping after bad input: %d %q", resp.StatusCode, body)
+	}
+	if up.Inits() != before {
+		t.Fatalf("bad input caused %d upstream initializes", up.Inits()-before)
+	}
+}

@@ -1,0 +1,293 @@
+package proxy
+
+import (
+	"bufio"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// peekLimit caps how much of an SSE answer is held back to find its first
+// event (a tools/list answer may be large; the first event decides).
+const peekLimit = 1 << 20
+
+// attempt is one request's walk through send → classify → heal → replay.
+type attempt struct {
+	s      *Server
+	ctx    *fasthttp.RequestCtx
+	sess   *session.Session // nil: stateless pass-through
+	msg    *message
+	req    *fasthttp.Request
+	resp   *upstream.Response
+	peek   []byte // first SSE event(s) of resp, forwarded before the rest
+	up     session.UpstreamID
+	gen    uint64
+	budget time.Time // end of the heal budget; zero until the first failure
+	healed bool
+	delay  time.Duration
+}
+
+var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
+
+// forward sends the agent's request upstream (swapping the session id),
+// classifies the answer, heals and replays when the rules allow, and passes
+// the final answer back. sess is nil for session-less (2026-07-28) traffic.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg *message) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	s.copyRequest(ctx, req)
+	a := attemptPool.Get().(*attempt)
+	*a = attempt{s: s, ctx: ctx, sess: sess, msg: msg, req: req, peek: a.peek[:0]}
+	a.resp = upstream.AcquireResponse()
+	if sess != nil {
+		a.up, a.gen = sess.Current()
+	}
+	if a.run() {
+		// fasthttp already runs the body writer, which now owns a and
+		// a.resp: nothing here may touch them again.
+		return
+	}
+	upstream.ReleaseResponse(a.resp)
+	a.release()
+}
+
+// release returns the attempt and its peek buffer to the pool.
+func (a *attempt) release() {
+	p := a.peek
+	if cap(p) > 64<<10 {
+		p = nil // do not pin large buffers (golang/go#23199)
+	}
+	*a = attempt{peek: p[:0]}
+	attemptPool.Put(a)
+}
+
+// run loops until the agent has an answer; it reports whether that answer
+// is a stream that now owns a.resp.
+func (a *attempt) run() bool {
+	for {
+		setSessionHeader(a.req, a.up)
+		err := a.s.up.Do(a.req, a.resp, time.Now().Add(a.s.cfg.ResponseTimeout))
+		cls := a.judge(err)
+		a.s.count.class(cls)
+		switch cls {
+		case classify.SessionGone:
+			if a.sess == nil || a.healed || !a.mayHeal() {
+				if a.healed {
+					a.upstreamDown("upstream dropped the new session at once")
+					return false
+				}
+				break
+			}
+			if !a.heal(cls) {
+				return false
+			}
+			if !a.msg.get && !a.msg.isRequest() {
+				// A notification or a response to a dead session: the new
+				// session never asked for it; acknowledge and drop it.
+				a.ctx.SetStatusCode(fasthttp.StatusAccepted)
+				return false
+			}
+			a.s.count.replays.Add(1)
+			continue
+		case classify.TransportDead, classify.Timeout:
+			if a.delivered(err) && !a.replayable() {
+				a.refuse(cls, err)
+				return false
+			}
+			if !a.backoff() {
+				a.upstreamDown("upstream unreachable")
+				return false
+			}
+			a.s.count.replays.Add(1)
+			continue
+		}
+		return a.s.respond(a)
+	}
+}
+
+// judge classifies the outcome of one exchange, peeking at the first event
+// of a POST's SSE answer. The agent's GET stream is judged on its status.
+func (a *attempt) judge(err error) classify.Class {
+	if err != nil {
+		if upstream.IsTimeout(err) {
+			return classify.Timeout
+		}
+		return classify.TransportDead
+	}
+	r := a.resp
+	status := r.StatusCode()
+	if r.IsStream() && a.msg.get {
+		// The standalone stream may stay quiet for minutes: judge the head.
+		return classify.Classify(status, r.Header.ContentType(), nil)
+	}
+	if r.IsStream() {
+		var perr error
+		a.peek, perr = peekEvent(r, a.peek[:0], peekLimit)
+		if perr != nil && perr != errPeekTooLarge {
+			return classify.TransportDead
+		}
+		return classify.Classify(status, r.Header.ContentType(), a.peek)
+	}
+	if a.sess == nil && status == fasthttp.StatusNotFound {
+		return classify.Protocol // no session id was sent: 404 is not about one
+	}
+	return classify.Classify(status, r.Header.ContentType(), r.Body())
+}
+
+// delivered reports whether a failed exchange may have reached the
+// upstream's dispatcher. A 503 is a refusal before dispatch (a server
+// shutting down, or at its session cap); a 502/504 from a gateway is not
+// proof of anything.
+func (a *attempt) delivered(err error) bool {
+	if err != nil {
+		return upstream.Delivered(err)
+	}
+	return a.resp.StatusCode() != fasthttp.StatusServiceUnavailable
+}
+
+// next prepares a.resp for another exchange.
+func (a *attempt) next() {
+	a.resp.Close()
+	a.resp.Response.Reset()
+	a.peek = a.peek[:0]
+}
+
+// backoff waits before the next try, within the heal budget. It reports
+// false when the budget is spent.
+func (a *attempt) backoff() bool {
+	a.next()
+	if a.budget.IsZero() {
+		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
+	}
+	if a.delay == 0 {
+		a.delay = 10 * time.Millisecond
+	}
+	left := time.Until(a.budget)
+	if left <= 0 || !a.s.sleep(min(a.delay, left)) {
+		return false
+	}
+	a.delay = min(2*a.delay, time.Second)
+	return true
+}
+
+// sleep waits d unless the server is closing.
+func (s *Server) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+func setSessionHeader(req *fasthttp.Request, up session.UpstreamID) {
+	if up == "" {
+		req.Header.DelBytes(hdrSessionID)
+		return
+	}
+	req.Header.SetBytesK(hdrSessionID, string(up))
+}
+
+// Hop-by-hop headers (RFC 9110 §7.6.1) and headers the proxy owns.
+var (
+	reqDropHeaders = []string{
+		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "TE", "Trailer",
+		"Transfer-Encoding", "Upgrade",
+		// Bodies must come back uncompressed so they can be classified.
+		"Accept-Encoding",
+		// The proxy has checked Origin against its own names; the upstream
+		// would compare it with a Host it no longer sees.
+		"Origin",
+	}
+	respDropHeaders = []string{
+		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "TE", "Trailer",
+		"Transfer-Encoding", "Upgrade",
+	}
+)
+
+// copyRequest builds the upstream request from the agent's. The body is
+// shared with ctx, which outlives every upstream exchange of this request.
+func (s *Server) copyRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request) {
+	ctx.Request.Header.CopyTo(&req.Header)
+	req.Header.ResetConnectionClose()
+	for _, h := range reqDropHeaders {
+		req.Header.Del(h)
+	}
+	req.SetBodyRaw(ctx.PostBody())
+}
+
+// respond writes the upstream answer to the agent: status and headers
+// (hop-by-hop dropped, session id swapped), then the body whole or as a
+// stream flushed per read. It reports whether a stream now owns a.resp.
+func (s *Server) respond(a *attempt) bool {
+	ctx, r := a.ctx, a.resp
+	ctx.Response.Reset()
+	r.Header.CopyTo(&ctx.Response.Header)
+	ctx.Response.Header.ResetConnectionClose()
+	for _, h := range respDropHeaders {
+		ctx.Response.Header.Del(h)
+	}
+	if a.sess != nil {
+		ctx.Response.Header.SetBytesK(hdrSessionID, string(a.sess.ID))
+	} else {
+		s.dropMintedSession(r)
+		ctx.Response.Header.DelBytes(hdrSessionID)
+	}
+	if a.msg.method == "tools/list" && a.sess != nil {
+		learnTools(a.sess, r, a.peek)
+	}
+	if !r.IsStream() {
+		ctx.Response.SetBody(r.Body())
+		return false
+	}
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	if a.msg.get && a.sess != nil {
+		s.streams.add(a.sess.ID, r)
+	}
+	ctx.SetBodyStreamWriter(a.stream)
+	return true
+}
+
+// stream runs in the body-writer goroutine that fasthttp starts inside
+// SetBodyStreamWriter, possibly before the handler has returned: from then on
+// it alone owns a and a.resp, and it must release both.
+func (a *attempt) stream(w *bufio.Writer) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.s.count.panics.Add(1)
+			a.s.log.Error().Interface("panic", p).Msg("stream writer panicked")
+		}
+		if a.msg.get && a.sess != nil {
+			a.s.streams.remove(a.sess.ID, a.resp)
+		}
+		upstream.ReleaseResponse(a.resp)
+		a.release()
+	}()
+	if len(a.peek) > 0 {
+		if _, err := w.Write(a.peek); err != nil || w.Flush() != nil {
+			return
+		}
+	}
+	buf := streamBufs.Get().(*[]byte)
+	defer streamBufs.Put(buf)
+	for {
+		n, err := a.resp.Read(*buf)
+		if n > 0 {
+			if _, werr := w.Write((*buf)[:n]); werr != nil || w.Flush() != nil {
+				return // the agent went away; Release closes the upstream stream
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+var streamBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}

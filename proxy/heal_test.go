@@ -1,0 +1,261 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestHealGoSDKExpiry: the upstream expires the session (Go SDK
+// SessionTimeout); the agent's next call succeeds on a new upstream session.
+func TestHealGoSDKExpiry(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{SessionTimeout: 300 * time.Millisecond})
+	s, url := startProxy(t, up.URL(), nil)
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "before")
+	time.Sleep(700 * time.Millisecond) // idle past the upstream's SessionTimeout
+	callEcho(t, cs, "after")
+	if got := up.Inits(); got != 2 {
+		t.Fatalf("upstream initializes = %d, want 2 (one heal)", got)
+	}
+	if st := s.Stats(); st.Heals != 1 {
+		t.Fatalf("heals = %d, want 1", st.Heals)
+	}
+}
+
+// TestHealGoSDKRestart: the upstream process restarts (all sessions lost);
+// the agent's calls keep succeeding.
+func TestHealGoSDKRestart(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), nil)
+	cs := goSDKClient(t, url)
+	for i := range 3 {
+		callEcho(t, cs, "round")
+		up.Restart()
+		_ = i
+	}
+	callEcho(t, cs, "last")
+}
+
+// TestHealRestartWhileDown: the upstream is down for a while when the call
+// comes; within the heal budget the call waits and succeeds.
+func TestHealRestartWhileDown(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), nil)
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "before")
+	up.Stop()
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		up.Start()
+	}()
+	start := time.Now()
+	callEcho(t, cs, "during")
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Fatalf("call took %v although the upstream was down for 400ms", el)
+	}
+}
+
+// TestHealMCPGoStateful: mcp-go WithStateful(true) answers 404 "Invalid
+// session ID" once it forgets the session; the agent does not notice.
+func TestHealMCPGoStateful(t *testing.T) {
+	t.Parallel()
+	up := startMCPGo(t, true)
+	_, url := startProxy(t, up.URL(), nil)
+	c := mcpGoClient(t, url)
+	mcpGoCallEcho(t, c, "one")
+	up.ExpireSessions()
+	mcpGoCallEcho(t, c, "two")
+	up.Restart()
+	mcpGoCallEcho(t, c, "three")
+	if got := up.Inits(); got != 3 {
+		t.Fatalf("upstream initializes = %d, want 3", got)
+	}
+}
+
+// TestHealDialects: servers that say "session gone" with 400 (TS example
+// template) or with HTTP 200 and a JSON-RPC error (WordPress), bare or SSE.
+func TestHealDialects(t *testing.T) {
+	t.Parallel()
+	for _, d := range []dialect{dialectTS400, dialectWP200, dialectSSE200} {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			up := startDialect(t, d)
+			_, url := startProxy(t, up.URL(), nil)
+			sid := peerRawInitialize(t, url)
+			call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"dialect"}}}`
+			peerRawPost(t, url, sid, call)
+			up.ExpireSessions()
+			resp, body := peerRawPost(t, url, sid, call)
+			if resp.StatusCode != 200 || !strings.Contains(string(body), `"dialect"`) || strings.Contains(string(body), "expired") {
+				t.Fatalf("after expiry: %d %q", resp.StatusCode, body)
+			}
+			if got := up.Inits(); got != 2 {
+				t.Fatalf("upstream initializes = %d, want 2", got)
+			}
+			if resp.Header.Get("Mcp-Session-Id") != sid {
+				t.Fatalf("session id changed to %q", resp.Header.Get("Mcp-Session-Id"))
+			}
+		})
+	}
+}
+
+// TestHealConcurrentOneInit: 50 concurrent calls on one dead session cause
+// exactly one upstream initialize, and all succeed.
+func TestHealConcurrentOneInit(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	s, url := startProxy(t, up.URL(), nil)
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "warm")
+	up.ExpireSessions()
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := goSDKCall(t, cs, "echo", map[string]any{"text": "c"})
+			if err != nil || peerResultText(res) != "c" {
+				t.Errorf("call %d: %v %v", i, peerResultText(res), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := up.Inits(); got != 2 {
+		t.Fatalf("upstream initializes = %d, want 2 (exactly one heal)", got)
+	}
+	if st := s.Stats(); st.Heals != 1 {
+		t.Fatalf("heals = %d, want 1", st.Heals)
+	}
+}
+
+// TestNoReplayAmbiguousToolCall: the upstream dies after reading a
+// non-idempotent tools/call. It ran once; the agent gets an error saying it
+// may or may not have run, and the session still works afterwards.
+func TestNoReplayAmbiguousToolCall(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	s, url := startProxy(t, up.URL(), nil)
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "warm")
+	up.killOnCounter.Store(true)
+	_, err := goSDKCall(t, cs, "counter", map[string]any{})
+	if err == nil || !strings.Contains(err.Error(), "may or may not have run") {
+		t.Fatalf("counter after crash: err = %v, want 'may or may not have run'", err)
+	}
+	if got := up.Counter(); got != 1 {
+		t.Fatalf("counter ran %d times, want exactly 1", got)
+	}
+	if s.Stats().ReplaysRefused != 1 {
+		t.Fatalf("replays refused = %d, want 1", s.Stats().ReplaysRefused)
+	}
+	callEcho(t, cs, "still alive") // heals onto the restarted server
+	if got := up.Counter(); got != 1 {
+		t.Fatalf("counter = %d after the next call, want 1", got)
+	}
+}
+
+// TestReplayReadOnlyToolCall: the same crash during a tool the upstream
+// annotated readOnlyHint: the proxy heals and replays, and the call succeeds.
+func TestReplayReadOnlyToolCall(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), nil)
+	cs := goSDKClient(t, url)
+	if _, err := cs.ListTools(context.Background(), nil); err != nil { // the proxy learns the annotations
+		t.Fatal(err)
+	}
+	up.killOnCounter.Store(true)
+	res, err := goSDKCall(t, cs, "ro_counter", map[string]any{})
+	if err != nil {
+		t.Fatalf("ro_counter after crash: %v", err)
+	}
+	if got := up.Counter(); got != 2 || peerResultText(res) != "2" {
+		t.Fatalf("counter = %d, result %q; want 2 runs (replayed) and result 2", got, peerResultText(res))
+	}
+}
+
+// TestUpstreamDownPastBudget: an upstream down for longer than the heal
+// budget gives 503 with Retry-After and a JSON-RPC error carrying the id;
+// the session stays valid and heals once the upstream is back.
+func TestUpstreamDownPastBudget(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.HealTimeout = 300 * time.Millisecond })
+	sid := peerRawInitialize(t, url)
+	up.Stop()
+	start := time.Now()
+	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":"d-1","method":"tools/list"}`)
+	el := time.Since(start)
+	code, _, id := rpcError(t, body)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		code != codeUpstreamDown || id != `"d-1"` {
+		t.Fatalf("upstream down: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if el < 200*time.Millisecond || el > 2*time.Second {
+		t.Fatalf("503 after %v, want about the 300ms budget", el)
+	}
+	up.Start()
+	resp, body = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "echo") {
+		t.Fatalf("after the upstream came back: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestRecipeRefused: after a restart the upstream negotiates another
+// protocol version than the session's; the proxy does not hand the agent a
+// session it did not negotiate, it answers 404 so that the agent's SDK
+// starts over, and the agent's fresh initialize works.
+func TestRecipeRefused(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	version, epoch := "2025-06-18", 1
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		v, e := version, epoch
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch m := gjson.GetBytes(body, "method").Str; {
+		case m == "initialize":
+			w.Header().Set("Mcp-Session-Id", fmt.Sprintf("s-%d", e))
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%q,"capabilities":{},"serverInfo":{"name":"v","version":"1"}}}`,
+				gjson.GetBytes(body, "id").Raw, v)
+		case r.Header.Get("Mcp-Session-Id") != fmt.Sprintf("s-%d", e):
+			http.Error(w, "session not found", http.StatusNotFound)
+		case m == "notifications/initialized":
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`, gjson.GetBytes(body, "id").Raw)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	_, url := startProxy(t, srv.URL+"/mcp", nil)
+	sid := peerRawInitialize(t, url)
+	mu.Lock()
+	version, epoch = "2025-03-26", 2 // "restart" with another version
+	mu.Unlock()
+	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != codeSessionNotFound || id != "3" {
+		t.Fatalf("recipe refused: %d %s; want 404 Session not found with id 3", resp.StatusCode, body)
+	}
+	resp, _ = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("the refused session still answers %d", resp.StatusCode)
+	}
+	sid2 := peerRawInitialize(t, url)
+	if resp, body := peerRawPost(t, url, sid2, `{"jsonrpc":"2.0","id":5,"method":"ping"}`); resp.StatusCode != 200 {
+		t.Fatalf("fresh session: %d %q", resp.StatusCode, body)
+	}
+}

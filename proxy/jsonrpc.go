@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"strconv"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+)
+
+// Error codes of the JSON-RPC errors mcpheal writes itself. -32700 and
+// -32600 are JSON-RPC 2.0 §5.1; -32001 is what the MCP TypeScript SDK sends
+// for an unknown session, which every client recognises; the rest are
+// mcpheal's own, in the implementation-defined server error range.
+const (
+	codeParseError      = -32700
+	codeInvalidRequest  = -32600
+	codeSessionNotFound = -32001
+	// codeUpstreamDown: the upstream stayed unreachable for the whole heal
+	// budget; HTTP 503 with Retry-After. The session stays valid.
+	codeUpstreamDown = -32010
+	// codeMaybeExecuted: the connection died after the request was sent and
+	// the method is not safe to run twice, so it was not replayed.
+	codeMaybeExecuted = -32011
+	// codeProxyError: mcpheal itself failed (a bug); HTTP 502.
+	codeProxyError = -32012
+	// codeForbidden: Host or Origin refused (DNS-rebinding guard); HTTP 403.
+	codeForbidden = -32013
+)
+
+// message is what the proxy needs to know of one agent POST body. Fields are
+// views into the request body, valid until the handler returns.
+type message struct {
+	method string // "" for a JSON-RPC response or a batch
+	id     string // raw JSON id ("1", "\"a\"", ""); "" for a notification
+	tool   string // params.name of a tools/call
+	batch  bool
+	get    bool // the agent's standalone GET stream, not a POST
+}
+
+// idOrNull returns the id for an error answer.
+func (m *message) idOrNull() string {
+	if m.id == "" {
+		return "null"
+	}
+	return m.id
+}
+
+// isRequest reports whether the message expects a response.
+func (m *message) isRequest() bool { return m.id != "" && m.method != "" }
+
+// parseMessage reads the fields of body the proxy routes on. body must be
+// valid JSON.
+func parseMessage(body []byte) message {
+	s := b2s(body)
+	var m message
+	r := gjson.Parse(s)
+	if r.IsArray() {
+		m.batch = true
+		return m
+	}
+	m.method = gjson.Get(s, "method").Str
+	if id := gjson.Get(s, "id"); id.Exists() && id.Type != gjson.Null {
+		m.id = id.Raw
+	}
+	if m.method == "tools/call" {
+		m.tool = gjson.Get(s, "params.name").Str
+	}
+	return m
+}
+
+// requestID returns the raw JSON id of body for error answers, or "null".
+func requestID(body []byte) string {
+	if len(body) == 0 {
+		return "null"
+	}
+	id := gjson.Get(b2s(body), "id")
+	if !id.Exists() || id.Raw == "" {
+		return "null"
+	}
+	if id.Type != gjson.String && id.Type != gjson.Number {
+		return "null"
+	}
+	return id.Raw
+}
+
+// writeError answers the agent with a JSON-RPC error carrying id (raw JSON).
+func writeError(ctx *fasthttp.RequestCtx, status, code int, id, msg string) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	b := ctx.Response.Body()[:0]
+	b = append(b, `{"jsonrpc":"2.0","error":{"code":`...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, `,"message":`...)
+	b = strconv.AppendQuote(b, msg)
+	b = append(b, `},"id":`...)
+	if id == "" {
+		id = "null"
+	}
+	b = append(b, id...)
+	b = append(b, '}')
+	ctx.Response.SetBodyRaw(b)
+}
+
+// b2s views b as a string without copying; b must not change while the
+// string is in use.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -1,0 +1,154 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/session"
+)
+
+var (
+	hdrSessionID       = []byte("Mcp-Session-Id")
+	hdrProtocolVersion = []byte("MCP-Protocol-Version")
+	hdrLastEventID     = []byte("Last-Event-ID")
+	hdrAuthorization   = []byte("Authorization")
+	hdrOrigin          = []byte("Origin")
+	hdrAccept          = []byte("Accept")
+	mimeJSON           = []byte("application/json")
+	mimeEventStream    = []byte("text/event-stream")
+)
+
+// statelessVersion is the first MCP version without sessions (2026-07-28
+// changelog): its traffic passes through without session mapping.
+const statelessVersion = "2026-07-28"
+
+// serveMCP is the Streamable HTTP endpoint: guard, then route by method.
+func (s *Server) serveMCP(ctx *fasthttp.RequestCtx) {
+	if !s.guard.check(ctx) {
+		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, requestID(ctx.PostBody()),
+			"Forbidden: Host or Origin not allowed")
+		return
+	}
+	switch {
+	case ctx.IsPost():
+		s.servePost(ctx)
+	case ctx.IsGet():
+		s.serveGet(ctx)
+	case ctx.IsDelete():
+		s.serveDelete(ctx)
+	default:
+		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
+		writeError(ctx, fasthttp.StatusMethodNotAllowed, codeInvalidRequest, "null", "Method Not Allowed")
+	}
+}
+
+func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
+	body := ctx.PostBody()
+	if !hasMediaType(ctx.Request.Header.ContentType(), mimeJSON) {
+		writeError(ctx, fasthttp.StatusUnsupportedMediaType, codeInvalidRequest, requestID(body),
+			"Unsupported Media Type: Content-Type must be application/json")
+		return
+	}
+	if !gjson.ValidBytes(body) {
+		writeError(ctx, fasthttp.StatusBadRequest, codeParseError, "null", "Parse error: body is not valid JSON")
+		return
+	}
+	msg := parseMessage(body)
+	sid := ctx.Request.Header.PeekBytes(hdrSessionID)
+	if len(sid) == 0 {
+		switch {
+		case msg.method == "initialize":
+			s.initialize(ctx, &msg)
+		case isStatelessEra(ctx, &msg):
+			s.forward(ctx, nil, &msg)
+		default:
+			writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, msg.idOrNull(),
+				"Bad Request: Mcp-Session-Id header is required")
+		}
+		return
+	}
+	sess, ok := s.lookup(sid)
+	if !ok {
+		s.sessionNotFound(ctx, msg.idOrNull())
+		return
+	}
+	s.forward(ctx, sess, &msg)
+}
+
+func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
+	if !bytes.Contains(ctx.Request.Header.PeekBytes(hdrAccept), mimeEventStream) {
+		writeError(ctx, fasthttp.StatusNotAcceptable, codeInvalidRequest, "null",
+			"Not Acceptable: GET requires Accept: text/event-stream")
+		return
+	}
+	sid := ctx.Request.Header.PeekBytes(hdrSessionID)
+	if len(sid) == 0 {
+		if isStatelessEra(ctx, &message{}) {
+			s.forward(ctx, nil, &message{get: true})
+			return
+		}
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+			"Bad Request: Mcp-Session-Id header is required")
+		return
+	}
+	sess, ok := s.lookup(sid)
+	if !ok {
+		s.sessionNotFound(ctx, "null")
+		return
+	}
+	s.forward(ctx, sess, &message{get: true})
+}
+
+// serveDelete ends the agent's session: the upstream session is DELETEd with
+// whatever answer (200, 202, 204, 404, 405 are all fine) and the mapping is
+// dropped. The agent always gets 200: its session is over either way.
+func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
+	sid := ctx.Request.Header.PeekBytes(hdrSessionID)
+	if len(sid) == 0 {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+			"Bad Request: Mcp-Session-Id header is required")
+		return
+	}
+	sess, ok := s.store.Remove(session.ClientID(b2s(sid)))
+	if !ok {
+		s.sessionNotFound(ctx, "null")
+		return
+	}
+	s.streams.interrupt(sess.ID)
+	up, _ := sess.Current()
+	s.deleteUpstream(up, ctx.Request.Header.PeekBytes(hdrAuthorization), false)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// lookup finds the client session named by the agent's header.
+func (s *Server) lookup(sid []byte) (*session.Session, bool) {
+	// The key is only read during Get, so a zero-copy view is safe.
+	return s.store.Get(session.ClientID(b2s(sid)))
+}
+
+// sessionNotFound is MCP's answer to an unknown session id (2025-03-26+
+// §Session Management: 404; the agent then starts over with initialize).
+func (s *Server) sessionNotFound(ctx *fasthttp.RequestCtx, id string) {
+	writeError(ctx, fasthttp.StatusNotFound, codeSessionNotFound, id, "Session not found")
+}
+
+// isStatelessEra reports traffic of MCP 2026-07-28 or later, which has no
+// sessions: a server/discover probe or an explicit new protocol version.
+func isStatelessEra(ctx *fasthttp.RequestCtx, m *message) bool {
+	if m.method == "server/discover" {
+		return true
+	}
+	v := ctx.Request.Header.PeekBytes(hdrProtocolVersion)
+	return len(v) == len(statelessVersion) && b2s(v) >= statelessVersion
+}
+
+// hasMediaType reports whether a Content-Type value names mt (parameters
+// such as charset allowed).
+func hasMediaType(ct, mt []byte) bool {
+	if len(ct) < len(mt) || !bytes.EqualFold(ct[:len(mt)], mt) {
+		return false
+	}
+	return len(ct) == len(mt) || ct[len(mt)] == ';' || ct[len(mt)] == ' '
+}

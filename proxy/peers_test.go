@@ -1,0 +1,1063 @@
+package proxy
+
+// Real MCP upstreams and real SDK clients for end-to-end proxy tests.
+//
+// Three kinds of upstream ("peer") run on 127.0.0.1 and stop by themselves in
+// t.Cleanup:
+//
+//   - startGoSDK: the official Go SDK server (go-sdk v1.8.0);
+//   - startMCPGo: mark3labs/mcp-go v1.2.1;
+//   - startDialect: a scripted fake for session-loss dialects no SDK produces
+//     (TS example 400, WordPress HTTP 200, SSE-framed HTTP 200), see
+//     MCP-BEHAVIOUR.md §2 and §7.
+//
+// Every peer records each HTTP request it receives (peerRequest), counts
+// JSON-RPC methods, and can be restarted on the same port (all sessions lost),
+// stopped, started again and told to forget its sessions. The clients are
+// the SDKs' own: goSDKClient (go-sdk) and mcpGoClient (mcp-go).
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	mcpgoclient "github.com/mark3labs/mcp-go/client"
+	mcpgotransport "github.com/mark3labs/mcp-go/client/transport"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpgoserver "github.com/mark3labs/mcp-go/server"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// peerTimeout bounds every single exchange the helpers make (connect, call,
+// raw POST) and every wait for a peer to come up or drain.
+const peerTimeout = 5 * time.Second
+
+// goSDKOpts configures startGoSDK; the zero value is a stateful server
+// answering with text/event-stream and never expiring idle sessions.
+type goSDKOpts struct {
+	// Stateless maps to StreamableHTTPOptions.Stateless: no Mcp-Session-Id at
+	// all, GET/DELETE answer 405.
+	Stateless bool
+	// JSONResponse maps to StreamableHTTPOptions.JSONResponse: answers are
+	// application/json (progress notifications of a call are then not
+	// delivered on the call's answer).
+	JSONResponse bool
+	// SessionTimeout maps to StreamableHTTPOptions.SessionTimeout; zero means
+	// never. An expired session answers 404 text/plain "session not found\n".
+	SessionTimeout time.Duration
+}
+
+// dialect selects how a startDialect peer answers a request that carries an
+// unknown or forgotten Mcp-Session-Id.
+type dialect int
+
+const (
+	// dialectTS400: 400 application/json, -32000 "Bad Request: No valid
+	// session ID provided", no "id" member (TS server-everything, §7).
+	dialectTS400 dialect = iota + 1
+	// dialectWP200: HTTP 200 application/json, -32602 "Invalid params:
+	// Invalid or expired session" with the request's id (WordPress
+	// mcp-adapter, §2).
+	dialectWP200
+	// dialectSSE200: the dialectWP200 error framed as one SSE event in an
+	// HTTP 200 text/event-stream answer. This dialect answers every request
+	// with SSE.
+	dialectSSE200
+)
+
+func (d dialect) String() string {
+	switch d {
+	case dialectTS400:
+		return "TS400"
+	case dialectWP200:
+		return "WP200"
+	case dialectSSE200:
+		return "SSE200"
+	}
+	return "dialect(" + strconv.Itoa(int(d)) + ")"
+}
+
+// dialectExpired returns the exact answer a dialect peer gives to a POST
+// carrying a forgotten or unknown session id. id is the request's raw
+// JSON-RPC id (nil for a notification, which is rendered as null).
+func dialectExpired(d dialect, id json.RawMessage) (status int, contentType string, body []byte) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	wp := `{"jsonrpc":"2.0","error":{"code":-32602,"message":"Invalid params: Invalid or expired session"},"id":` + string(id) + `}`
+	switch d {
+	case dialectTS400:
+		return http.StatusBadRequest, "application/json",
+			[]byte(`{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}`)
+	case dialectWP200:
+		return http.StatusOK, "application/json", []byte(wp)
+	case dialectSSE200:
+		return http.StatusOK, "text/event-stream", []byte("event: message\ndata: " + wp + "\n\n")
+	}
+	panic("unknown dialect " + d.String())
+}
+
+// dialectMissing returns the answer to a non-initialize POST without an
+// Mcp-Session-Id (the go-sdk client's server/discover probe is one): TS
+// server-everything "Server not initialized", WordPress "Missing
+// Mcp-Session-Id header". Both are 400 with a JSON-RPC error body, which makes
+// the go-sdk client fall back to initialize.
+func dialectMissing(d dialect, id json.RawMessage) (status int, contentType string, body []byte) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	if d == dialectTS400 {
+		return http.StatusBadRequest, "application/json",
+			[]byte(`{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}`)
+	}
+	return http.StatusBadRequest, "application/json",
+		[]byte(`{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid Request: Missing Mcp-Session-Id header"},"id":` + string(id) + `}`)
+}
+
+// peerRequest is one HTTP request as a peer received it.
+type peerRequest struct {
+	HTTPMethod string
+	SessionID  string // Mcp-Session-Id header, "" if absent
+	RPCMethod  string // JSON-RPC method of a POST body ("" for responses, GET, DELETE, junk); first element of a batch
+	RPCID      json.RawMessage
+	Header     http.Header
+	Body       []byte // raw POST body
+}
+
+// peerGen is one incarnation of a peer's server. Restart and the counter kill
+// replace it, so every session of the old one is gone.
+type peerGen struct {
+	handler http.Handler
+	// expire forgets every session; the server stays up.
+	expire func()
+	// close releases the generation. It may wait for tool handlers still
+	// running, which stop early once the generation context is cancelled.
+	close  func()
+	cancel context.CancelFunc
+}
+
+// peer is a running MCP upstream on 127.0.0.1. All methods are safe for
+// concurrent use.
+type peer struct {
+	tb     testing.TB
+	name   string
+	newGen func(p *peer, ctx context.Context) *peerGen
+
+	// counter is shared by the counter and ro_counter tools (toolCalls tells
+	// them apart).
+	counter atomic.Int64
+	// killOnCounter, when set, makes the next counter or ro_counter call crash
+	// the server right after incrementing: listener and every connection are
+	// closed with RST before the answer is written, then a fresh server (no
+	// sessions) starts on the same port. It is one-shot: the crashing call
+	// clears it, so a replay by the proxy runs normally.
+	killOnCounter atomic.Bool
+	inits         atomic.Int64
+	inflight      atomic.Int64 // HTTP handlers running
+	crashes       atomic.Int64
+
+	mu        sync.Mutex // protects addr, srv, serveDone, gen, closed
+	addr      string     // "127.0.0.1:port", fixed by the first listen
+	srv       *http.Server
+	serveDone chan struct{}
+	gen       *peerGen
+	closed    bool
+
+	connMu sync.Mutex // protects conns
+	conns  map[net.Conn]struct{}
+
+	recMu     sync.Mutex // protects reqs, methods, toolCalls
+	reqs      []peerRequest
+	methods   map[string]int64
+	toolCalls map[string]int64
+
+	bg sync.WaitGroup // generation closers started by a crash
+}
+
+func newPeer(tb testing.TB, name string, newGen func(p *peer, ctx context.Context) *peerGen) *peer {
+	tb.Helper()
+	p := &peer{
+		tb:        tb,
+		name:      name,
+		newGen:    newGen,
+		addr:      "127.0.0.1:0",
+		conns:     make(map[net.Conn]struct{}),
+		methods:   make(map[string]int64),
+		toolCalls: make(map[string]int64),
+	}
+	p.mu.Lock()
+	err := p.startLocked()
+	p.mu.Unlock()
+	if err != nil {
+		tb.Fatalf("start %s peer: %v", name, err)
+	}
+	tb.Cleanup(p.shutdown)
+	return p
+}
+
+// URL returns the MCP endpoint, http://127.0.0.1:port/mcp. It stays the same
+// across Restart and Stop/Start.
+func (p *peer) URL() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return "http://" + p.addr + "/mcp"
+}
+
+// Addr returns "127.0.0.1:port".
+func (p *peer) Addr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addr
+}
+
+// Inits counts initialize requests received, whatever their outcome.
+func (p *peer) Inits() int64 { return p.inits.Load() }
+
+// Counter returns the shared counter of the counter and ro_counter tools.
+func (p *peer) Counter() int64 { return p.counter.Load() }
+
+// Crashes counts kills made by killOnCounter.
+func (p *peer) Crashes() int64 { return p.crashes.Load() }
+
+// Calls counts POSTed JSON-RPC messages by method ("initialize",
+// "tools/call", "notifications/initialized", …; batches count each element).
+func (p *peer) Calls(method string) int64 {
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	return p.methods[method]
+}
+
+// ToolCalls counts executions of the named tool (go-sdk and mcp-go peers:
+// handler runs; dialect peers: tools/call requests on a live session).
+func (p *peer) ToolCalls(name string) int64 {
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	return p.toolCalls[name]
+}
+
+// Requests returns a copy of every request received so far, in arrival order.
+func (p *peer) Requests() []peerRequest {
+	p.recMu.Lock()
+	defer p.recMu.Unlock()
+	out := make([]peerRequest, len(p.reqs))
+	copy(out, p.reqs)
+	return out
+}
+
+// ExpireSessions forgets every session while the server stays up: go-sdk
+// closes each ServerSession (404 "session not found" afterwards; this waits
+// for tool calls still running on them), mcp-go stateful forgets its ids
+// (404 "Invalid session ID"; a no-op for the format-only default manager),
+// dialect peers forget their ids (dialectExpired afterwards).
+func (p *peer) ExpireSessions() {
+	p.mu.Lock()
+	g := p.gen
+	p.mu.Unlock()
+	if g != nil {
+		g.expire()
+	}
+}
+
+// Restart kills the server abruptly (listener and every connection closed
+// with RST, every session dropped, running tools cancelled) and starts a
+// fresh one on the same port. It works repeatedly.
+func (p *peer) Restart() {
+	p.tb.Helper()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	old := p.stopLocked()
+	err := p.startLocked()
+	p.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	if err != nil {
+		p.tb.Fatalf("restart %s peer: %v", p.name, err)
+	}
+}
+
+// Stop kills the server like Restart does and leaves it down (connections are
+// refused) until Start.
+func (p *peer) Stop() {
+	p.mu.Lock()
+	old := p.stopLocked()
+	p.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+}
+
+// Start brings a stopped peer back on the same port with no sessions. It is a
+// no-op on a running peer.
+func (p *peer) Start() {
+	p.tb.Helper()
+	p.mu.Lock()
+	var err error
+	if !p.closed && p.srv == nil {
+		err = p.startLocked()
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.tb.Fatalf("start %s peer: %v", p.name, err)
+	}
+}
+
+// crash is the killOnCounter path. It runs inside a tool handler of the
+// generation it kills, so that generation is closed in the background: a
+// go-sdk ServerSession.Close waits for the very handler calling crash.
+func (p *peer) crash() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.srv == nil {
+		return
+	}
+	p.crashes.Add(1)
+	if old := p.stopLocked(); old != nil {
+		p.bg.Add(1)
+		go func() {
+			defer p.bg.Done()
+			old.close()
+		}()
+	}
+	if err := p.startLocked(); err != nil {
+		// Not Fatalf: this runs on an SDK goroutine.
+		p.tb.Errorf("restart %s peer after crash: %v", p.name, err)
+	}
+}
+
+// startLocked listens on p.addr (retrying while the port is still busy) and
+// serves a new generation.
+func (p *peer) startLocked() error {
+	ln, err := peerListen(p.addr)
+	if err != nil {
+		return err
+	}
+	p.addr = ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := p.newGen(p, ctx)
+	g.cancel = cancel
+	srv := &http.Server{
+		Handler:           p.record(g.handler),
+		ConnState:         p.trackConn,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ReadHeaderTimeout: peerTimeout,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	p.srv, p.serveDone, p.gen = srv, done, g
+	return nil
+}
+
+// stopLocked closes the listener and resets every connection, then returns
+// the dead generation for the caller to close outside p.mu.
+func (p *peer) stopLocked() *peerGen {
+	if p.srv == nil {
+		return nil
+	}
+	p.connMu.Lock()
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close sends RST: the reader sees a reset, not a clean FIN
+		}
+	}
+	p.connMu.Unlock()
+	_ = p.srv.Close()
+	<-p.serveDone
+	g := p.gen
+	g.cancel()
+	p.srv, p.serveDone, p.gen = nil, nil, nil
+	return g
+}
+
+func (p *peer) shutdown() {
+	p.mu.Lock()
+	p.closed = true
+	old := p.stopLocked()
+	p.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	p.bg.Wait()
+	deadline := time.Now().Add(peerTimeout)
+	for p.inflight.Load() > 0 {
+		if time.Now().After(deadline) {
+			p.tb.Errorf("%s peer: %d HTTP handlers still running %v after stop", p.name, p.inflight.Load(), peerTimeout)
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (p *peer) trackConn(c net.Conn, st http.ConnState) {
+	p.connMu.Lock()
+	defer p.connMu.Unlock()
+	switch st {
+	case http.StateNew:
+		p.conns[c] = struct{}{}
+	case http.StateClosed, http.StateHijacked:
+		delete(p.conns, c)
+	}
+}
+
+// record wraps a generation's handler: it logs the request, counts
+// initialize and JSON-RPC methods, and restores the body it peeked.
+func (p *peer) record(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.inflight.Add(1)
+		defer p.inflight.Add(-1)
+		rec := peerRequest{
+			HTTPMethod: r.Method,
+			SessionID:  r.Header.Get("Mcp-Session-Id"),
+			Header:     r.Header.Clone(),
+		}
+		var methods []string
+		if r.Method == http.MethodPost && r.Body != nil {
+			body, err := io.ReadAll(r.Body)
+			_ = r.Body.Close()
+			if err != nil {
+				return // connection died mid-body
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			rec.Body = body
+			methods, rec.RPCID = peerPeekRPC(body)
+			if len(methods) > 0 {
+				rec.RPCMethod = methods[0]
+			}
+		}
+		p.recMu.Lock()
+		p.reqs = append(p.reqs, rec)
+		for _, m := range methods {
+			p.methods[m]++
+			if m == "initialize" {
+				p.inits.Add(1)
+			}
+		}
+		p.recMu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (p *peer) countTool(name string) {
+	p.recMu.Lock()
+	p.toolCalls[name]++
+	p.recMu.Unlock()
+}
+
+// bumpCounter runs the counter and ro_counter tools.
+func (p *peer) bumpCounter(tool string) int64 {
+	p.countTool(tool)
+	n := p.counter.Add(1)
+	if p.killOnCounter.CompareAndSwap(true, false) {
+		p.crash()
+	}
+	return n
+}
+
+// peerPeekRPC returns the methods ("" skipped) and the first id of a JSON-RPC
+// message or batch.
+func peerPeekRPC(body []byte) (methods []string, id json.RawMessage) {
+	type msg struct {
+		Method string          `json:"method"`
+		ID     json.RawMessage `json:"id"`
+	}
+	var msgs []msg
+	b := bytes.TrimSpace(body)
+	if len(b) > 0 && b[0] == '[' {
+		if json.Unmarshal(b, &msgs) != nil {
+			return nil, nil
+		}
+	} else {
+		var m msg
+		if json.Unmarshal(b, &m) != nil {
+			return nil, nil
+		}
+		msgs = []msg{m}
+	}
+	for i, m := range msgs {
+		if i == 0 {
+			id = m.ID
+		}
+		if m.Method != "" {
+			methods = append(methods, m.Method)
+		}
+	}
+	return methods, id
+}
+
+// peerListen listens on addr, retrying for a while if the port is still in
+// use (a previous incarnation's sockets; Go sets SO_REUSEADDR on Linux, so
+// TIME_WAIT alone does not block it).
+func peerListen(addr string) (net.Listener, error) {
+	deadline := time.Now().Add(peerTimeout)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			return ln, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// go-sdk peer
+
+type peerEchoIn struct {
+	Text string `json:"text"`
+}
+
+type peerSlowIn struct {
+	Steps   int `json:"steps"`
+	DelayMs int `json:"delayMs"`
+}
+
+type peerNoIn struct{}
+
+// startGoSDK starts a go-sdk v1.8.0 server (mcp.NewServer behind
+// mcp.NewStreamableHTTPHandler) with these tools:
+//
+//   - echo {text}: returns text;
+//   - slow {steps, delayMs}: sends steps progress notifications (progress
+//     1..steps, total steps) delayMs apart on the request's progress token,
+//     then returns "done";
+//   - counter {} (no annotations, so not idempotent): increments the shared
+//     counter and returns its new value as text, see peer.killOnCounter;
+//   - ro_counter {} (ReadOnlyHint): same, same counter.
+func startGoSDK(t testing.TB, o goSDKOpts) *peer {
+	t.Helper()
+	return newPeer(t, "go-sdk", func(p *peer, genCtx context.Context) *peerGen {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "peer-go-sdk", Version: "1.0.0"}, nil)
+		p.addGoSDKTools(srv, genCtx)
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+			Stateless:      o.Stateless,
+			JSONResponse:   o.JSONResponse,
+			SessionTimeout: o.SessionTimeout,
+		})
+		closeAll := func() {
+			for ss := range srv.Sessions() {
+				_ = ss.Close()
+			}
+		}
+		return &peerGen{handler: h, expire: closeAll, close: closeAll}
+	})
+}
+
+func peerText(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+func (p *peer) addGoSDKTools(srv *mcp.Server, genCtx context.Context) {
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo", Description: "returns text"},
+		func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
+			p.countTool("echo")
+			return peerText(in.Text), nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "slow", Description: "progress steps, then done"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in peerSlowIn) (*mcp.CallToolResult, any, error) {
+			p.countTool("slow")
+			tok := req.Params.GetProgressToken()
+			for i := 1; i <= in.Steps; i++ {
+				if in.DelayMs > 0 {
+					tm := time.NewTimer(time.Duration(in.DelayMs) * time.Millisecond)
+					select {
+					case <-tm.C:
+					case <-ctx.Done():
+						tm.Stop()
+						return nil, nil, ctx.Err()
+					case <-genCtx.Done():
+						tm.Stop()
+						return nil, nil, errors.New("server stopped")
+					}
+				}
+				if tok == nil {
+					continue
+				}
+				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: tok,
+					Progress:      float64(i),
+					Total:         float64(in.Steps),
+					Message:       fmt.Sprintf("step %d/%d", i, in.Steps),
+				})
+				if err != nil {
+					return nil, nil, err
+				}
+			}
+			return peerText("done"), nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "counter", Description: "increments a counter (not idempotent)"},
+		func(context.Context, *mcp.CallToolRequest, peerNoIn) (*mcp.CallToolResult, any, error) {
+			return peerText(strconv.FormatInt(p.bumpCounter("counter"), 10)), nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{
+		Name:        "ro_counter",
+		Description: "increments a counter, but claims to be read-only",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, func(context.Context, *mcp.CallToolRequest, peerNoIn) (*mcp.CallToolResult, any, error) {
+		return peerText(strconv.FormatInt(p.bumpCounter("ro_counter"), 10)), nil, nil
+	})
+}
+
+// ---------------------------------------------------------------------------
+// mcp-go peer
+
+// startMCPGo starts a mark3labs/mcp-go v1.2.1 server with an echo {text}
+// tool. stateful installs a session manager equivalent to
+// server.WithStateful(true) (unknown ids: 404 text/plain "Invalid session
+// ID") that ExpireSessions can reset, and advertises only the session-era
+// protocol versions, so that a client's server/discover probe falls back to
+// initialize and real sessions exist. !stateful is the mcp-go default: any
+// well-formed id is accepted (expiry is invisible) and 2026-07-28 clients go
+// sessionless.
+func startMCPGo(t testing.TB, stateful bool) *peer {
+	t.Helper()
+	return newPeer(t, "mcp-go", func(p *peer, _ context.Context) *peerGen {
+		s := mcpgoserver.NewMCPServer("peer-mcp-go", "1.0.0", mcpgoserver.WithToolCapabilities(false))
+		s.AddTool(mcpgo.NewTool("echo", mcpgo.WithDescription("returns text"), mcpgo.WithString("text", mcpgo.Required())),
+			func(_ context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+				p.countTool("echo")
+				return mcpgo.NewToolResultText(req.GetString("text", "")), nil
+			})
+		opts := []mcpgoserver.StreamableHTTPOption{
+			mcpgoserver.WithStreamableHTTPLogger(slog.New(slog.DiscardHandler)),
+		}
+		mgr := &peerMCPGoSessions{}
+		mgr.reset()
+		if stateful {
+			opts = append(opts,
+				mcpgoserver.WithSessionIdManager(mgr),
+				mcpgoserver.WithStreamableHTTPProtocolVersions(
+					mcpgo.ProtocolVersion20251125, mcpgo.ProtocolVersion20250618, mcpgo.ProtocolVersion20250326))
+		}
+		h := mcpgoserver.NewStreamableHTTPServer(s, opts...)
+		expire := func() {
+			if stateful {
+				mgr.reset()
+			}
+		}
+		closeGen := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			defer cancel()
+			_ = h.Shutdown(ctx)
+		}
+		return &peerGen{handler: h, expire: expire, close: closeGen}
+	})
+}
+
+// peerMCPGoSessions is mcp-go's InsecureStatefulSessionIdManager (what
+// WithStateful(true) installs) behind a resettable pointer.
+type peerMCPGoSessions struct {
+	mu    sync.Mutex // protects inner
+	inner *mcpgoserver.InsecureStatefulSessionIdManager
+}
+
+func (m *peerMCPGoSessions) reset() {
+	m.mu.Lock()
+	m.inner = &mcpgoserver.InsecureStatefulSessionIdManager{}
+	m.mu.Unlock()
+}
+
+func (m *peerMCPGoSessions) get() *mcpgoserver.InsecureStatefulSessionIdManager {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inner
+}
+
+func (m *peerMCPGoSessions) Generate() string { return m.get().Generate() }
+
+func (m *peerMCPGoSessions) Validate(id string) (bool, error) { return m.get().Validate(id) }
+
+func (m *peerMCPGoSessions) Terminate(id string) (bool, error) { return m.get().Terminate(id) }
+
+// ---------------------------------------------------------------------------
+// dialect peer
+
+// startDialect starts a scripted MCP server (Streamable HTTP, session era)
+// that answers:
+//
+//   - initialize: the requested protocolVersion, a fresh random
+//     Mcp-Session-Id, tools capability;
+//   - any other POST without an id: dialectMissing; with an unknown or
+//     forgotten id: dialectExpired;
+//   - on a live session: notifications and responses → 202; ping → {};
+//     tools/list → the echo tool; tools/call echo {text} → text (counted in
+//     ToolCalls("echo")); other tools → -32602; other methods → -32601;
+//   - GET → 405; DELETE → 200 and the id is forgotten (unknown id:
+//     dialectExpired).
+//
+// Success answers are application/json, except dialectSSE200 which frames
+// every answer as one SSE event. Use Requests to see what it received.
+func startDialect(t testing.TB, d dialect) *peer {
+	t.Helper()
+	return newPeer(t, "dialect-"+d.String(), func(p *peer, _ context.Context) *peerGen {
+		g := &peerDialect{d: d, p: p, sessions: make(map[string]bool)}
+		return &peerGen{handler: g, expire: g.forgetAll, close: g.forgetAll}
+	})
+}
+
+type peerDialect struct {
+	d dialect
+	p *peer
+
+	mu       sync.Mutex // protects sessions
+	sessions map[string]bool
+}
+
+func (g *peerDialect) forgetAll() {
+	g.mu.Lock()
+	clear(g.sessions)
+	g.mu.Unlock()
+}
+
+func (g *peerDialect) known(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sessions[id]
+}
+
+func (g *peerDialect) write(w http.ResponseWriter, status int, contentType string, body []byte) {
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// reply writes a JSON-RPC message in the dialect's framing.
+func (g *peerDialect) reply(w http.ResponseWriter, msg []byte) {
+	if g.d == dialectSSE200 {
+		g.write(w, http.StatusOK, "text/event-stream", []byte("event: message\ndata: "+string(msg)+"\n\n"))
+		return
+	}
+	g.write(w, http.StatusOK, "application/json", msg)
+}
+
+func (g *peerDialect) result(w http.ResponseWriter, id json.RawMessage, result string) {
+	g.reply(w, []byte(`{"jsonrpc":"2.0","id":`+string(id)+`,"result":`+result+`}`))
+}
+
+func (g *peerDialect) rpcError(w http.ResponseWriter, id json.RawMessage, code int, msg string) {
+	m, _ := json.Marshal(msg)
+	g.reply(w, []byte(`{"jsonrpc":"2.0","id":`+string(id)+`,"error":{"code":`+strconv.Itoa(code)+`,"message":`+string(m)+`}}`))
+}
+
+func (g *peerDialect) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get("Mcp-Session-Id")
+	switch r.Method {
+	case http.MethodPost:
+	case http.MethodDelete:
+		g.mu.Lock()
+		ok := g.sessions[sid]
+		delete(g.sessions, sid)
+		g.mu.Unlock()
+		if !ok {
+			st, ct, b := dialectExpired(g.d, nil)
+			g.write(w, st, ct, b)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		return
+	default:
+		w.Header().Set("Allow", "POST, DELETE")
+		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if err := json.Unmarshal(body, &msg); err != nil {
+		g.write(w, http.StatusBadRequest, "application/json",
+			[]byte(`{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}`))
+		return
+	}
+	if msg.Method == "initialize" {
+		var params struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		_ = json.Unmarshal(msg.Params, &params)
+		if params.ProtocolVersion == "" {
+			params.ProtocolVersion = "2025-03-26"
+		}
+		id := rand.Text()
+		g.mu.Lock()
+		g.sessions[id] = true
+		g.mu.Unlock()
+		v, _ := json.Marshal(params.ProtocolVersion)
+		w.Header().Set("Mcp-Session-Id", id)
+		g.result(w, msg.ID, `{"protocolVersion":`+string(v)+`,"capabilities":{"tools":{}},"serverInfo":{"name":"peer-dialect-`+g.d.String()+`","version":"1.0.0"}}`)
+		return
+	}
+	if sid == "" {
+		st, ct, b := dialectMissing(g.d, msg.ID)
+		g.write(w, st, ct, b)
+		return
+	}
+	if !g.known(sid) {
+		st, ct, b := dialectExpired(g.d, msg.ID)
+		g.write(w, st, ct, b)
+		return
+	}
+	if len(msg.ID) == 0 || msg.Method == "" { // notification or response
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	switch msg.Method {
+	case "ping":
+		g.result(w, msg.ID, `{}`)
+	case "tools/list":
+		g.result(w, msg.ID, `{"tools":[{"name":"echo","description":"returns text","inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}}]}`)
+	case "tools/call":
+		var call struct {
+			Name      string `json:"name"`
+			Arguments struct {
+				Text string `json:"text"`
+			} `json:"arguments"`
+		}
+		_ = json.Unmarshal(msg.Params, &call)
+		if call.Name != "echo" {
+			g.rpcError(w, msg.ID, -32602, "Unknown tool: "+call.Name)
+			return
+		}
+		g.p.countTool("echo")
+		text, _ := json.Marshal(call.Arguments.Text)
+		g.result(w, msg.ID, `{"content":[{"type":"text","text":`+string(text)+`}]}`)
+	default:
+		g.rpcError(w, msg.ID, -32601, "Method not found")
+	}
+}
+
+// ---------------------------------------------------------------------------
+// clients
+
+// goSDKClient connects a go-sdk v1.8.0 client (StreamableClientTransport,
+// default options, its own connection pool) to url and closes it in
+// cleanup. Like any go-sdk 1.8 client it first POSTs server/discover
+// (MCP-Protocol-Version 2026-07-28) and falls back to initialize 2025-11-25.
+func goSDKClient(t testing.TB, url string) *mcp.ClientSession {
+	t.Helper()
+	return goSDKClientWith(t, url, nil)
+}
+
+// goSDKClientWith is goSDKClient with client options (handlers such as
+// ProgressNotificationHandler).
+func goSDKClientWith(t testing.TB, url string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	cs, err := goSDKConnect(t, url, opts)
+	if err != nil {
+		t.Fatalf("go-sdk client connect %s: %v", url, err)
+	}
+	return cs
+}
+
+// goSDKConnect is goSDKClientWith returning the connect error instead of
+// failing the test.
+func goSDKConnect(t testing.TB, url string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
+	t.Helper()
+	tr := &http.Transport{}
+	c := mcp.NewClient(&mcp.Implementation{Name: "peer-test-go-sdk", Version: "1.0.0"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   url,
+		HTTPClient: &http.Client{Transport: tr},
+	}, nil)
+	if err != nil {
+		tr.CloseIdleConnections()
+		return nil, err
+	}
+	t.Cleanup(func() {
+		_ = cs.Close()
+		tr.CloseIdleConnections()
+	})
+	return cs, nil
+}
+
+// goSDKCall calls a tool with a peerTimeout deadline and returns the SDK's
+// answer unchanged.
+func goSDKCall(t testing.TB, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	return cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+}
+
+// peerResultText returns the text of a single-text-content result, or a
+// description of what it was instead.
+func peerResultText(res *mcp.CallToolResult) string {
+	if res == nil {
+		return "<nil result>"
+	}
+	if res.IsError {
+		return fmt.Sprintf("<tool error %v>", res.Content)
+	}
+	if len(res.Content) != 1 {
+		return fmt.Sprintf("<%d contents>", len(res.Content))
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		return fmt.Sprintf("<%T>", res.Content[0])
+	}
+	return tc.Text
+}
+
+// callEcho calls echo {text} and fails the test unless text comes back.
+func callEcho(t testing.TB, cs *mcp.ClientSession, text string) {
+	t.Helper()
+	res, err := goSDKCall(t, cs, "echo", map[string]any{"text": text})
+	if err != nil {
+		t.Fatalf("echo(%q): %v", text, err)
+	}
+	if got := peerResultText(res); got != text {
+		t.Fatalf("echo(%q) = %q, want %q", text, got, text)
+	}
+}
+
+// mcpGoClient starts and initializes a mark3labs/mcp-go v1.2.1 streamable
+// HTTP client (default options: it probes server/discover first) and closes
+// it in cleanup.
+func mcpGoClient(t testing.TB, url string) *mcpgoclient.Client {
+	t.Helper()
+	tr := &http.Transport{}
+	c, err := mcpgoclient.NewStreamableHttpClient(url,
+		mcpgotransport.WithHTTPBasicClient(&http.Client{Transport: tr}),
+		mcpgotransport.WithHTTPLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatalf("mcp-go client %s: %v", url, err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		tr.CloseIdleConnections()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("mcp-go client start: %v", err)
+	}
+	var req mcpgo.InitializeRequest
+	req.Params.ClientInfo = mcpgo.Implementation{Name: "peer-test-mcp-go", Version: "1.0.0"}
+	if _, err := c.Initialize(ctx, req); err != nil {
+		t.Fatalf("mcp-go client initialize %s: %v", url, err)
+	}
+	return c
+}
+
+// mcpGoCall calls a tool through an mcp-go client with a peerTimeout deadline.
+func mcpGoCall(t testing.TB, c *mcpgoclient.Client, name string, args map[string]any) (*mcpgo.CallToolResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	var req mcpgo.CallToolRequest
+	req.Params.Name = name
+	req.Params.Arguments = args
+	return c.CallTool(ctx, req)
+}
+
+// mcpGoCallEcho calls echo {text} through an mcp-go client and fails the
+// test unless text comes back.
+func mcpGoCallEcho(t testing.TB, c *mcpgoclient.Client, text string) {
+	t.Helper()
+	res, err := mcpGoCall(t, c, "echo", map[string]any{"text": text})
+	if err != nil {
+		t.Fatalf("mcp-go echo(%q): %v", text, err)
+	}
+	if res.IsError || len(res.Content) != 1 {
+		t.Fatalf("mcp-go echo(%q) = %+v, want one text", text, res)
+	}
+	tc, ok := res.Content[0].(mcpgo.TextContent)
+	if !ok || tc.Text != text {
+		t.Fatalf("mcp-go echo(%q) = %#v, want %q", text, res.Content[0], text)
+	}
+}
+
+// peerRawClient sends raw requests without keep-alive, so no idle socket
+// outlives a test or points at a killed peer.
+var peerRawClient = &http.Client{
+	Transport: &http.Transport{DisableKeepAlives: true},
+	Timeout:   peerTimeout,
+}
+
+// peerRawPost POSTs one JSON-RPC message as a session-era MCP client would
+// (Content-Type application/json, Accept application/json and
+// text/event-stream, MCP-Protocol-Version 2025-11-25, Mcp-Session-Id if
+// sessionID != "") and returns the answer with its whole body.
+func peerRawPost(t testing.TB, url, sessionID, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	if sessionID != "" {
+		req.Header.Set("Mcp-Session-Id", sessionID)
+	}
+	return peerRawDo(t, req)
+}
+
+// peerRawDo sends req with peerRawClient and reads the whole answer.
+func peerRawDo(t testing.TB, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
+	}
+	return resp, b
+}
+
+// peerRawInitialize runs the 2025-11-25 handshake (initialize, then
+// notifications/initialized) with raw requests and returns the session id.
+func peerRawInitialize(t testing.TB, url string) string {
+	t.Helper()
+	resp, body := peerRawPost(t, url, "",
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"peer-raw","version":"1.0.0"}}}`)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("raw initialize: %d, session %q, body %q", resp.StatusCode, sid, body)
+	}
+	resp, body = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("raw notifications/initialized: %d %q", resp.StatusCode, body)
+	}
+	return sid
+}
+
+// peerWait polls cond every 2 ms until it holds or peerTimeout passes.
+func peerWait(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(peerTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", peerTimeout, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,243 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+)
+
+// testLog sends the proxy's log to t.Log, so a failing test shows what the
+// proxy did.
+type testLog struct {
+	mu sync.Mutex
+	t  testing.TB
+	b  strings.Builder
+}
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Write(p)
+	return len(p), nil
+}
+
+func (l *testLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startProxy serves a proxy for upstream on a 127.0.0.1 port and returns it
+// with the URL agents use. It shuts down in cleanup.
+func startProxy(t testing.TB, upstream string, mod func(*Config)) (*Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Upstream: upstream, Listen: ln.Addr().String(), HealTimeout: 5 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	logs := &testLog{t: t}
+	s, err := New(cfg, zerolog.New(logs).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+		<-done
+		if t.Failed() {
+			t.Logf("proxy log:\n%s", logs.String())
+		}
+	})
+	return s, "http://" + ln.Addr().String() + "/mcp"
+}
+
+// TestGoSDKThroughProxy: the official Go SDK client works through the proxy
+// as it does directly, and never sees an upstream session id.
+func TestGoSDKThroughProxy(t *testing.T) {
+	t.Parallel()
+	for _, o := range []goSDKOpts{{}, {JSONResponse: true}} {
+		up := startGoSDK(t, o)
+		_, url := startProxy(t, up.URL(), nil)
+		cs := goSDKClient(t, url)
+		callEcho(t, cs, "hello")
+		tools, err := cs.ListTools(context.Background(), nil)
+		if err != nil || len(tools.Tools) != 4 {
+			t.Fatalf("ListTools = %v, %v; want 4 tools", tools, err)
+		}
+		for _, r := range up.Requests() {
+			if r.SessionID != "" && r.SessionID == cs.ID() {
+				t.Fatalf("upstream saw the client id %q", cs.ID())
+			}
+		}
+		if cs.ID() == "" || len(cs.ID()) != 32 {
+			t.Fatalf("client session id %q, want the proxy's 32-char id", cs.ID())
+		}
+	}
+}
+
+// TestSSEProgressStreams: a slow tool's progress notifications reach the
+// agent as they happen, before the final result.
+func TestSSEProgressStreams(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), nil)
+	var mu sync.Mutex
+	var progress []time.Time
+	cs := goSDKClientWith(t, url, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			progress = append(progress, time.Now())
+			mu.Unlock()
+		},
+	})
+	params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 3, "delayMs": 150}}
+	params.SetProgressToken("p-1")
+	start := time.Now()
+	res, err := cs.CallTool(context.Background(), params)
+	end := time.Now()
+	if err != nil || peerResultText(res) != "done" {
+		t.Fatalf("slow = %v, %v", peerResultText(res), err)
+	}
+	// The go-sdk client runs progress handlers asynchronously: the last one
+	// may land just after CallTool returned.
+	peerWait(t, "3 progress notifications", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(progress) == 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	// The first notification is sent ~150 ms in, the result ~450 ms in: it
+	// must arrive long before the end, not bundled with it.
+	if first := progress[0].Sub(start); first > end.Sub(start)-200*time.Millisecond {
+		t.Fatalf("first progress after %v, result after %v: progress was not streamed", first, end.Sub(start))
+	}
+}
+
+// TestStatelessEraProbe: a Go SDK 1.8 client probes server/discover
+// (2026-07-28) first; through the proxy it works against a stateful 2025
+// server and against a stateless one.
+func TestStatelessEraProbe(t *testing.T) {
+	t.Parallel()
+	for _, o := range []goSDKOpts{{}, {Stateless: true}} {
+		up := startGoSDK(t, o)
+		s, url := startProxy(t, up.URL(), nil)
+		cs := goSDKClient(t, url)
+		callEcho(t, cs, "probe")
+		if up.Calls("server/discover") == 0 {
+			t.Errorf("stateless=%v: the client's server/discover never reached the upstream", o.Stateless)
+		}
+		// A 2025 server refuses the probe and the client initializes a
+		// session; a stateless one speaks 2026-07-28, which has none.
+		want := 1
+		if o.Stateless {
+			want = 0
+		}
+		if n := s.Stats().Sessions; n != want {
+			t.Errorf("stateless=%v: %d client sessions, want %d", o.Stateless, n, want)
+		}
+	}
+}
+
+// TestMCPGoThroughProxy: the mark3labs/mcp-go client works through the proxy.
+func TestMCPGoThroughProxy(t *testing.T) {
+	t.Parallel()
+	up := startMCPGo(t, true)
+	_, url := startProxy(t, up.URL(), nil)
+	c := mcpGoClient(t, url)
+	mcpGoCallEcho(t, c, "hi")
+}
+
+// TestPassThroughBytes: a JSON answer reaches the agent byte for byte, with
+// the upstream's own headers, the session id swapped and 202 kept.
+func TestPassThroughBytes(t *testing.T) {
+	t.Parallel()
+	up := startDialect(t, dialectWP200)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	const call = `{"jsonrpc":"2.0","id":"x-9","method":"tools/call","params":{"name":"echo","arguments":{"text":"bytes"}}}`
+	resp, body := peerRawPost(t, url, sid, call)
+	upSID := up.Requests()[len(up.Requests())-1].SessionID
+	direct, dbody := peerRawPost(t, up.URL(), upSID, call)
+	if string(body) != string(dbody) || resp.StatusCode != direct.StatusCode {
+		t.Fatalf("proxied %d %q, direct %d %q", resp.StatusCode, body, direct.StatusCode, dbody)
+	}
+	if got := resp.Header.Get("Mcp-Session-Id"); got != sid {
+		t.Fatalf("Mcp-Session-Id = %q, want the client id %q", got, sid)
+	}
+	if resp.Header.Get("Content-Type") != direct.Header.Get("Content-Type") {
+		t.Fatalf("Content-Type %q, direct %q", resp.Header.Get("Content-Type"), direct.Header.Get("Content-Type"))
+	}
+	resp, _ = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notification answered %d, want 202", resp.StatusCode)
+	}
+	for _, r := range up.Requests() {
+		if r.SessionID == sid {
+			t.Fatal("upstream saw the client id")
+		}
+		if r.Header.Get("Host") != "" && !strings.HasPrefix(r.Header.Get("Host"), "127.0.0.1") {
+			t.Fatalf("upstream saw Host %q", r.Header.Get("Host"))
+		}
+	}
+}
+
+// rpcError decodes a JSON-RPC error answer.
+func rpcError(t testing.TB, body []byte) (code int64, msg string, id string) {
+	t.Helper()
+	if !gjson.ValidBytes(body) {
+		t.Fatalf("answer is not JSON: %q", body)
+	}
+	r := gjson.ParseBytes(body)
+	return r.Get("error.code").Int(), r.Get("error.message").Str, r.Get("id").Raw
+}
+
+// TestDeleteEndsSession: the agent's DELETE reaches the upstream with the
+// upstream id and the client id is unknown afterwards.
+func TestDeleteEndsSession(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	req, _ := http.NewRequest(http.MethodDelete, url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, _ := peerRawDo(t, req)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE = %d, want 200", resp.StatusCode)
+	}
+	peerWait(t, "upstream DELETE", func() bool {
+		for _, r := range up.Requests() {
+			if r.HTTPMethod == http.MethodDelete && r.SessionID != "" && r.SessionID != sid {
+				return true
+			}
+		}
+		return false
+	})
+	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != codeSessionNotFound || id != "2" {
+		t.Fatalf("after DELETE: %d %s", resp.StatusCode, body)
+	}
+}
+
+var _ = json.Marshal
+var _ = io.EOF
