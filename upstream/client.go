@@ -37,6 +37,9 @@ type Client struct {
 	origin  string // scheme://host, for messages
 	maxBody int
 	pool    pool
+	stop    chan struct{} // closed by Close: ends the reaper
+	once    sync.Once
+	reaped  sync.WaitGroup
 }
 
 // New validates cfg and returns a Client. It dials nothing.
@@ -72,7 +75,25 @@ func New(cfg Config) (*Client, error) {
 	if u.Scheme == "https" {
 		c.pool.tls = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
 	}
+	c.stop = make(chan struct{})
+	c.reaped.Add(1)
+	go c.reaper()
 	return c, nil
+}
+
+// reaper closes connections idle past MaxIdleConn until Close.
+func (c *Client) reaper() {
+	defer c.reaped.Done()
+	t := time.NewTicker(max(c.pool.maxIdle/2, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case now := <-t.C:
+			c.pool.reap(now)
+		}
+	}
 }
 
 // Host returns the upstream's host[:port], the Host header it is sent.
@@ -81,9 +102,24 @@ func (c *Client) Host() string { return c.host }
 // Origin returns scheme://host[:port] of the upstream.
 func (c *Client) Origin() string { return c.origin }
 
+// Probe reports whether a new TCP (and TLS) connection to the upstream can
+// be made by deadline. It sends nothing.
+func (c *Client) Probe(deadline time.Time) error {
+	cn, err := c.pool.dial(deadline)
+	if err != nil {
+		return err
+	}
+	_ = cn.nc.Close()
+	return nil
+}
+
 // Close closes every connection, cutting exchanges in flight, and refuses
 // further requests.
-func (c *Client) Close() { c.pool.closeIdle(true) }
+func (c *Client) Close() {
+	c.once.Do(func() { close(c.stop) })
+	c.reaped.Wait()
+	c.pool.closeIdle(true)
+}
 
 // Do sends req to the upstream endpoint and reads the response head into resp
 // before deadline. req's URI and Host are set here; the caller sets method,
@@ -99,16 +135,33 @@ func (c *Client) Do(req *fasthttp.Request, resp *Response, deadline time.Time) e
 	if err != nil {
 		return err
 	}
-	return c.exchange(cn, req, resp, deadline)
+	err = c.exchange(cn, req, resp, deadline)
+	if stale(err) {
+		// Once, on a fresh connection (DESIGN "Keeping upstream healthy").
+		resp.Reset()
+		if cn, err = c.pool.dial(deadline); err != nil {
+			return err
+		}
+		if !c.pool.track(cn) {
+			_ = cn.nc.Close()
+			return ErrClosed
+		}
+		return c.exchange(cn, req, resp, deadline)
+	}
+	return err
 }
 
 func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadline time.Time) error {
 	reused := cn.uses > 0
+	var idle time.Duration
+	if reused {
+		idle = time.Since(cn.idleSince)
+	}
 	cn.uses++
 	cn.written, cn.read, cn.sawEOF = 0, 0, false
 	fail := func(op string, err error) error {
 		c.pool.discard(cn)
-		return &Error{Op: op, Written: cn.written > 0, Reused: reused, Err: err}
+		return &Error{Op: op, Written: cn.written > 0, Reused: reused, Idle: idle, Answered: cn.read > 0, Err: err}
 	}
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return fail("write", err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,5 +263,60 @@ func TestClosedClient(t *testing.T) {
 	defer ReleaseResponse(resp)
 	if !errors.Is(err, ErrClosed) {
 		t.Fatalf("Do after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestDoStaleConnectionRetried: a pooled connection that idled past
+// staleIdle and is reset when it next carries bytes (a NAT that forgot the
+// flow) is replaced by a fresh one, once, whatever the method; a connection
+// reused at once that breaks the same way is not (the server may have read
+// the request).
+func TestDoStaleConnectionRetried(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	resetNext := false
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := readRequest(br)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			reset := resetNext
+			resetNext = false
+			mu.Unlock()
+			if reset {
+				c.(*net.TCPConn).SetLinger(0)
+				return // RST, no answer
+			}
+			b := req.Body()
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+		}
+	})
+	c := newClient(t, url)
+	call := func() error {
+		resp, err := post(c, `{"method":"tools/call"}`, time.Second)
+		ReleaseResponse(resp)
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	resetNext = true
+	mu.Unlock()
+	if err := call(); err == nil || !Delivered(err) { // reused at once: ambiguous, not retried
+		t.Fatalf("reset on a just-used connection = %v, want a delivered error", err)
+	}
+	if err := call(); err != nil { // fresh connection
+		t.Fatal(err)
+	}
+	time.Sleep(staleIdle + 100*time.Millisecond)
+	mu.Lock()
+	resetNext = true
+	mu.Unlock()
+	if err := call(); err != nil {
+		t.Fatalf("reset on a connection idle %v = %v, want a transparent retry", staleIdle, err)
 	}
 }

@@ -3,6 +3,7 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrClosed is returned by Do after Close.
@@ -18,6 +19,10 @@ type Error struct {
 	Written bool
 	// Reused reports whether the connection had served an earlier request.
 	Reused bool
+	// Idle is how long a reused connection had waited in the pool.
+	Idle time.Duration
+	// Answered reports whether any response byte arrived.
+	Answered bool
 	// Err is the underlying network error.
 	Err error
 }
@@ -49,4 +54,22 @@ func Delivered(err error) bool {
 func IsTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// staleIdle is how long a pooled connection must have idled before a failure
+// on it, with no response byte, is taken for a dropped flow (a NAT or load
+// balancer forgot it, and answers the next bytes with a reset) rather than a
+// server that read the request and died. A connection reused at once, as in
+// a busy session, never qualifies: its failure stays ambiguous.
+const staleIdle = time.Second
+
+// stale reports whether err is a failure on a connection that had idled in
+// the pool and broke before answering: the request never reached a live
+// server process, so it may be sent again on a fresh connection.
+func stale(err error) bool {
+	var ue *Error
+	if !errors.As(err, &ue) || !ue.Reused || ue.Answered || ue.Op == "dial" || ue.Idle < staleIdle {
+		return false
+	}
+	return !ue.Timeout()
 }

@@ -86,6 +86,19 @@ func (p *pool) get(deadline time.Time) (*conn, error) {
 		p.track(c)
 		return c, nil
 	}
+	c, err := p.dial(deadline)
+	if err != nil {
+		return nil, err
+	}
+	if !p.track(c) {
+		_ = c.nc.Close()
+		return nil, ErrClosed
+	}
+	return c, nil
+}
+
+// dial opens a new connection (TLS when configured) by deadline.
+func (p *pool) dial(deadline time.Time) (*conn, error) {
 	d := p.dialer
 	d.Deadline = deadline
 	nc, err := d.Dial("tcp", p.addr)
@@ -101,13 +114,9 @@ func (p *pool) get(deadline time.Time) (*conn, error) {
 		}
 		nc = tc
 	}
-	c = &conn{nc: nc}
+	c := &conn{nc: nc}
 	c.br = bufio.NewReaderSize(c, bufSize)
 	c.bw = bufio.NewWriterSize(c, bufSize)
-	if !p.track(c) {
-		_ = nc.Close()
-		return nil, ErrClosed
-	}
 	return c, nil
 }
 
@@ -131,6 +140,22 @@ func (p *pool) discard(c *conn) {
 	delete(p.active, c)
 	p.mu.Unlock()
 	_ = c.nc.Close()
+}
+
+// reap closes idle connections older than maxIdle, so that none lingers
+// open toward the upstream while the proxy is quiet.
+func (p *pool) reap(now time.Time) {
+	p.mu.Lock()
+	n := 0
+	for n < len(p.idle) && now.Sub(p.idle[n].idleSince) >= p.maxIdle {
+		n++
+	}
+	stale := append([]*conn(nil), p.idle[:n]...)
+	p.idle = append(p.idle[:0], p.idle[n:]...)
+	p.mu.Unlock()
+	for _, c := range stale {
+		_ = c.nc.Close()
+	}
 }
 
 // put returns a healthy connection whose exchange ended cleanly.
