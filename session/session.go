@@ -21,6 +21,10 @@ type Recipe struct {
 	// Credential is a keyed fingerprint of the credential that created the
 	// session; empty when the agent sent none.
 	Credential string
+	// Header holds the agent's request headers (name, value) at initialize,
+	// for work the proxy does on the session's behalf with no agent request
+	// at hand (keepalive pings and the heals they trigger). Never logged.
+	Header [][2]string
 }
 
 // InitFunc creates a new upstream session and returns its id. ctx carries the
@@ -38,15 +42,17 @@ type Session struct {
 	Recipe Recipe
 
 	lastUsed atomic.Int64 // unix nanoseconds of the last request
+	lastPing atomic.Int64 // unix nanoseconds of the last keepalive probe
 	removed  atomic.Bool  // dropped by the agent or the store
 
-	mu       sync.Mutex // protects upstream, gen, born, healing, replayOK, heals
+	mu       sync.Mutex // protects upstream, gen, born, healing, replayOK, heals, reported
 	upstream UpstreamID
 	gen      uint64
 	born     time.Time // when the current upstream session was created
 	healing  *healCall
 	replayOK map[string]bool // tool name → safe to replay (read-only or idempotent)
 	heals    uint64
+	reported uint64 // the last generation whose heal was reported
 }
 
 // healCall is one re-init in flight; its result fields are written once,
@@ -73,6 +79,23 @@ func (s *Session) touch() { s.lastUsed.Store(now().UnixNano()) }
 // idle returns how long the session has gone unused.
 func (s *Session) idle(t time.Time) time.Duration {
 	return t.Sub(time.Unix(0, s.lastUsed.Load()))
+}
+
+// QuietFor returns how long neither the agent nor a keepalive probe has
+// used the session.
+func (s *Session) QuietFor(t time.Time) time.Duration {
+	last := max(s.lastUsed.Load(), s.lastPing.Load())
+	return t.Sub(time.Unix(0, last))
+}
+
+// Pinged records a keepalive probe.
+func (s *Session) Pinged() { s.lastPing.Store(now().UnixNano()) }
+
+// Healing reports whether a re-init is in flight.
+func (s *Session) Healing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.healing != nil
 }
 
 // Current returns the upstream id and the generation a request must remember.
@@ -145,6 +168,18 @@ func (s *Session) lead(c *healCall, base context.Context, budget time.Duration, 
 	s.healing = nil
 	s.mu.Unlock()
 	close(c.done)
+}
+
+// MarkReported returns true the first time it is called for gen, so that
+// of the many callers that waited on one heal exactly one reports it.
+func (s *Session) MarkReported(gen uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reported >= gen {
+		return false
+	}
+	s.reported = gen
+	return true
 }
 
 // Heals returns how many re-inits succeeded on this session.

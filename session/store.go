@@ -75,6 +75,9 @@ func (st *Store) Get(id ClientID) (*Session, bool) {
 	return s, true
 }
 
+// Has reports whether id is a live session, without marking it used.
+func (st *Store) Has(id ClientID) bool { return st.cache.Contains(id) }
+
 // Remove drops the session without calling onDrop (the agent ended it).
 func (st *Store) Remove(id ClientID) (*Session, bool) {
 	s, ok := st.cache.Peek(id)
