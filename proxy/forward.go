@@ -70,10 +70,15 @@ func (a *attempt) release() {
 // is a stream that now owns a.resp.
 func (a *attempt) run() bool {
 	for {
+		if !a.allowed() {
+			return false
+		}
 		setSessionHeader(a.req, a.up)
+		a.s.count.bytesIn.Add(uint64(len(a.req.Body())))
 		err := a.s.up.Do(a.req, a.resp, time.Now().Add(a.s.cfg.ResponseTimeout))
 		cls := a.judge(err)
 		a.s.count.class(cls)
+		a.s.recordHealth(cls)
 		switch cls {
 		case classify.SessionGone:
 			if a.sess == nil || a.healed || !a.mayHeal() {
@@ -83,12 +88,13 @@ func (a *attempt) run() bool {
 				}
 				break
 			}
-			if !a.heal(cls) {
+			if !a.heal(reasonSessionGone) {
 				return false
 			}
 			if !a.msg.get && !a.msg.isRequest() {
 				// A notification or a response to a dead session: the new
 				// session never asked for it; acknowledge and drop it.
+				a.s.count.request(a.msg, classify.OK)
 				a.ctx.SetStatusCode(fasthttp.StatusAccepted)
 				return false
 			}
@@ -106,7 +112,28 @@ func (a *attempt) run() bool {
 			a.s.count.replays.Add(1)
 			continue
 		}
+		a.s.count.request(a.msg, cls)
 		return a.s.respond(a)
+	}
+}
+
+// allowed checks the upstream's circuit breaker; while it is open the agent
+// gets 503 at once.
+func (a *attempt) allowed() bool {
+	ok, wait := a.s.breaker.Allow()
+	if !ok {
+		a.breakerOpen(wait)
+	}
+	return ok
+}
+
+// recordHealth feeds the breaker: a transport failure is an infrastructure
+// failure; any HTTP answer shows the upstream is up.
+func (s *Server) recordHealth(cls classify.Class) {
+	if cls == classify.TransportDead || cls == classify.Timeout {
+		s.breaker.Failure()
+	} else {
+		s.breaker.Success()
 	}
 }
 
@@ -220,7 +247,15 @@ func (s *Server) copyRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request) {
 	for _, h := range reqDropHeaders {
 		req.Header.Del(h)
 	}
+	s.setOperatorHeaders(&req.Header)
 	req.SetBodyRaw(ctx.PostBody())
+}
+
+// setOperatorHeaders sets Config.Headers, replacing the agent's.
+func (s *Server) setOperatorHeaders(h *fasthttp.RequestHeader) {
+	for k, v := range s.cfg.Headers {
+		h.Set(k, v)
+	}
 }
 
 // respond writes the upstream answer to the agent: status and headers
@@ -245,6 +280,7 @@ func (s *Server) respond(a *attempt) bool {
 	}
 	if !r.IsStream() {
 		ctx.Response.SetBody(r.Body())
+		s.count.bytesOut.Add(uint64(len(r.Body())))
 		return false
 	}
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
@@ -271,6 +307,7 @@ func (a *attempt) stream(w *bufio.Writer) {
 		a.release()
 	}()
 	if len(a.peek) > 0 {
+		a.s.count.bytesOut.Add(uint64(len(a.peek)))
 		if _, err := w.Write(a.peek); err != nil || w.Flush() != nil {
 			return
 		}
@@ -280,6 +317,7 @@ func (a *attempt) stream(w *bufio.Writer) {
 	for {
 		n, err := a.resp.Read(*buf)
 		if n > 0 {
+			a.s.count.bytesOut.Add(uint64(n))
 			if _, werr := w.Write((*buf)[:n]); werr != nil || w.Flush() != nil {
 				return // the agent went away; Release closes the upstream stream
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -27,34 +28,88 @@ func (a *attempt) mayHeal() bool {
 // heal re-initializes the upstream session (single-flight per session) and
 // points the request at the new one. It answers the agent itself and returns
 // false when healing failed.
-func (a *attempt) heal(reason classify.Class) bool {
+func (a *attempt) heal(reason int) bool {
 	a.next()
 	if a.budget.IsZero() {
 		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), a.budget)
 	defer cancel()
-	start := time.Now()
-	seen := a.gen
-	age := a.sess.UpstreamAge()
-	up, gen, err := a.sess.Heal(ctx, seen, time.Until(a.budget), a.s.reinit(a.sess, &a.ctx.Request.Header, a.up))
-	log := a.s.log
+	init := a.s.reinit(a.sess, &a.ctx.Request.Header, a.up)
+	up, gen, err := a.s.healSession(ctx, a.sess, a.gen, reason, init)
 	if err != nil {
-		a.s.count.healFailures.Add(1)
-		log.Error().Str(logSession, a.sess.ID.Short()).Stringer(logReason, reason).Uint64(logGen, seen).
-			Dur(logDuration, time.Since(start)).Err(err).Msg("heal failed")
-		if errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed) {
+		var bo *breakerOpenError
+		switch {
+		case errors.As(err, &bo):
+			a.breakerOpen(bo.wait)
+		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
 			a.s.store.Remove(a.sess.ID)
+			a.s.count.request(a.msg, classify.SessionGone)
 			a.s.sessionNotFound(a.ctx, a.msg.idOrNull())
-			return false
+		default:
+			a.upstreamDown("upstream unreachable while re-initializing the session")
 		}
-		a.upstreamDown("upstream unreachable while re-initializing the session")
 		return false
 	}
-	log.Warn().Str(logSession, a.sess.ID.Short()).Stringer(logReason, reason).Uint64(logGen, gen).
-		Dur(logDuration, time.Since(start)).Dur("upstream_age", age).Msg("session healed")
 	a.up, a.gen, a.healed = up, gen, true
 	return true
+}
+
+// healSession runs (or joins) the session's re-init, and counts and logs
+// the outcome once per generation: only the caller that saw the generation
+// change reports it.
+func (s *Server) healSession(ctx context.Context, sess *session.Session, seen uint64, reason int, init session.InitFunc) (session.UpstreamID, uint64, error) {
+	start := time.Now()
+	age := sess.UpstreamAge()
+	budget := time.Until(deadlineOf(ctx, start.Add(s.cfg.HealTimeout)))
+	up, gen, err := sess.Heal(ctx, seen, budget, init)
+	log := s.log
+	switch {
+	case err == nil && gen == seen+1 && s.leadReported(sess, gen):
+		s.count.heals[reason][outcomeOK].Add(1)
+		s.count.healDuration.Observe(time.Since(start).Seconds())
+		s.count.sessionAge.Observe(age.Seconds())
+		log.Warn().Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Uint64(logGen, gen).
+			Dur(logDuration, time.Since(start)).Dur("upstream_age", age).Msg("session healed")
+	case err != nil:
+		outcome := outcomeFailed
+		if errors.Is(err, errRecipeRefused) {
+			outcome = outcomeRefused
+		}
+		s.count.heals[reason][outcome].Add(1)
+		log.Error().Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Uint64(logGen, seen).
+			Dur(logDuration, time.Since(start)).Err(err).Msg("heal failed")
+	}
+	return up, gen, err
+}
+
+// leadReported reports true exactly once per (session, generation): the
+// first of the waiters of one heal to get here counts and logs it.
+func (s *Server) leadReported(sess *session.Session, gen uint64) bool {
+	return sess.MarkReported(gen)
+}
+
+func deadlineOf(ctx context.Context, def time.Time) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return def
+}
+
+// breakerOpenError: the circuit breaker refused the work.
+type breakerOpenError struct{ wait time.Duration }
+
+func (e *breakerOpenError) Error() string {
+	return fmt.Sprintf("circuit breaker open for %v", e.wait.Round(time.Millisecond))
+}
+
+// breakerOpen answers 503 at once while the upstream's breaker is open.
+func (a *attempt) breakerOpen(wait time.Duration) {
+	a.s.count.upstreamDown.Add(1)
+	a.s.count.request(a.msg, classify.TransportDead)
+	writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
+		"upstream "+a.s.cfg.Name+" unavailable (circuit breaker open): "+a.s.up.Origin())
+	a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 }
 
 // reinit returns the re-init that Session.Heal runs once per generation:
@@ -68,15 +123,19 @@ func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 	return func(ctx context.Context) (session.UpstreamID, error) {
 		delay := 25 * time.Millisecond
 		for try := 1; ; try++ {
+			if ok, wait := s.breaker.Allow(); !ok {
+				return "", &breakerOpenError{wait: wait}
+			}
 			up, err := s.initUpstream(ctx, hdr, sess.Recipe.InitBody, sess.Recipe.ProtocolVersion)
 			if err == nil {
-				s.count.heals.Add(1)
+				s.breaker.Success()
 				s.deleteUpstream(dead, hdr.PeekBytes(hdrAuthorization), true)
 				return up, nil
 			}
 			if errors.Is(err, errRecipeRefused) {
 				return "", err
 			}
+			s.breaker.Failure()
 			dl, _ := ctx.Deadline()
 			if time.Now().Add(delay).After(dl) || !s.sleep(delay) {
 				return "", fmt.Errorf("reinit after %d tries: %w", try, err)
@@ -109,6 +168,7 @@ func (a *attempt) replayable() bool {
 // its transport down on other 4xx/5xx); the JSON-RPC error fails the call.
 func (a *attempt) refuse(cls classify.Class, err error) {
 	a.s.count.replaysRefused.Add(1)
+	a.s.count.request(a.msg, cls)
 	cause := "upstream connection lost"
 	if cls == classify.Timeout {
 		cause = "upstream did not answer in time"
@@ -123,6 +183,7 @@ func (a *attempt) refuse(cls classify.Class, err error) {
 // and the agent's next request heals.
 func (a *attempt) upstreamDown(why string) {
 	a.s.count.upstreamDown.Add(1)
+	a.s.count.request(a.msg, classify.TransportDead)
 	writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
 		why+": "+a.s.up.Origin())
 	a.ctx.Response.Header.Set("Retry-After", "1")
@@ -141,20 +202,33 @@ func (s *Server) deleteUpstream(up session.UpstreamID, auth []byte, dead bool) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		defer func() { _ = recover() }()
-		req := fasthttp.AcquireRequest()
-		defer fasthttp.ReleaseRequest(req)
-		resp := upstream.AcquireResponse()
-		defer upstream.ReleaseResponse(resp)
-		req.Header.SetMethod(fasthttp.MethodDelete)
-		req.Header.SetBytesK(hdrSessionID, string(up))
-		if authCopy != nil {
-			req.Header.SetBytesKV(hdrAuthorization, authCopy)
-		}
-		if err := s.up.Do(req, resp, time.Now().Add(2*time.Second)); err != nil && !dead {
+		err := s.deleteNow(up, authCopy, time.Now().Add(2*time.Second))
+		if err != nil && !dead {
 			s.log.Debug().Str(logUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
 		}
 	}()
+}
+
+// deleteNow sends DELETE for an upstream session (MCP 2025-03-26+ §Session
+// Management: the client SHOULD end sessions it no longer needs).
+func (s *Server) deleteNow(up session.UpstreamID, auth []byte, deadline time.Time) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.count.panics.Add(1)
+			err = fmt.Errorf("delete panicked: %v", p)
+		}
+	}()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := upstream.AcquireResponse()
+	defer upstream.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodDelete)
+	req.Header.SetBytesK(hdrSessionID, string(up))
+	if len(auth) > 0 {
+		req.Header.SetBytesKV(hdrAuthorization, auth)
+	}
+	s.setOperatorHeaders(&req.Header)
+	return s.up.Do(req, resp, deadline)
 }
 
 // sessionDropped runs when the store expires or evicts a session.
@@ -162,7 +236,7 @@ func (s *Server) sessionDropped(sess *session.Session) {
 	s.streams.interrupt(sess.ID)
 	up, _ := sess.Current()
 	s.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")
-	s.deleteUpstream(up, nil, false)
+	s.deleteUpstream(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)
 }
 
 // dropMintedSession: a pre-2026 server answering a session-less request

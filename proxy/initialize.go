@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
 )
@@ -28,10 +29,18 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 	a.req.Header.DelBytes(hdrSessionID)
 	var body []byte
 	for {
+		if !a.allowed() {
+			return
+		}
 		s.count.upstreamInits.Add(1)
 		err := s.up.Do(a.req, a.resp, time.Now().Add(s.cfg.ResponseTimeout))
 		if err == nil {
 			body, err = readAnswer(a.resp)
+		}
+		if err != nil || a.resp.StatusCode() >= 500 {
+			s.breaker.Failure()
+		} else {
+			s.breaker.Success()
 		}
 		if err == nil && a.resp.StatusCode() != fasthttp.StatusServiceUnavailable {
 			break
@@ -51,6 +60,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 	ctx.Response.Header.DelBytes(hdrSessionID)
 	ctx.Response.SetBody(body) // JSON, or the SSE answer up to the response event
 	version := initializedVersion(r.StatusCode(), body)
+	s.count.request(msg, classify.Classify(r.StatusCode(), r.Header.ContentType(), body))
 	if version == "" {
 		s.dropMintedSession(r) // a failed initialize: pass the answer through
 		return
@@ -59,6 +69,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 		InitBody:        append([]byte(nil), ctx.PostBody()...),
 		ProtocolVersion: version,
 		Credential:      s.fingerprint(ctx.Request.Header.PeekBytes(hdrAuthorization)),
+		Header:          recipeHeaders(&a.req.Header),
 	}
 	sess := session.New(session.NewClientID(), recipe,
 		session.UpstreamID(r.Header.PeekBytes(hdrSessionID)))
@@ -66,6 +77,22 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 	ctx.Response.Header.SetBytesK(hdrSessionID, string(sess.ID))
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).
 		Bool("stateful", len(r.Header.PeekBytes(hdrSessionID)) > 0).Msg("session created")
+}
+
+// recipeHeaders copies the headers of the upstream initialize request that
+// identify the agent (credentials, custom headers), leaving out what each
+// request sets itself.
+func recipeHeaders(h *fasthttp.RequestHeader) [][2]string {
+	var out [][2]string
+	for k, v := range h.All() {
+		switch string(k) {
+		case "Host", "Content-Length", "Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version",
+			"Last-Event-Id", "User-Agent":
+			continue
+		}
+		out = append(out, [2]string{string(k), string(v)})
+	}
+	return out
 }
 
 // readAnswer returns the JSON-RPC answer of a response: its body, or for an
@@ -133,6 +160,7 @@ func (s *Server) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
 	agent.CopyTo(&req.Header)
+	s.setOperatorHeaders(&req.Header)
 	req.Header.ResetConnectionClose()
 	for _, h := range reqDropHeaders {
 		req.Header.Del(h)

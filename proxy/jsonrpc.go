@@ -84,6 +84,11 @@ func requestID(body []byte) string {
 	return id.Raw
 }
 
+// errorCode returns error.code of a JSON-RPC answer, or 0.
+func errorCode(body []byte) int64 {
+	return gjson.GetBytes(body, "error.code").Int()
+}
+
 // writeError answers the agent with a JSON-RPC error carrying id (raw JSON).
 func writeError(ctx *fasthttp.RequestCtx, status, code int, id, msg string) {
 	ctx.Response.Reset()

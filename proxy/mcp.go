@@ -24,8 +24,16 @@ var (
 // changelog): its traffic passes through without session mapping.
 const statelessVersion = "2026-07-28"
 
-// serveMCP is the Streamable HTTP endpoint: guard, then route by method.
-func (s *Server) serveMCP(ctx *fasthttp.RequestCtx) {
+// ServeMCP answers one agent request on this upstream's MCP endpoint: guard,
+// then route by HTTP method. A panic is answered 502 and never spreads.
+func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
+	defer s.recoverPanic(ctx)
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	if len(ctx.PostBody()) > s.cfg.MaxBody {
+		tooLarge(ctx, s.cfg.MaxBody)
+		return
+	}
 	if !s.guard.check(ctx) {
 		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, requestID(ctx.PostBody()),
 			"Forbidden: Host or Origin not allowed")

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,8 +23,17 @@ import (
 
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
+	// Name labels the upstream in logs and metrics; zero means "default".
+	Name string
 	// Upstream is the MCP server's endpoint URL. Required.
 	Upstream string
+	// Headers are set on every request sent upstream (e.g. an API key the
+	// operator owns); they replace an agent's header of the same name.
+	Headers map[string]string
+	// Keepalive pings a quiet session's upstream this often so that it
+	// neither expires nor loses its connection; zero means 120 s, negative
+	// disables.
+	Keepalive time.Duration
 	// Listen is the address the proxy serves on; zero means 127.0.0.1:8787.
 	// It also names the Host values the DNS-rebinding guard accepts.
 	Listen string
@@ -56,6 +66,7 @@ func (c *Config) normalize() error {
 	if c.Upstream == "" {
 		return errors.New("no upstream URL")
 	}
+	c.Name = orStr(c.Name, "default")
 	c.Listen = orStr(c.Listen, "127.0.0.1:8787")
 	c.Path = orStr(c.Path, "/mcp")
 	if !strings.HasPrefix(c.Path, "/") {
@@ -64,6 +75,9 @@ func (c *Config) normalize() error {
 	c.MaxBody = orInt(c.MaxBody, 4<<20)
 	c.HealTimeout = orDur(c.HealTimeout, 15*time.Second)
 	c.ResponseTimeout = orDur(c.ResponseTimeout, 5*time.Minute)
+	if c.Keepalive == 0 {
+		c.Keepalive = 120 * time.Second
+	}
 	return nil
 }
 
@@ -76,13 +90,24 @@ type Server struct {
 	guard       hostGuard
 	fpKey       []byte // keys credential fingerprints; random per process
 	replayTools map[string]bool
-	srv         *fasthttp.Server
 	count       counters
+	breaker     *upstream.Breaker
 	streams     streamSet
+	inflight    atomic.Int64 // ServeMCP calls running
 
-	bg       sync.WaitGroup // best-effort background DELETEs
-	done     chan struct{}  // closed by Close: stops backoff waits
+	srvOnce sync.Once
+	srv     *fasthttp.Server // only when served alone (Serve)
+
+	bg       sync.WaitGroup // background work: DELETEs, keepalive
+	done     chan struct{}  // closed by Close: stops backoff waits and keepalive
 	doneOnce sync.Once
+
+	readyMu  sync.Mutex // protects readyAt, readyErr
+	readyAt  time.Time
+	readyErr error
+
+	pingUnsupported atomic.Bool // the upstream answered -32601 to ping
+	kaSeq           atomic.Uint64
 }
 
 // New returns a Server for cfg. It does not listen yet.
@@ -114,24 +139,42 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session store: %w", err)
 	}
-	s.srv = &fasthttp.Server{
-		Handler:                       s.Handler,
-		ErrorHandler:                  s.serveError,
-		Name:                          "mcpheal",
-		MaxRequestBodySize:            cfg.MaxBody,
-		ReadTimeout:                   30 * time.Second,
-		IdleTimeout:                   2 * time.Minute,
-		NoDefaultServerHeader:         true,
-		NoDefaultContentType:          true,
-		DisableHeaderNamesNormalizing: false,
-		CloseOnShutdown:               true,
-		Logger:                        fasthttpLogger{log},
+	s.count.init(cfg.Name)
+	s.breaker = upstream.NewBreaker(upstream.BreakerConfig{
+		OnChange: func(from, to upstream.BreakerState, cooldown time.Duration) {
+			log.Warn().Str("from", from.String()).Str("to", to.String()).Dur("cooldown", cooldown).
+				Msg("circuit breaker " + to.String())
+		},
+	})
+	if cfg.Keepalive > 0 {
+		s.bg.Add(1)
+		go s.keepaliveLoop()
 	}
 	return s, nil
 }
 
-// Serve answers agents on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// newFastHTTPServer is the listener side shared by Server and Router.
+func newFastHTTPServer(h fasthttp.RequestHandler, log zerolog.Logger, maxBody int) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:               h,
+		ErrorHandler:          serveError(maxBody),
+		Name:                  "mcpheal",
+		MaxRequestBodySize:    maxBody,
+		ReadTimeout:           30 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{log},
+	}
+}
+
+// Serve answers agents on ln until Shutdown, serving this one upstream at
+// Config.Path and /healthz. (Router serves several.)
+func (s *Server) Serve(ln net.Listener) error {
+	s.srvOnce.Do(func() { s.srv = newFastHTTPServer(s.Handler, s.log, s.cfg.MaxBody) })
+	return s.srv.Serve(ln)
+}
 
 // ListenAndServe listens on Config.Listen and serves.
 func (s *Server) ListenAndServe() error {
@@ -145,8 +188,12 @@ func (s *Server) ListenAndServe() error {
 // Shutdown stops accepting, waits for in-flight requests until ctx ends,
 // then releases everything. It is safe to call more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.srv.ShutdownWithContext(ctx)
-	s.Close()
+	var err error
+	s.srvOnce.Do(func() {}) // a Serve racing with Shutdown gets no server
+	if s.srv != nil {
+		err = s.srv.ShutdownWithContext(ctx)
+	}
+	s.closeSessions(ctx)
 	return err
 }
 
@@ -156,18 +203,23 @@ func (s *Server) Close() {
 	s.doneOnce.Do(func() {
 		close(s.done)
 		s.store.Close()
+		s.up.Close() // cuts exchanges in flight, so background work ends at once
 		s.bg.Wait()
-		s.up.Close()
 	})
 }
+
+// breakerOpen is breakerState's value while requests fail fast.
+const breakerOpen = int(upstream.Open)
+
+// breakerState is 0 closed, 1 half-open, 2 open.
+func (s *Server) breakerState() int { return int(s.breaker.State()) }
 
 // Handler is the fasthttp handler: the MCP endpoint and /healthz.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	defer s.recoverPanic(ctx)
-	s.count.requests.Add(1)
 	switch string(ctx.Path()) {
 	case s.cfg.Path:
-		s.serveMCP(ctx)
+		s.ServeMCP(ctx)
 	case "/healthz":
 		ctx.SetContentType("text/plain; charset=utf-8")
 		ctx.SetBodyString("ok\n")
@@ -187,13 +239,19 @@ func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx) {
 }
 
 // serveError answers what fasthttp rejects before the handler runs.
-func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, "null",
-			fmt.Sprintf("Request body too large (limit %d bytes)", s.cfg.MaxBody))
-		return
+func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
+	return func(ctx *fasthttp.RequestCtx, err error) {
+		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+			tooLarge(ctx, maxBody)
+			return
+		}
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null", "Bad Request: malformed HTTP request")
 	}
-	writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null", "Bad Request: malformed HTTP request")
+}
+
+func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
+	writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, requestID(nil),
+		fmt.Sprintf("Request body too large (limit %d bytes)", limit))
 }
 
 // fingerprint keys the agent's credential so that a session can be bound to

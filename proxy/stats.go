@@ -3,28 +3,147 @@ package proxy
 import (
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mcpheal/mcpheal/classify"
 )
 
-// counters is the one place where the proxy counts what it did. Later
-// exposition (/metrics) reads a Stats snapshot.
-type counters struct {
-	requests       atomic.Uint64
-	upstreamInits  atomic.Uint64 // initialize requests sent upstream (agent's and re-inits)
-	heals          atomic.Uint64 // successful re-inits
-	healFailures   atomic.Uint64
-	replays        atomic.Uint64 // requests sent again after a failure
-	replaysRefused atomic.Uint64 // ambiguous failures not replayed
-	upstreamDown   atomic.Uint64 // 503 answers after the heal budget
-	panics         atomic.Uint64
-	classes        [classify.Protocol + 1]atomic.Uint64
+// Methods the request counters tell apart; anything else is "other".
+var methodNames = [...]string{
+	"other", "initialize", "ping", "tools/call", "tools/list", "resources/list", "resources/read",
+	"resources/templates/list", "resources/subscribe", "resources/unsubscribe", "prompts/list",
+	"prompts/get", "completion/complete", "logging/setLevel", "server/discover", "notification",
+	"response", "GET", "DELETE",
 }
 
-// Stats is a snapshot of the proxy's counters.
+const numClasses = int(classify.Protocol) + 1
+
+// methodIndex maps a request to its slot in methodNames.
+func methodIndex(m *message) int {
+	switch {
+	case m.get:
+		return 17
+	case m.batch:
+		return 0
+	case m.method == "":
+		return 16
+	case m.id == "":
+		return 15
+	}
+	switch m.method { // compiled to a binary search
+	case "initialize":
+		return 1
+	case "ping":
+		return 2
+	case "tools/call":
+		return 3
+	case "tools/list":
+		return 4
+	case "resources/list":
+		return 5
+	case "resources/read":
+		return 6
+	case "resources/templates/list":
+		return 7
+	case "resources/subscribe":
+		return 8
+	case "resources/unsubscribe":
+		return 9
+	case "prompts/list":
+		return 10
+	case "prompts/get":
+		return 11
+	case "completion/complete":
+		return 12
+	case "logging/setLevel":
+		return 13
+	case "server/discover":
+		return 14
+	}
+	return 0
+}
+
+// Heal reasons and outcomes for mcpheal_heals_total.
+const (
+	reasonSessionGone = iota // the upstream said the session is gone
+	reasonTransport          // the connection died or timed out
+	reasonKeepalive          // a keepalive ping found the session gone
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"session_gone", "transport", "keepalive"}
+
+const (
+	outcomeOK      = iota // re-created
+	outcomeFailed         // upstream unreachable within the budget
+	outcomeRefused        // the upstream refused the recipe; the agent must start over
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "failed", "refused"}
+
+// Keepalive results for mcpheal_keepalive_total.
+const (
+	keepaliveOK     = iota // the session answered
+	keepaliveHealed        // it was gone and was re-created ahead of the agent
+	keepaliveFailed        // the ping or the heal failed
+	numKeepalive
+)
+
+var keepaliveNames = [numKeepalive]string{"ok", "healed", "failed"}
+
+// counters is the one place where the proxy counts what it did: plain
+// atomics on the hot path, exposed by collector at scrape time.
+type counters struct {
+	requests       [len(methodNames)][numClasses]atomic.Uint64
+	classes        [numClasses]atomic.Uint64 // every classified upstream answer, replays included
+	heals          [numReasons][numOutcomes]atomic.Uint64
+	keepalive      [numKeepalive]atomic.Uint64
+	replays        atomic.Uint64 // requests sent again after a failure
+	replaysRefused atomic.Uint64 // ambiguous failures not replayed
+	upstreamInits  atomic.Uint64 // initialize requests sent upstream (agent's and re-inits)
+	upstreamDown   atomic.Uint64 // 503 answers after the heal budget
+	panics         atomic.Uint64
+	bytesIn        atomic.Uint64 // request bodies sent upstream
+	bytesOut       atomic.Uint64 // response bodies returned to agents
+
+	healDuration prometheus.Histogram // seconds from first failure to a usable session
+	sessionAge   prometheus.Histogram // seconds an upstream session lived before it died
+}
+
+func (c *counters) init(upstream string) {
+	labels := prometheus.Labels{"upstream": upstream}
+	c.healDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:        "mcpheal_heal_duration_seconds",
+		Help:        "Time from a session's death to its re-created upstream session.",
+		ConstLabels: labels,
+		Buckets:     []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30},
+	})
+	c.sessionAge = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:        "mcpheal_upstream_session_age_seconds",
+		Help:        "How long an upstream session lived before it died.",
+		ConstLabels: labels,
+		Buckets:     []float64{1, 10, 60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400},
+	})
+}
+
+func (c *counters) class(k classify.Class) {
+	if int(k) < numClasses {
+		c.classes[k].Add(1)
+	}
+}
+
+func (c *counters) request(m *message, k classify.Class) {
+	if int(k) < numClasses {
+		c.requests[methodIndex(m)][k].Add(1)
+	}
+}
+
+// Stats is a snapshot of one upstream's counters.
 type Stats struct {
 	Requests       uint64
 	UpstreamInits  uint64
-	Heals          uint64
+	Heals          uint64 // successful re-inits, whatever their reason
 	HealFailures   uint64
 	Replays        uint64
 	ReplaysRefused uint64
@@ -38,10 +157,7 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	c := &s.count
 	st := Stats{
-		Requests:       c.requests.Load(),
 		UpstreamInits:  c.upstreamInits.Load(),
-		Heals:          c.heals.Load(),
-		HealFailures:   c.healFailures.Load(),
 		Replays:        c.replays.Load(),
 		ReplaysRefused: c.replaysRefused.Load(),
 		UpstreamDown:   c.upstreamDown.Load(),
@@ -49,16 +165,19 @@ func (s *Server) Stats() Stats {
 		Sessions:       s.store.Len(),
 		Classes:        make(map[classify.Class]uint64),
 	}
+	for m := range c.requests {
+		for k := range c.requests[m] {
+			st.Requests += c.requests[m][k].Load()
+		}
+	}
+	for r := range c.heals {
+		st.Heals += c.heals[r][outcomeOK].Load()
+		st.HealFailures += c.heals[r][outcomeFailed].Load() + c.heals[r][outcomeRefused].Load()
+	}
 	for i := range c.classes {
 		if v := c.classes[i].Load(); v > 0 {
 			st.Classes[classify.Class(i)] = v
 		}
 	}
 	return st
-}
-
-func (c *counters) class(k classify.Class) {
-	if int(k) < len(c.classes) {
-		c.classes[k].Add(1)
-	}
 }

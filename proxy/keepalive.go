@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// keepaliveLoop probes quiet sessions' upstreams every Config.Keepalive so
+// that they neither expire nor sit on a dead connection, and heals a session
+// the probe finds gone before the agent's next call (DESIGN "Keeping
+// upstream healthy"). It runs until Close.
+func (s *Server) keepaliveLoop() {
+	defer s.bg.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			s.count.panics.Add(1)
+			s.log.Error().Interface("panic", p).Msg("keepalive loop panicked")
+		}
+	}()
+	every := min(max(s.cfg.Keepalive/4, 10*time.Millisecond), 10*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	sem := make(chan struct{}, 8) // probes in flight at once
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		for _, sess := range s.store.Sessions() {
+			if sess.Removed() || sess.QuietFor(now) < s.cfg.Keepalive || sess.Healing() {
+				continue
+			}
+			if up, _ := sess.Current(); up == "" {
+				continue // a stateless upstream has no session to keep
+			}
+			sess.Pinged()
+			select {
+			case sem <- struct{}{}:
+			case <-s.done:
+				return
+			}
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				defer func() { <-sem }()
+				s.keepalive(sess)
+			}()
+		}
+	}
+}
+
+// keepalive probes one session: ping (tools/list for servers that answer
+// -32601 to ping), and heal on SessionGone.
+func (s *Server) keepalive(sess *session.Session) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.count.panics.Add(1)
+			s.log.Error().Interface("panic", p).Msg("keepalive panicked")
+		}
+	}()
+	up, gen := sess.Current()
+	if ok, _ := s.breaker.Allow(); !ok {
+		return
+	}
+	hdr := recipeHeader(sess)
+	cls, err := s.probe(sess, hdr, up)
+	s.recordHealth(cls)
+	log := s.log
+	switch cls {
+	case classify.OK:
+		s.count.keepalive[keepaliveOK].Add(1)
+		return
+	case classify.SessionGone:
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HealTimeout)
+		defer cancel()
+		if _, _, herr := s.healSession(ctx, sess, gen, reasonKeepalive, s.reinit(sess, hdr, up)); herr == nil {
+			s.count.keepalive[keepaliveHealed].Add(1)
+			return
+		} else {
+			err = herr
+		}
+	}
+	s.count.keepalive[keepaliveFailed].Add(1)
+	log.Warn().Str(logSession, sess.ID.Short()).Stringer(logClass, cls).Err(err).Msg("keepalive failed")
+}
+
+// probe sends one keepalive request on the upstream session and classifies
+// the answer. A -32601 to ping switches the server to tools/list probes.
+func (s *Server) probe(sess *session.Session, hdr *fasthttp.RequestHeader, up session.UpstreamID) (classify.Class, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := upstream.AcquireResponse()
+	defer upstream.ReleaseResponse(resp)
+	hdr.CopyTo(&req.Header)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentTypeBytes(mimeJSON)
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.SetBytesK(hdrSessionID, string(up))
+	req.Header.SetBytesK(hdrProtocolVersion, sess.Recipe.ProtocolVersion)
+	method := "ping"
+	if s.pingUnsupported.Load() {
+		method = "tools/list"
+	}
+	id := `"mcpheal-keepalive-` + strconv.FormatUint(s.kaSeq.Add(1), 10) + `"`
+	req.SetBodyString(`{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `"}`)
+	if err := s.up.Do(req, resp, time.Now().Add(s.cfg.HealTimeout)); err != nil {
+		if upstream.IsTimeout(err) {
+			return classify.Timeout, err
+		}
+		return classify.TransportDead, err
+	}
+	body, err := readAnswer(resp)
+	if err != nil {
+		return classify.TransportDead, err
+	}
+	ct := resp.Header.ContentType()
+	if resp.IsStream() || len(body) > 0 && body[0] != '{' {
+		body = findResponse(body) // classify the answer event as a JSON body
+		ct = mimeJSON
+	}
+	cls := classify.Classify(resp.StatusCode(), ct, body)
+	s.count.class(cls)
+	if cls == classify.ToolError && method == "ping" && errorCode(body) == -32601 {
+		s.pingUnsupported.Store(true)
+		return classify.OK, nil // alive; tools/list from now on
+	}
+	if cls != classify.OK {
+		return cls, errors.New("keepalive " + method + " answered " + strconv.Itoa(resp.StatusCode()))
+	}
+	return cls, nil
+}
+
+// recipeHeader rebuilds the agent's initialize headers for work done on the
+// session's behalf.
+func recipeHeader(sess *session.Session) *fasthttp.RequestHeader {
+	h := new(fasthttp.RequestHeader)
+	for _, kv := range sess.Recipe.Header {
+		h.Add(kv[0], kv[1])
+	}
+	return h
+}

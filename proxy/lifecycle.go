@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// Ready reports whether the upstream can take requests now: its breaker is
+// not open and a TCP connection to it succeeds. The probe result is cached
+// for a second so that frequent readiness checks do not hammer the upstream.
+func (s *Server) Ready() error {
+	if s.breakerState() == breakerOpen {
+		return errors.New("circuit breaker open")
+	}
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	if time.Since(s.readyAt) < time.Second {
+		return s.readyErr
+	}
+	s.readyErr = s.up.Probe(time.Now().Add(time.Second))
+	s.readyAt = time.Now()
+	return s.readyErr
+}
+
+// drain waits until no request is in flight (or timeout), then ends the
+// upstream sessions and closes the server. A reload that removed the
+// upstream runs it.
+func (s *Server) drain(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for s.inflight.Load() > 0 && time.Now().Before(deadline) {
+		if !s.sleep(50 * time.Millisecond) {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	s.closeSessions(ctx)
+}
+
+// closeSessions DELETEs every upstream session the server holds (bounded by
+// ctx, a few seconds at most) and closes the server.
+func (s *Server) closeSessions(ctx context.Context) {
+	sessions := s.store.Sessions()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, sess := range sessions {
+		up, _ := sess.Current()
+		if up == "" {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func(up session.UpstreamID, auth []byte) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			dl, _ := ctx.Deadline()
+			_ = s.deleteNow(up, auth, dl)
+		}(up, recipeHeader(sess).PeekBytes(hdrAuthorization))
+	}
+	wg.Wait()
+	s.Close()
+}

@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcpheal/mcpheal/classify"
+)
+
+// Metric descriptions. Every series carries the upstream's name.
+var (
+	descRequests = prometheus.NewDesc("mcpheal_requests_total",
+		"Agent requests by method and the class of the answer they finally got.",
+		[]string{"upstream", "method", "class"}, nil)
+	descClassified = prometheus.NewDesc("mcpheal_classified_total",
+		"Upstream answers by class, each attempt and replay counted.",
+		[]string{"upstream", "class"}, nil)
+	descHeals = prometheus.NewDesc("mcpheal_heals_total",
+		"Upstream session re-creations by reason and outcome.",
+		[]string{"upstream", "reason", "outcome"}, nil)
+	descReplays = prometheus.NewDesc("mcpheal_replays_total",
+		"Requests sent again after a failure (done), or not because they may have run (refused).",
+		[]string{"upstream", "outcome"}, nil)
+	descKeepalive = prometheus.NewDesc("mcpheal_keepalive_total",
+		"Keepalive probes of idle sessions by result.",
+		[]string{"upstream", "result"}, nil)
+	descInits = prometheus.NewDesc("mcpheal_upstream_initializes_total",
+		"initialize requests sent upstream (the agents' and re-inits).",
+		[]string{"upstream"}, nil)
+	descDown = prometheus.NewDesc("mcpheal_upstream_unavailable_total",
+		"Requests answered 503 because the upstream stayed unreachable for the heal budget.",
+		[]string{"upstream"}, nil)
+	descPanics = prometheus.NewDesc("mcpheal_panics_total",
+		"Recovered panics (bugs).", []string{"upstream"}, nil)
+	descBytes = prometheus.NewDesc("mcpheal_bytes_total",
+		"Body bytes: in = agent requests sent upstream, out = answers returned to agents.",
+		[]string{"upstream", "direction"}, nil)
+	descSessions = prometheus.NewDesc("mcpheal_sessions",
+		"Live client sessions.", []string{"upstream"}, nil)
+	descBreaker = prometheus.NewDesc("mcpheal_breaker_state",
+		"Circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"upstream"}, nil)
+)
+
+// collector exposes a Server's counters at scrape time, so the hot path
+// pays only for atomic adds.
+type collector struct{ s *Server }
+
+// Describe implements prometheus.Collector.
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRequests, descClassified, descHeals, descReplays, descKeepalive,
+		descInits, descDown, descPanics, descBytes, descSessions, descBreaker} {
+		ch <- d
+	}
+	c.s.count.healDuration.Describe(ch)
+	c.s.count.sessionAge.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s, k := c.s, &c.s.count
+	name := s.cfg.Name
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)
+	}
+	for m := range k.requests {
+		for cl := range k.requests[m] {
+			if v := k.requests[m][cl].Load(); v > 0 {
+				counter(descRequests, v, methodNames[m], classify.Class(cl).String())
+			}
+		}
+	}
+	for cl := range k.classes {
+		counter(descClassified, k.classes[cl].Load(), classify.Class(cl).String())
+	}
+	for r := range k.heals {
+		for o := range k.heals[r] {
+			counter(descHeals, k.heals[r][o].Load(), reasonNames[r], outcomeNames[o])
+		}
+	}
+	counter(descReplays, k.replays.Load(), "done")
+	counter(descReplays, k.replaysRefused.Load(), "refused")
+	for r := range k.keepalive {
+		counter(descKeepalive, k.keepalive[r].Load(), keepaliveNames[r])
+	}
+	counter(descInits, k.upstreamInits.Load())
+	counter(descDown, k.upstreamDown.Load())
+	counter(descPanics, k.panics.Load())
+	counter(descBytes, k.bytesIn.Load(), "in")
+	counter(descBytes, k.bytesOut.Load(), "out")
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(s.store.Len()), name)
+	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, float64(s.breakerState()), name)
+	k.healDuration.Collect(ch)
+	k.sessionAge.Collect(ch)
+}

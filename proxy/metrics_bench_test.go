@@ -1,0 +1,35 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcpheal/mcpheal/classify"
+)
+
+// The hot path counts each request by (method, class). These benchmarks are
+// why the proxy counts with plain atomics and lets client_golang read them
+// at scrape time (collector), instead of updating client_golang vectors per
+// request.
+func BenchmarkCountRequest(b *testing.B) {
+	m := &message{method: "tools/call", id: "1"}
+	b.Run("atomics", func(b *testing.B) {
+		var c counters
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c.request(m, classify.OK)
+			}
+		})
+	})
+	b.Run("client_golang_vec", func(b *testing.B) {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total"}, []string{"upstream", "method", "class"})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				v.WithLabelValues("default", m.method, classify.OK.String()).Inc()
+			}
+		})
+	})
+}

@@ -1,0 +1,289 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// Router serves several upstreams on one listener, each at its own path,
+// plus /healthz, /readyz and /metrics. Reload swaps the set of upstreams
+// while serving.
+type Router struct {
+	listen  string
+	log     zerolog.Logger
+	srv     *fasthttp.Server
+	reg     *prometheus.Registry
+	metrics fasthttp.RequestHandler
+	routes  atomic.Pointer[routeTable]
+
+	mu sync.Mutex // serializes Reload and Shutdown; protects closed
+	// closed is set by Shutdown; Reload then refuses.
+	closed bool
+}
+
+// routeTable is immutable once published.
+type routeTable struct {
+	byPath map[string]*Server
+	// retired servers keep answering the sessions they hold after a reload
+	// changed their upstream's settings (new sessions use the new server).
+	retired map[string][]*Server
+	configs map[string]Config // by name
+}
+
+// NewRouter builds servers for ups (each needs a distinct Name and Path)
+// listening on listen.
+func NewRouter(listen string, ups []Config, log zerolog.Logger) (*Router, error) {
+	r := &Router{listen: orStr(listen, "127.0.0.1:8787"), log: log, reg: prometheus.NewRegistry()}
+	r.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
+	t, err := r.build(ups, &routeTable{})
+	if err != nil {
+		return nil, err
+	}
+	r.routes.Store(t)
+	maxBody := 0
+	for _, s := range t.byPath {
+		maxBody = max(maxBody, s.cfg.MaxBody)
+	}
+	r.srv = newFastHTTPServer(r.Handler, log, maxBody)
+	return r, nil
+}
+
+// build makes the table for ups, reusing the servers of old whose config is
+// unchanged. It registers new servers' metrics.
+func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
+	if len(ups) == 0 {
+		return nil, errors.New("no upstreams configured")
+	}
+	t := &routeTable{byPath: map[string]*Server{}, retired: map[string][]*Server{}, configs: map[string]Config{}}
+	var created []*Server
+	fail := func(err error) (*routeTable, error) {
+		for _, s := range created {
+			r.reg.Unregister(collector{s})
+			s.Close()
+		}
+		return nil, err
+	}
+	for _, c := range ups {
+		c.Listen = r.listen
+		if err := c.normalize(); err != nil {
+			return fail(err)
+		}
+		if _, dup := t.configs[c.Name]; dup {
+			return fail(fmt.Errorf("upstream %q configured twice", c.Name))
+		}
+		if prev, dup := t.byPath[c.Path]; dup {
+			return fail(fmt.Errorf("upstreams %q and %q share path %s", prev.cfg.Name, c.Name, c.Path))
+		}
+		if reserved(c.Path) {
+			return fail(fmt.Errorf("upstream %q: path %s is reserved", c.Name, c.Path))
+		}
+		s := old.byPath[c.Path]
+		if s == nil || !reflect.DeepEqual(old.configs[c.Name], c) {
+			ns, err := New(c, r.log.With().Str(logUpstream, c.Name).Logger())
+			if err != nil {
+				return fail(err)
+			}
+			if err := r.reg.Register(collector{ns}); err != nil {
+				ns.Close()
+				return fail(fmt.Errorf("upstream %q metrics: %w", c.Name, err))
+			}
+			created = append(created, ns)
+			s = ns
+		}
+		t.byPath[c.Path] = s
+		t.configs[c.Name] = c
+	}
+	return t, nil
+}
+
+func reserved(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/metrics"
+}
+
+// Reload applies a new set of upstreams: new ones appear, removed ones stop
+// taking requests and are closed once their in-flight requests are done,
+// changed ones serve new sessions with the new settings while the old server
+// keeps its existing sessions until they end.
+func (r *Router) Reload(ups []Config) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("router is shut down")
+	}
+	old := r.routes.Load()
+	t, err := r.build(ups, old)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	keep := map[*Server]bool{}
+	for _, s := range t.byPath {
+		keep[s] = true
+	}
+	var drop []*Server
+	for path, list := range old.retired {
+		for _, s := range list {
+			if _, served := t.byPath[path]; served && s.store.Len() > 0 {
+				t.retired[path] = append(t.retired[path], s)
+			} else {
+				drop = append(drop, s)
+			}
+		}
+	}
+	for path, s := range old.byPath {
+		switch {
+		case keep[s]:
+		case t.byPath[path] != nil && t.byPath[path].cfg.Name == s.cfg.Name:
+			t.retired[path] = append(t.retired[path], s) // changed: keep its sessions
+		default:
+			drop = append(drop, s) // removed
+		}
+	}
+	r.routes.Store(t)
+	for _, s := range drop {
+		r.reg.Unregister(collector{s})
+		go s.drain(30 * time.Second)
+	}
+	r.log.Info().Strs("upstreams", t.names()).Int("dropped", len(drop)).Msg("configuration reloaded")
+	return nil
+}
+
+func (t *routeTable) names() []string {
+	var n []string
+	for name := range t.configs {
+		n = append(n, name)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Handler routes a request to its upstream's server or an operations
+// endpoint.
+func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
+	t := r.routes.Load()
+	path := ctx.Path()
+	if s := t.byPath[b2s(path)]; s != nil {
+		if len(t.retired) > 0 {
+			s = t.owner(s, b2s(path), ctx.Request.Header.PeekBytes(hdrSessionID))
+		}
+		s.ServeMCP(ctx)
+		return
+	}
+	switch string(path) {
+	case "/healthz":
+		ctx.SetContentType("text/plain; charset=utf-8")
+		ctx.SetBodyString("ok\n")
+	case "/readyz":
+		r.ready(ctx, t)
+	case "/metrics":
+		r.metrics(ctx)
+	default:
+		ctx.Error("not found\n", fasthttp.StatusNotFound)
+	}
+}
+
+// owner returns the retired server that holds the session, or s.
+func (t *routeTable) owner(s *Server, path string, sid []byte) *Server {
+	if len(sid) == 0 {
+		return s
+	}
+	for _, old := range t.retired[path] {
+		if old.store.Has(session.ClientID(b2s(sid))) {
+			return old
+		}
+	}
+	return s
+}
+
+// ready answers 200 when every upstream is reachable with its breaker
+// closed, else 503 naming the ones that are not.
+func (r *Router) ready(ctx *fasthttp.RequestCtx, t *routeTable) {
+	var bad []string
+	for _, s := range t.byPath {
+		if err := s.Ready(); err != nil {
+			bad = append(bad, s.cfg.Name+": "+err.Error())
+		}
+	}
+	sort.Strings(bad)
+	ctx.SetContentType("text/plain; charset=utf-8")
+	if len(bad) > 0 {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString("not ready\n" + strings.Join(bad, "\n") + "\n")
+		return
+	}
+	ctx.SetBodyString("ready\n")
+}
+
+// URLs returns, per upstream name, the URL an agent should use.
+func (r *Router) URLs() map[string]string {
+	out := map[string]string{}
+	for path, s := range r.routes.Load().byPath {
+		out[s.cfg.Name] = "http://" + r.listen + path
+	}
+	return out
+}
+
+// Serve answers on ln until Shutdown.
+func (r *Router) Serve(ln net.Listener) error { return r.srv.Serve(ln) }
+
+// ListenAndServe listens on the router's address and serves.
+func (r *Router) ListenAndServe() error {
+	ln, err := net.Listen("tcp", r.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return r.Serve(ln)
+}
+
+// Shutdown stops accepting, lets in-flight requests finish until ctx ends,
+// then DELETEs the upstream sessions (bounded) and closes every server.
+func (r *Router) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	err := r.srv.ShutdownWithContext(ctx)
+	t := r.routes.Load()
+	var wg sync.WaitGroup
+	for _, list := range append([][]*Server{t.servers()}, valuesOf(t.retired)...) {
+		for _, s := range list {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.closeSessions(ctx)
+			}()
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+func (t *routeTable) servers() []*Server {
+	var out []*Server
+	for _, s := range t.byPath {
+		out = append(out, s)
+	}
+	return out
+}
+
+func valuesOf(m map[string][]*Server) [][]*Server {
+	var out [][]*Server
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
