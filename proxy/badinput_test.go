@@ -1,6 +1,10 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -51,7 +55,6 @@ func TestBadInput(t *testing.T) {
 		id     string
 	}{
 		{"malformed JSON", post("application/json", sid, `{"jsonrpc":"2.0","id":1,`, nil), 400, codeParseError, "null"},
-		{"body over limit", post("application/json", sid, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"`+strings.Repeat("x", 70<<10)+`"}}`, nil), 413, codeInvalidRequest, "null"},
 		{"no session id", post("application/json", "", `{"jsonrpc":"2.0","id":"n-1","method":"tools/list"}`, nil), 400, codeInvalidRequest, `"n-1"`},
 		{"unknown session id", post("application/json", "0123456789abcdef0123456789abcdef", ping, nil), 404, codeSessionNotFound, "41"},
 		{"wrong content type", post("text/plain", sid, ping, nil), 415, codeInvalidRequest, "41"},
@@ -72,8 +75,27 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: Content-Type %q, want application/json", tt.name, ct)
 		}
 	}
+	// Over the body limit: the proxy answers from the declared length,
+	// before reading the body (a raw connection, so that the client's write
+	// of the unread body cannot race the answer).
+	c, err := net.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n{",
+		c.RemoteAddr(), sid, 70<<10)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusRequestEntityTooLarge || code != codeInvalidRequest {
+		t.Errorf("body over limit: %d %s; want 413 with a JSON-RPC error", resp.StatusCode, body)
+	}
+
 	// Nothing above disturbed the session.
-	resp, body := peerRawPost(t, url, sid, ping)
+	resp, body = peerRawPost(t, url, sid, ping)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"result"`) {
 		t.Fatalf("ping after bad input: %d %q", resp.StatusCode, body)
 	}

@@ -25,6 +25,8 @@ type attempt struct {
 	req    *fasthttp.Request
 	resp   *upstream.Response
 	peek   []byte // first SSE event(s) of resp, forwarded before the rest
+	out    []byte // rewritten events on their way to the agent
+	rw     eventRewriter
 	up     session.UpstreamID
 	gen    uint64
 	budget time.Time // end of the heal budget; zero until the first failure
@@ -42,7 +44,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg *m
 	defer fasthttp.ReleaseRequest(req)
 	s.copyRequest(ctx, req)
 	a := attemptPool.Get().(*attempt)
-	*a = attempt{s: s, ctx: ctx, sess: sess, msg: msg, req: req, peek: a.peek[:0]}
+	*a = attempt{s: s, ctx: ctx, sess: sess, msg: msg, req: req, peek: a.peek[:0], out: a.out[:0],
+		rw: eventRewriter{pending: a.rw.pending[:0]}}
 	a.resp = upstream.AcquireResponse()
 	if sess != nil {
 		a.up, a.gen = sess.Current()
@@ -58,11 +61,18 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg *m
 
 // release returns the attempt and its peek buffer to the pool.
 func (a *attempt) release() {
-	p := a.peek
+	p, o, pend := a.peek, a.out, a.rw.pending
 	if cap(p) > 64<<10 {
 		p = nil // do not pin large buffers (golang/go#23199)
 	}
-	*a = attempt{peek: p[:0]}
+	if cap(o) > 64<<10 {
+		o = nil
+	}
+	if cap(pend) > 64<<10 {
+		pend = nil
+	}
+	*a = attempt{peek: p[:0], out: o[:0]}
+	a.rw.pending = pend[:0]
 	attemptPool.Put(a)
 }
 
@@ -113,6 +123,9 @@ func (a *attempt) run() bool {
 			continue
 		}
 		a.s.count.request(a.msg, cls)
+		if cls == classify.OK && a.sess != nil && len(a.msg.method) > 9 {
+			noteJournal(a.sess, a.msg, a.ctx.PostBody())
+		}
 		return a.s.respond(a)
 	}
 }
@@ -284,9 +297,10 @@ func (s *Server) respond(a *attempt) bool {
 		return false
 	}
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	if a.msg.get && a.sess != nil {
-		s.streams.add(a.sess.ID, r)
+	if a.msg.get && a.sess != nil && r.StatusCode() == fasthttp.StatusOK {
+		return true // serveStream holds this stream open across heals
 	}
+	a.rw = eventRewriter{gen: a.gen}
 	ctx.SetBodyStreamWriter(a.stream)
 	return true
 }
@@ -300,29 +314,29 @@ func (a *attempt) stream(w *bufio.Writer) {
 			a.s.count.panics.Add(1)
 			a.s.log.Error().Interface("panic", p).Msg("stream writer panicked")
 		}
-		if a.msg.get && a.sess != nil {
-			a.s.streams.remove(a.sess.ID, a.resp)
-		}
 		upstream.ReleaseResponse(a.resp)
 		a.release()
 	}()
-	if len(a.peek) > 0 {
-		a.s.count.bytesOut.Add(uint64(len(a.peek)))
-		if _, err := w.Write(a.peek); err != nil || w.Flush() != nil {
-			return
-		}
-	}
 	buf := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(buf)
+	out := a.rw.feed(a.out[:0], a.peek)
 	for {
-		n, err := a.resp.Read(*buf)
-		if n > 0 {
-			a.s.count.bytesOut.Add(uint64(n))
-			if _, werr := w.Write((*buf)[:n]); werr != nil || w.Flush() != nil {
+		if len(out) > 0 {
+			a.s.count.bytesOut.Add(uint64(len(out)))
+			if _, werr := w.Write(out); werr != nil || w.Flush() != nil {
 				return // the agent went away; Release closes the upstream stream
 			}
 		}
+		n, err := a.resp.Read(*buf)
+		out = a.rw.feed(out[:0], (*buf)[:n])
 		if err != nil {
+			if len(out) > 0 {
+				_, _ = w.Write(out)
+			}
+			if len(a.rw.pending) > 0 { // a final event without its blank line
+				_, _ = w.Write(a.rw.pending)
+			}
+			a.out = out
 			return
 		}
 	}

@@ -71,6 +71,11 @@ func (s *Server) healSession(ctx context.Context, sess *session.Session, seen ui
 		s.count.sessionAge.Observe(age.Seconds())
 		log.Warn().Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Uint64(logGen, gen).
 			Dur(logDuration, time.Since(start)).Dur("upstream_age", age).Msg("session healed")
+		s.streams.healed(sess.ID, gen)
+		if sess.ToolsSeen() {
+			s.bg.Add(1)
+			go s.checkTools(sess, recipeHeader(sess))
+		}
 	case err != nil:
 		outcome := outcomeFailed
 		if errors.Is(err, errRecipeRefused) {
@@ -129,6 +134,7 @@ func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 			up, err := s.initUpstream(ctx, hdr, sess.Recipe.InitBody, sess.Recipe.ProtocolVersion)
 			if err == nil {
 				s.breaker.Success()
+				s.replayJournal(ctx, hdr, sess, up)
 				s.deleteUpstream(dead, hdr.PeekBytes(hdrAuthorization), true)
 				return up, nil
 			}
@@ -233,7 +239,7 @@ func (s *Server) deleteNow(up session.UpstreamID, auth []byte, deadline time.Tim
 
 // sessionDropped runs when the store expires or evicts a session.
 func (s *Server) sessionDropped(sess *session.Session) {
-	s.streams.interrupt(sess.ID)
+	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")
 	s.deleteUpstream(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)

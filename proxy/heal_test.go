@@ -24,11 +24,11 @@ func TestHealGoSDKExpiry(t *testing.T) {
 	callEcho(t, cs, "before")
 	time.Sleep(700 * time.Millisecond) // idle past the upstream's SessionTimeout
 	callEcho(t, cs, "after")
-	if got := up.Inits(); got != 2 {
-		t.Fatalf("upstream initializes = %d, want 2 (one heal)", got)
-	}
-	if st := s.Stats(); st.Heals != 1 {
-		t.Fatalf("heals = %d, want 1", st.Heals)
+	// The client's GET stream is held open across the expiry: the proxy
+	// re-creates the session for it as soon as the stream dies (so server
+	// notifications keep flowing), possibly more than once while idle.
+	if got, heals := up.Inits(), s.Stats().Heals; got < 2 || heals < 1 || uint64(got) != heals+1 {
+		t.Fatalf("upstream initializes = %d, heals = %d; want one initialize per heal plus the first", got, heals)
 	}
 }
 

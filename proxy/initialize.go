@@ -229,6 +229,9 @@ func learnTools(sess *session.Session, r *upstream.Response, peek []byte) {
 	if r.IsStream() {
 		d = findResponse(peek)
 	}
+	if res := gjson.GetBytes(d, "result"); res.IsObject() && !gjson.Get(res.Raw, "nextCursor").Exists() {
+		sess.SeeTools([]byte(res.Raw)) // the first page of a paged list is not the list
+	}
 	gjson.GetBytes(d, "result.tools").ForEach(func(_, t gjson.Result) bool {
 		name := t.Get("name").String()
 		if name != "" {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -82,6 +83,20 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 		s.sessionNotFound(ctx, msg.idOrNull())
 		return
 	}
+	if msg.method == "" && msg.id != "" && !msg.batch {
+		// The agent's answer to a server→client request: it goes to the
+		// upstream session that asked, or nowhere if that one is gone.
+		_, gen := sess.Current()
+		restored, live := answerRoute(body, msg.id, gen)
+		if !live {
+			ctx.SetStatusCode(fasthttp.StatusAccepted)
+			return
+		}
+		if restored != nil {
+			msg.id = strings.Clone(msg.id) // a view into the body being replaced
+			ctx.Request.SetBody(restored)
+		}
+	}
 	s.forward(ctx, sess, &msg)
 }
 
@@ -106,7 +121,7 @@ func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
 		s.sessionNotFound(ctx, "null")
 		return
 	}
-	s.forward(ctx, sess, &message{get: true})
+	s.serveStream(ctx, sess)
 }
 
 // serveDelete ends the agent's session: the upstream session is DELETEd with
@@ -124,7 +139,7 @@ func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
 		s.sessionNotFound(ctx, "null")
 		return
 	}
-	s.streams.interrupt(sess.ID)
+	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.deleteUpstream(up, ctx.Request.Header.PeekBytes(hdrAuthorization), false)
 	ctx.SetStatusCode(fasthttp.StatusOK)

@@ -23,6 +23,9 @@ var (
 	descKeepalive = prometheus.NewDesc("mcpheal_keepalive_total",
 		"Keepalive probes of idle sessions by result.",
 		[]string{"upstream", "result"}, nil)
+	descJournal = prometheus.NewDesc("mcpheal_journal_replays_total",
+		"Session state (log level, subscriptions) restored on a new upstream session, by outcome.",
+		[]string{"upstream", "outcome"}, nil)
 	descInits = prometheus.NewDesc("mcpheal_upstream_initializes_total",
 		"initialize requests sent upstream (the agents' and re-inits).",
 		[]string{"upstream"}, nil)
@@ -46,7 +49,7 @@ type collector struct{ s *Server }
 
 // Describe implements prometheus.Collector.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descClassified, descHeals, descReplays, descKeepalive,
+	for _, d := range []*prometheus.Desc{descRequests, descClassified, descHeals, descReplays, descKeepalive, descJournal,
 		descInits, descDown, descPanics, descBytes, descSessions, descBreaker} {
 		ch <- d
 	}
@@ -81,6 +84,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for r := range k.keepalive {
 		counter(descKeepalive, k.keepalive[r].Load(), keepaliveNames[r])
 	}
+	counter(descJournal, k.journal[outcomeOK].Load(), "ok")
+	counter(descJournal, k.journal[outcomeFailed].Load(), "failed")
 	counter(descInits, k.upstreamInits.Load())
 	counter(descDown, k.upstreamDown.Load())
 	counter(descPanics, k.panics.Load())

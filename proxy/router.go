@@ -256,8 +256,11 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	err := r.srv.ShutdownWithContext(ctx)
 	t := r.routes.Load()
+	for _, s := range t.servers() {
+		s.streams.stopAll() // held-open GET streams would stall the drain
+	}
+	err := r.srv.ShutdownWithContext(ctx)
 	var wg sync.WaitGroup
 	for _, list := range append([][]*Server{t.servers()}, valuesOf(t.retired)...) {
 		for _, s := range list {

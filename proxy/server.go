@@ -30,6 +30,10 @@ type Config struct {
 	// Headers are set on every request sent upstream (e.g. an API key the
 	// operator owns); they replace an agent's header of the same name.
 	Headers map[string]string
+	// StreamKeepalive is how often an agent's idle GET stream gets a
+	// ": keepalive" comment, so that proxies and runtimes in between do not
+	// cut it (Node's 300 s request timeout); zero means 15 s.
+	StreamKeepalive time.Duration
 	// Keepalive pings a quiet session's upstream this often so that it
 	// neither expires nor loses its connection; zero means 120 s, negative
 	// disables.
@@ -75,6 +79,7 @@ func (c *Config) normalize() error {
 	c.MaxBody = orInt(c.MaxBody, 4<<20)
 	c.HealTimeout = orDur(c.HealTimeout, 15*time.Second)
 	c.ResponseTimeout = orDur(c.ResponseTimeout, 5*time.Minute)
+	c.StreamKeepalive = orDur(c.StreamKeepalive, 15*time.Second)
 	if c.Keepalive == 0 {
 		c.Keepalive = 120 * time.Second
 	}
@@ -190,6 +195,7 @@ func (s *Server) ListenAndServe() error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.srvOnce.Do(func() {}) // a Serve racing with Shutdown gets no server
+	s.streams.stopAll()     // held-open GET streams would stall the drain
 	if s.srv != nil {
 		err = s.srv.ShutdownWithContext(ctx)
 	}
@@ -202,6 +208,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() {
 	s.doneOnce.Do(func() {
 		close(s.done)
+		s.streams.stopAll()
 		s.store.Close()
 		s.up.Close() // cuts exchanges in flight, so background work ends at once
 		s.bg.Wait()

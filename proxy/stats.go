@@ -99,10 +99,11 @@ type counters struct {
 	classes        [numClasses]atomic.Uint64 // every classified upstream answer, replays included
 	heals          [numReasons][numOutcomes]atomic.Uint64
 	keepalive      [numKeepalive]atomic.Uint64
-	replays        atomic.Uint64 // requests sent again after a failure
-	replaysRefused atomic.Uint64 // ambiguous failures not replayed
-	upstreamInits  atomic.Uint64 // initialize requests sent upstream (agent's and re-inits)
-	upstreamDown   atomic.Uint64 // 503 answers after the heal budget
+	journal        [2]atomic.Uint64 // state replayed after a re-init: [outcomeOK], [outcomeFailed]
+	replays        atomic.Uint64    // requests sent again after a failure
+	replaysRefused atomic.Uint64    // ambiguous failures not replayed
+	upstreamInits  atomic.Uint64    // initialize requests sent upstream (agent's and re-inits)
+	upstreamDown   atomic.Uint64    // 503 answers after the heal budget
 	panics         atomic.Uint64
 	bytesIn        atomic.Uint64 // request bodies sent upstream
 	bytesOut       atomic.Uint64 // response bodies returned to agents

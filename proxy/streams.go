@@ -4,35 +4,33 @@ import (
 	"sync"
 
 	"github.com/mcpheal/mcpheal/session"
-	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // streamSet tracks the agents' standalone GET streams per session, so that
-// ending a session can cut its upstream stream at once. (An upstream such as
-// the Go SDK finishes a session's DELETE only after its GET stream ended, and
-// the proxy would otherwise notice a departed agent only on its next write.)
+// session events reach them: ending a session stops its streams (an
+// upstream such as the Go SDK finishes a session's DELETE only after its GET
+// stream ended), a heal moves them to the new upstream session, and the
+// proxy can tell the agent that the tool list changed.
 type streamSet struct {
 	mu sync.Mutex // protects m
-	m  map[session.ClientID][]*upstream.Response
+	m  map[session.ClientID][]*getStream
 }
 
-func (ss *streamSet) add(id session.ClientID, r *upstream.Response) {
+func (ss *streamSet) add(id session.ClientID, g *getStream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.m == nil {
-		ss.m = make(map[session.ClientID][]*upstream.Response)
+		ss.m = make(map[session.ClientID][]*getStream)
 	}
-	ss.m[id] = append(ss.m[id], r)
+	ss.m[id] = append(ss.m[id], g)
 }
 
-// remove forgets r; the stream's owner calls it before releasing r, so that
-// interrupt never touches a released response.
-func (ss *streamSet) remove(id session.ClientID, r *upstream.Response) {
+func (ss *streamSet) remove(id session.ClientID, g *getStream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	list := ss.m[id]
 	for i, x := range list {
-		if x == r {
+		if x == g {
 			list = append(list[:i], list[i+1:]...)
 			break
 		}
@@ -44,11 +42,37 @@ func (ss *streamSet) remove(id session.ClientID, r *upstream.Response) {
 	}
 }
 
-// interrupt cuts every stream of the session; their owners then end.
-func (ss *streamSet) interrupt(id session.ClientID) {
+func (ss *streamSet) each(id session.ClientID, f func(*getStream)) {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	for _, r := range ss.m[id] {
-		r.Interrupt()
+	list := append([]*getStream(nil), ss.m[id]...)
+	ss.mu.Unlock()
+	for _, g := range list {
+		f(g)
+	}
+}
+
+// stop ends the session's streams for good.
+func (ss *streamSet) stop(id session.ClientID) { ss.each(id, (*getStream).stop) }
+
+// healed moves the session's streams to generation gen.
+func (ss *streamSet) healed(id session.ClientID, gen uint64) {
+	ss.each(id, func(g *getStream) { g.reconnectBefore(gen) })
+}
+
+// inject sends one event to the session's streams (dropped if none is open).
+func (ss *streamSet) inject(id session.ClientID, event []byte) {
+	ss.each(id, func(g *getStream) { g.send(event) })
+}
+
+// stopAll ends every stream (shutdown).
+func (ss *streamSet) stopAll() {
+	ss.mu.Lock()
+	var all []*getStream
+	for _, list := range ss.m {
+		all = append(all, list...)
+	}
+	ss.mu.Unlock()
+	for _, g := range all {
+		g.stop()
 	}
 }

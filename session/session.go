@@ -45,7 +45,7 @@ type Session struct {
 	lastPing atomic.Int64 // unix nanoseconds of the last keepalive probe
 	removed  atomic.Bool  // dropped by the agent or the store
 
-	mu       sync.Mutex // protects upstream, gen, born, healing, replayOK, heals, reported
+	mu       sync.Mutex // protects everything below
 	upstream UpstreamID
 	gen      uint64
 	born     time.Time // when the current upstream session was created
@@ -53,6 +53,11 @@ type Session struct {
 	replayOK map[string]bool // tool name → safe to replay (read-only or idempotent)
 	heals    uint64
 	reported uint64 // the last generation whose heal was reported
+
+	level     string          // journal: raw params of the last logging/setLevel
+	subs      map[string]bool // journal: subscribed resource URIs
+	tools     [32]byte        // hash of the last tools/list result the agent saw
+	toolsSeen bool
 }
 
 // healCall is one re-init in flight; its result fields are written once,

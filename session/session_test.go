@@ -145,3 +145,35 @@ func TestNewClientID(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+func TestJournal(t *testing.T) {
+	t.Parallel()
+	s := New(NewClientID(), Recipe{}, "u")
+	if j := s.Journal(); j.Level != "" || len(j.Subscriptions) != 0 {
+		t.Fatalf("new session journal = %+v, want empty", j)
+	}
+	s.SetLevel(`{"level":"info"}`)
+	s.SetLevel(`{"level":"debug"}`)
+	s.Subscribe("file:///b", true)
+	s.Subscribe("file:///a", true)
+	s.Subscribe("file:///c", true)
+	s.Subscribe("file:///c", false)
+	j := s.Journal()
+	if j.Level != `{"level":"debug"}` || len(j.Subscriptions) != 2 || j.Subscriptions[0] != "file:///a" || j.Subscriptions[1] != "file:///b" {
+		t.Fatalf("journal = %+v", j)
+	}
+}
+
+func TestSeeTools(t *testing.T) {
+	t.Parallel()
+	s := New(NewClientID(), Recipe{}, "u")
+	if s.SeeTools([]byte(`{"tools":[1]}`)) || !s.ToolsSeen() {
+		t.Fatal("first tools/list reported a change")
+	}
+	if s.SeeTools([]byte(`{"tools":[1]}`)) {
+		t.Fatal("same list reported a change")
+	}
+	if !s.SeeTools([]byte(`{"tools":[1,2]}`)) {
+		t.Fatal("changed list not reported")
+	}
+}

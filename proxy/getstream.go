@@ -1,0 +1,289 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// getStream is an agent's standalone SSE stream (GET), held open across
+// upstream deaths (DESIGN "Streams"):
+//
+//	agent ◀── writer: events, ": keepalive" every StreamKeepalive ──┐
+//	                                                              events
+//	upstream GET ──▶ pump: read, rewrite ids ─────────────────────┘
+//	     ▲              │ stream ended / cut
+//	     └── reopen ◀───┘ same generation: Last-Event-ID, honouring retry:
+//	                      session gone: heal, then the new session's GET
+//
+// The pump owns the upstream side, the writer the agent side; the writer
+// stops the pump when the agent goes away.
+type getStream struct {
+	s    *Server
+	sess *session.Session
+	hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
+	out  chan []byte             // rewritten events, pump → writer
+	quit chan struct{}           // closed by stop
+	once sync.Once
+
+	mu   sync.Mutex // protects resp, gen
+	resp *upstream.Response
+	gen  uint64
+}
+
+// serveStream opens the upstream GET for the agent's stream. If that first
+// open fails the agent gets the upstream's answer (405: the server has no GET
+// stream; 409: one is already open) or the proxy's own; once open, the stream
+// outlives upstream sessions.
+func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
+	g := &getStream{s: s, sess: sess, hdr: new(fasthttp.RequestHeader),
+		out: make(chan []byte, 16), quit: make(chan struct{})}
+	ctx.Request.Header.CopyTo(g.hdr)
+	for _, h := range reqDropHeaders {
+		g.hdr.Del(h)
+	}
+	s.setOperatorHeaders(g.hdr)
+	up, gen := sess.Current()
+	last := upstreamEventID(ctx.Request.Header.PeekBytes(hdrLastEventID), gen)
+
+	a := &attempt{s: s, ctx: ctx, sess: sess, msg: &message{get: true}, up: up, gen: gen}
+	a.req = fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(a.req)
+	g.hdr.CopyTo(&a.req.Header)
+	setLastEventID(a.req, last)
+	a.resp = upstream.AcquireResponse()
+	if !a.run() {
+		// run answered the agent itself (an error, or the upstream's
+		// answer to the open); nothing to hold open.
+		upstream.ReleaseResponse(a.resp)
+		return
+	}
+	g.resp, g.gen = a.resp, a.gen
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	s.streams.add(sess.ID, g)
+	s.bg.Add(1)
+	go g.pump()
+	ctx.SetBodyStreamWriter(g.write)
+}
+
+// write relays events and keepalive comments to the agent until it goes
+// away or the stream is stopped.
+func (g *getStream) write(w *bufio.Writer) {
+	defer g.s.streams.remove(g.sess.ID, g)
+	defer g.stop()
+	t := time.NewTicker(g.s.cfg.StreamKeepalive)
+	defer t.Stop()
+	for {
+		var b []byte
+		select {
+		case ev, ok := <-g.out:
+			if !ok {
+				return // the pump gave up: the agent's SDK reconnects its GET
+			}
+			b = ev
+		case <-t.C:
+			b = keepaliveComment
+		case <-g.quit:
+			return
+		}
+		if _, err := w.Write(b); err != nil || w.Flush() != nil {
+			return
+		}
+		g.s.count.bytesOut.Add(uint64(len(b)))
+	}
+}
+
+var keepaliveComment = []byte(": keepalive\n\n")
+
+// pump reads the upstream GET stream, and when it ends opens the next one:
+// in the same session with Last-Event-ID, or after healing the session.
+func (g *getStream) pump() {
+	defer g.s.bg.Done()
+	defer close(g.out)
+	defer func() {
+		if p := recover(); p != nil {
+			g.s.count.panics.Add(1)
+			g.s.log.Error().Interface("panic", p).Msg("stream pump panicked")
+		}
+	}()
+	buf := make([]byte, 16<<10)
+	for {
+		g.mu.Lock()
+		resp, gen := g.resp, g.gen
+		g.mu.Unlock()
+		er := eventRewriter{gen: gen}
+		for {
+			n, err := resp.Read(buf)
+			if out := er.feed(nil, buf[:n]); len(out) > 0 && !g.send(out) {
+				break
+			}
+			if err != nil {
+				break
+			}
+		}
+		g.mu.Lock()
+		g.resp = nil
+		g.mu.Unlock()
+		upstream.ReleaseResponse(resp)
+		if !g.reopen(er.lastID, er.retryMs) {
+			return
+		}
+	}
+}
+
+// send queues an event for the agent; false once the stream is stopped.
+func (g *getStream) send(ev []byte) bool {
+	select {
+	case g.out <- ev:
+		return true
+	case <-g.quit:
+		return false
+	}
+}
+
+// reopen opens the next upstream GET. It waits the server's retry: interval
+// (or a backoff while the upstream is down), heals a session found gone, and
+// gives up only when the stream is stopped, the session ended, or the
+// upstream says it has no GET stream.
+func (g *getStream) reopen(lastID string, retryMs int) bool {
+	delay := time.Duration(retryMs) * time.Millisecond
+	g.mu.Lock()
+	prevGen := g.gen
+	g.mu.Unlock()
+	for {
+		select {
+		case <-g.quit:
+			return false
+		default:
+		}
+		if delay > 0 && !g.wait(delay) {
+			return false
+		}
+		delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
+		if g.sess.Removed() {
+			return false
+		}
+		up, gen := g.sess.Current()
+		if gen != prevGen {
+			lastID = "" // event ids do not cross generations
+		}
+		resp, cls := g.open(up, lastID)
+		switch {
+		case resp != nil:
+			g.mu.Lock()
+			g.resp, g.gen = resp, gen
+			g.mu.Unlock()
+			return true
+		case cls == classify.SessionGone:
+			if !g.heal(gen) {
+				continue // budget spent; keep trying while the agent listens
+			}
+			delay = 0
+		case cls == classify.Protocol || cls == classify.Auth:
+			return false // 405, 409, 401…: the agent's SDK decides
+		}
+	}
+}
+
+// open sends one upstream GET; it returns the stream, or the class of the
+// failure.
+func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
+	if ok, _ := g.s.breaker.Allow(); !ok {
+		return nil, classify.TransportDead
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	g.hdr.CopyTo(&req.Header)
+	setSessionHeader(req, up)
+	setLastEventID(req, lastID)
+	resp := upstream.AcquireResponse()
+	err := g.s.up.Do(req, resp, time.Now().Add(g.s.cfg.ResponseTimeout))
+	cls := classify.TransportDead
+	switch {
+	case err != nil:
+	case resp.IsStream(): // a quiet stream: judge its head only
+		cls = classify.Classify(resp.StatusCode(), resp.Header.ContentType(), nil)
+	default:
+		cls = classify.Classify(resp.StatusCode(), resp.Header.ContentType(), resp.Body())
+	}
+	g.s.recordHealth(cls)
+	if cls == classify.OK && resp.IsStream() {
+		return resp, cls
+	}
+	upstream.ReleaseResponse(resp)
+	return nil, cls
+}
+
+// heal re-creates the session under the agent's credential, as a request
+// would.
+func (g *getStream) heal(seen uint64) bool {
+	ctx, cancel := contextWithTimeout(g.s.cfg.HealTimeout, g.quit)
+	defer cancel()
+	up, _ := g.sess.Current()
+	_, _, err := g.s.healSession(ctx, g.sess, seen, reasonSessionGone, g.s.reinit(g.sess, g.hdr, up))
+	return err == nil
+}
+
+// reconnectBefore cuts the upstream stream if it belongs to a generation
+// older than gen; the pump then reopens on the new session.
+func (g *getStream) reconnectBefore(gen uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.resp != nil && g.gen < gen {
+		g.resp.Interrupt()
+	}
+}
+
+// stop ends the stream: the pump and the writer return.
+func (g *getStream) stop() {
+	g.once.Do(func() {
+		close(g.quit)
+		g.mu.Lock()
+		if g.resp != nil {
+			g.resp.Interrupt()
+		}
+		g.mu.Unlock()
+	})
+}
+
+// wait sleeps d unless the stream stops first.
+func (g *getStream) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-g.quit:
+		return false
+	case <-g.s.done:
+		return false
+	}
+}
+
+// contextWithTimeout is a context that ends after d or when quit closes.
+func contextWithTimeout(d time.Duration, quit <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() { // ends with ctx, at the latest after d
+		select {
+		case <-quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func setLastEventID(req *fasthttp.Request, id string) {
+	if id == "" {
+		req.Header.DelBytes(hdrLastEventID)
+		return
+	}
+	req.Header.SetBytesK(hdrLastEventID, id)
+}
