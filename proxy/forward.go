@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,11 +124,39 @@ func (a *attempt) run() bool {
 			continue
 		}
 		a.s.count.request(a.msg, cls)
-		if cls == classify.OK && a.sess != nil && len(a.msg.method) > 9 {
-			noteJournal(a.sess, a.msg, a.ctx.PostBody())
+		if cls == classify.OK && a.sess != nil {
+			a.accepted()
 		}
 		return a.s.respond(a)
 	}
+}
+
+// accepted runs when the upstream accepted the request on the session: it
+// journals session state, and moves the session's binding to the request's
+// credential if that differs (token rotation: the upstream is the judge).
+func (a *attempt) accepted() {
+	if len(a.msg.method) > 9 {
+		noteJournal(a.sess, a.msg, a.ctx.PostBody())
+	}
+	auth := a.ctx.Request.Header.PeekBytes(hdrAuthorization)
+	if _, hdr := a.sess.Binding(); headerValue(hdr, "Authorization") == b2s(auth) {
+		return // the credential the session holds: no hashing on the hot path
+	}
+	fp := a.s.fingerprint(auth)
+	if !sameCredential(a.sess, fp) {
+		a.sess.Rebind(fp.String(), recipeHeaders(&a.req.Header))
+		a.s.log.Info().Str(logSession, a.sess.ID.Short()).Msg("session credential rotated")
+	}
+}
+
+// headerValue returns the value of the named header in hdr, or "".
+func headerValue(hdr [][2]string, name string) string {
+	for _, kv := range hdr {
+		if strings.EqualFold(kv[0], name) {
+			return kv[1]
+		}
+	}
+	return ""
 }
 
 // allowed checks the upstream's circuit breaker; while it is open the agent

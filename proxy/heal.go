@@ -22,7 +22,7 @@ var errRecipeRefused = errors.New("upstream refused the recorded initialize")
 // mayHeal reports whether this request may re-create the session: only under
 // the credential that created it (DESIGN §Security).
 func (a *attempt) mayHeal() bool {
-	return a.s.fingerprint(a.ctx.Request.Header.PeekBytes(hdrAuthorization)) == a.sess.Recipe.Credential
+	return sameCredential(a.sess, a.s.fingerprint(a.ctx.Request.Header.PeekBytes(hdrAuthorization)))
 }
 
 // heal re-initializes the upstream session (single-flight per session) and

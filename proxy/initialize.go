@@ -68,7 +68,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 	recipe := session.Recipe{
 		InitBody:        append([]byte(nil), ctx.PostBody()...),
 		ProtocolVersion: version,
-		Credential:      s.fingerprint(ctx.Request.Header.PeekBytes(hdrAuthorization)),
+		Credential:      s.fingerprint(ctx.Request.Header.PeekBytes(hdrAuthorization)).String(),
 		Header:          recipeHeaders(&a.req.Header),
 	}
 	sess := session.New(session.NewClientID(), recipe,

@@ -144,7 +144,8 @@ func (s *Server) probe(sess *session.Session, hdr *fasthttp.RequestHeader, up se
 // session's behalf.
 func recipeHeader(sess *session.Session) *fasthttp.RequestHeader {
 	h := new(fasthttp.RequestHeader)
-	for _, kv := range sess.Recipe.Header {
+	_, hdr := sess.Binding()
+	for _, kv := range hdr {
 		h.Add(kv[0], kv[1])
 	}
 	return h

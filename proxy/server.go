@@ -5,7 +5,8 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
+	"crypto/subtle"
+	"hash"
 	"errors"
 	"fmt"
 	"net"
@@ -93,7 +94,8 @@ type Server struct {
 	up          *upstream.Client
 	store       *session.Store
 	guard       hostGuard
-	fpKey       []byte // keys credential fingerprints; random per process
+	fpKey       []byte    // keys credential fingerprints; random per process
+	macs        sync.Pool // of hash.Hash: HMAC-SHA256 under fpKey
 	replayTools map[string]bool
 	count       counters
 	breaker     *upstream.Breaker
@@ -134,6 +136,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		done:        make(chan struct{}),
 	}
 	_, _ = rand.Read(s.fpKey)
+	s.macs.New = func() any { return hmac.New(sha256.New, s.fpKey) }
 	for _, t := range cfg.ReplayTools {
 		s.replayTools[t] = true
 	}
@@ -262,14 +265,42 @@ func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
 }
 
 // fingerprint keys the agent's credential so that a session can be bound to
-// it without storing it.
-func (s *Server) fingerprint(auth []byte) string {
+// it without keeping it for comparison: the first 16 bytes of HMAC-SHA256
+// under a per-process key. No credential gives the zero fingerprint. It does
+// not allocate.
+func (s *Server) fingerprint(auth []byte) (fp fingerprint) {
 	if len(auth) == 0 {
+		return fp
+	}
+	m := s.macs.Get().(hash.Hash)
+	defer s.macs.Put(m)
+	m.Reset()
+	m.Write(auth)
+	var sum [sha256.Size]byte
+	m.Sum(sum[:0])
+	copy(fp[:], sum[:16])
+	return fp
+}
+
+// fingerprint identifies a credential; never printed.
+type fingerprint [16]byte
+
+// String is the form a session stores ("" for no credential).
+func (fp fingerprint) String() string {
+	if fp == (fingerprint{}) {
 		return ""
 	}
-	m := hmac.New(sha256.New, s.fpKey)
-	m.Write(auth)
-	return hex.EncodeToString(m.Sum(nil)[:16])
+	return string(fp[:])
+}
+
+// sameCredential reports whether fp is the credential the session is bound
+// to; only such a request may re-create the session.
+func sameCredential(sess *session.Session, fp fingerprint) bool {
+	cred, _ := sess.Binding()
+	if fp == (fingerprint{}) {
+		return cred == ""
+	}
+	return len(cred) == len(fp) && subtle.ConstantTimeCompare([]byte(cred), fp[:]) == 1
 }
 
 // fasthttpLogger routes fasthttp's own messages (malformed requests,

@@ -19,11 +19,13 @@ type Recipe struct {
 	// ProtocolVersion is the version the upstream negotiated.
 	ProtocolVersion string
 	// Credential is a keyed fingerprint of the credential that created the
-	// session; empty when the agent sent none.
+	// session; empty when the agent sent none. Rebind moves the session to
+	// a rotated credential; Binding reads the current one.
 	Credential string
 	// Header holds the agent's request headers (name, value) at initialize,
 	// for work the proxy does on the session's behalf with no agent request
 	// at hand (keepalive pings and the heals they trigger). Never logged.
+	// Rebind replaces it with the rotated credential's request headers.
 	Header [][2]string
 }
 
@@ -54,6 +56,8 @@ type Session struct {
 	heals    uint64
 	reported uint64 // the last generation whose heal was reported
 
+	cred      string          // current credential fingerprint (starts as Recipe.Credential)
+	hdr       [][2]string     // current headers for proactive work (starts as Recipe.Header)
 	level     string          // journal: raw params of the last logging/setLevel
 	subs      map[string]bool // journal: subscribed resource URIs
 	tools     [32]byte        // hash of the last tools/list result the agent saw
@@ -71,7 +75,7 @@ type healCall struct {
 
 // New returns a session for a freshly initialized upstream session.
 func New(id ClientID, r Recipe, up UpstreamID) *Session {
-	s := &Session{ID: id, Recipe: r, upstream: up, gen: 1, born: now()}
+	s := &Session{ID: id, Recipe: r, upstream: up, gen: 1, born: now(), cred: r.Credential, hdr: r.Header}
 	s.touch()
 	return s
 }
@@ -84,6 +88,22 @@ func (s *Session) touch() { s.lastUsed.Store(now().UnixNano()) }
 // idle returns how long the session has gone unused.
 func (s *Session) idle(t time.Time) time.Duration {
 	return t.Sub(time.Unix(0, s.lastUsed.Load()))
+}
+
+// Binding returns the fingerprint of the credential the session is bound to
+// and the headers to use for work on its behalf.
+func (s *Session) Binding() (string, [][2]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cred, s.hdr
+}
+
+// Rebind moves the session to a new credential (token rotation: the
+// upstream accepted a request made with it).
+func (s *Session) Rebind(cred string, hdr [][2]string) {
+	s.mu.Lock()
+	s.cred, s.hdr = cred, hdr
+	s.mu.Unlock()
 }
 
 // QuietFor returns how long neither the agent nor a keepalive probe has
