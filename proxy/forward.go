@@ -86,7 +86,7 @@ func (a *attempt) run() bool {
 		}
 		setSessionHeader(a.req, a.up)
 		a.s.count.bytesIn.Add(uint64(len(a.req.Body())))
-		err := a.s.up.Do(a.req, a.resp, time.Now().Add(a.s.cfg.ResponseTimeout))
+		err := a.s.do(a.req, a.resp, time.Now().Add(a.s.cfg.ResponseTimeout))
 		cls := a.judge(err)
 		a.s.count.class(cls)
 		a.s.recordHealth(cls)
@@ -288,6 +288,9 @@ func (s *Server) copyRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request) {
 	req.Header.ResetConnectionClose()
 	for _, h := range reqDropHeaders {
 		req.Header.Del(h)
+	}
+	if s.ownsAuthorization() {
+		req.Header.DelBytes(hdrAuthorization)
 	}
 	s.setOperatorHeaders(&req.Header)
 	req.SetBodyRaw(ctx.PostBody())

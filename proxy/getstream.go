@@ -49,7 +49,14 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	for _, h := range reqDropHeaders {
 		g.hdr.Del(h)
 	}
+	if s.ownsAuthorization() {
+		g.hdr.DelBytes(hdrAuthorization)
+	}
 	s.setOperatorHeaders(g.hdr)
+	if s.streams.count(sess.ID) >= s.cfg.MaxStreams {
+		writeError(ctx, fasthttp.StatusTooManyRequests, codeTooMany, "null", "Too many streams for this session")
+		return
+	}
 	up, gen := sess.Current()
 	last := upstreamEventID(ctx.Request.Header.PeekBytes(hdrLastEventID), gen)
 
@@ -204,7 +211,7 @@ func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Respon
 	setSessionHeader(req, up)
 	setLastEventID(req, lastID)
 	resp := upstream.AcquireResponse()
-	err := g.s.up.Do(req, resp, time.Now().Add(g.s.cfg.ResponseTimeout))
+	err := g.s.do(req, resp, time.Now().Add(g.s.cfg.ResponseTimeout))
 	cls := classify.TransportDead
 	switch {
 	case err != nil:

@@ -43,7 +43,9 @@ func (a *attempt) heal(reason int) bool {
 		case errors.As(err, &bo):
 			a.breakerOpen(bo.wait)
 		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
-			a.s.store.Remove(a.sess.ID)
+			if _, ok := a.s.store.Remove(a.sess.ID); ok {
+				a.s.forget(a.sess)
+			}
 			a.s.count.request(a.msg, classify.SessionGone)
 			a.s.sessionNotFound(a.ctx, a.msg.idOrNull())
 		default:
@@ -125,6 +127,9 @@ func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 	// The leader may outlive the request that started it: copy its headers.
 	hdr := new(fasthttp.RequestHeader)
 	agent.CopyTo(hdr)
+	if s.ownsAuthorization() {
+		hdr.DelBytes(hdrAuthorization) // the agent's is the proxy's own, not the upstream's
+	}
 	return func(ctx context.Context) (session.UpstreamID, error) {
 		delay := 25 * time.Millisecond
 		for try := 1; ; try++ {
@@ -230,15 +235,16 @@ func (s *Server) deleteNow(up session.UpstreamID, auth []byte, deadline time.Tim
 	defer upstream.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodDelete)
 	req.Header.SetBytesK(hdrSessionID, string(up))
-	if len(auth) > 0 {
+	if len(auth) > 0 && !s.ownsAuthorization() {
 		req.Header.SetBytesKV(hdrAuthorization, auth)
 	}
 	s.setOperatorHeaders(&req.Header)
-	return s.up.Do(req, resp, deadline)
+	return s.do(req, resp, deadline)
 }
 
 // sessionDropped runs when the store expires or evicts a session.
 func (s *Server) sessionDropped(sess *session.Session) {
+	s.forget(sess)
 	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")

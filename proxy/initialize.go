@@ -33,7 +33,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 			return
 		}
 		s.count.upstreamInits.Add(1)
-		err := s.up.Do(a.req, a.resp, time.Now().Add(s.cfg.ResponseTimeout))
+		err := s.do(a.req, a.resp, time.Now().Add(s.cfg.ResponseTimeout))
 		if err == nil {
 			body, err = readAnswer(a.resp)
 		}
@@ -73,6 +73,12 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 	}
 	sess := session.New(session.NewClientID(), recipe,
 		session.UpstreamID(r.Header.PeekBytes(hdrSessionID)))
+	if !s.admit(recipe.Credential) {
+		s.dropMintedSession(r)
+		writeError(ctx, fasthttp.StatusTooManyRequests, codeTooMany, msg.idOrNull(),
+			"Too many sessions for this credential")
+		return
+	}
 	s.store.Add(sess)
 	ctx.Response.Header.SetBytesK(hdrSessionID, string(sess.ID))
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).
@@ -174,7 +180,7 @@ func (s *Server) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 	req.SetBody(withID(initBody, `"mcpheal-init-`+strconv.FormatUint(initSeq.Add(1), 10)+`"`))
 
 	s.count.upstreamInits.Add(1)
-	if err := s.up.Do(req, resp, deadline); err != nil {
+	if err := s.do(req, resp, deadline); err != nil {
 		return "", err
 	}
 	body, err := readAnswer(resp)
@@ -202,7 +208,7 @@ func (s *Server) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 	}
 	req.Header.SetBytesK(hdrProtocolVersion, version)
 	req.SetBodyString(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	if err := s.up.Do(req, resp, deadline); err != nil {
+	if err := s.do(req, resp, deadline); err != nil {
 		return "", fmt.Errorf("notifications/initialized: %w", err)
 	}
 	return up, nil
@@ -225,9 +231,11 @@ func withID(body []byte, id string) []byte {
 // (readOnlyHint or idempotentHint, MCP 2025-03-26+ tool annotations) from a
 // tools/list answer passing through.
 func learnTools(sess *session.Session, r *upstream.Response, peek []byte) {
-	d := r.Body()
+	var d []byte
 	if r.IsStream() {
-		d = findResponse(peek)
+		d = findResponse(peek) // never Body(): it would drain the stream
+	} else {
+		d = r.Body()
 	}
 	if res := gjson.GetBytes(d, "result"); res.IsObject() && !gjson.Get(res.Raw, "nextCursor").Exists() {
 		sess.SeeTools([]byte(res.Raw)) // the first page of a paged list is not the list

@@ -26,6 +26,10 @@ const (
 	codeProxyError = -32012
 	// codeForbidden: Host or Origin refused (DNS-rebinding guard); HTTP 403.
 	codeForbidden = -32013
+	// codeUnauthorized: inbound auth failed; HTTP 401.
+	codeUnauthorized = -32014
+	// codeTooMany: a per-session or per-credential cap; HTTP 429.
+	codeTooMany = -32015
 )
 
 // message is what the proxy needs to know of one agent POST body. Fields are

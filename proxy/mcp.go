@@ -40,6 +40,9 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 			"Forbidden: Host or Origin not allowed")
 		return
 	}
+	if !s.inboundAllowed(ctx) {
+		return
+	}
 	switch {
 	case ctx.IsPost():
 		s.servePost(ctx)
@@ -139,6 +142,7 @@ func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
 		s.sessionNotFound(ctx, "null")
 		return
 	}
+	s.forget(sess)
 	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.deleteUpstream(up, ctx.Request.Header.PeekBytes(hdrAuthorization), false)

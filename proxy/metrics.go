@@ -43,23 +43,33 @@ var (
 		"Circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"upstream"}, nil)
 )
 
-// collector exposes a Server's counters at scrape time, so the hot path
-// pays only for atomic adds.
-type collector struct{ s *Server }
+// collector exposes the counters of the router's current servers at scrape
+// time, so the hot path pays only for atomic adds.
+type collector struct{ r *Router }
 
-// Describe implements prometheus.Collector.
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descClassified, descHeals, descReplays, descKeepalive, descJournal,
-		descInits, descDown, descPanics, descBytes, descSessions, descBreaker} {
-		ch <- d
-	}
-	c.s.count.healDuration.Describe(ch)
-	c.s.count.sessionAge.Describe(ch)
-}
+// Describe implements prometheus.Collector. It describes nothing: the
+// collector is "unchecked", because its set of upstreams changes on reload.
+func (c collector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect implements prometheus.Collector.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	s, k := c.s, &c.s.count
+	t := c.r.routes.Load()
+	seen := map[string]bool{}
+	for _, s := range t.servers() {
+		seen[s.cfg.Name] = true
+		collectServer(ch, s)
+	}
+	for _, list := range t.retired {
+		for _, s := range list {
+			if !seen[s.cfg.Name] { // a retired server's name is served anew: count the new one
+				collectServer(ch, s)
+			}
+		}
+	}
+}
+
+func collectServer(ch chan<- prometheus.Metric, s *Server) {
+	k := &s.count
 	name := s.cfg.Name
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)

@@ -241,3 +241,7 @@ func TestDeleteEndsSession(t *testing.T) {
 
 var _ = json.Marshal
 var _ = io.EOF
+
+func nopLog() zerolog.Logger { return zerolog.New(io.Discard) }
+
+func zeroLog(w io.Writer) zerolog.Logger { return zerolog.New(w).Level(zerolog.DebugLevel) }

@@ -51,16 +51,17 @@ type routeTable struct {
 func NewRouter(listen string, ups []Config, log zerolog.Logger) (*Router, error) {
 	r := &Router{listen: orStr(listen, "127.0.0.1:8787"), log: log, reg: prometheus.NewRegistry()}
 	r.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
+	r.reg.MustRegister(collector{r})
 	t, err := r.build(ups, &routeTable{})
 	if err != nil {
 		return nil, err
 	}
 	r.routes.Store(t)
-	maxBody := 0
+	var l listenerLimits
 	for _, s := range t.byPath {
-		maxBody = max(maxBody, s.cfg.MaxBody)
+		l.add(&s.cfg)
 	}
-	r.srv = newFastHTTPServer(r.Handler, log, maxBody)
+	r.srv = newFastHTTPServer(r.Handler, log, l)
 	return r, nil
 }
 
@@ -74,7 +75,6 @@ func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
 	var created []*Server
 	fail := func(err error) (*routeTable, error) {
 		for _, s := range created {
-			r.reg.Unregister(collector{s})
 			s.Close()
 		}
 		return nil, err
@@ -98,10 +98,6 @@ func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
 			ns, err := New(c, r.log.With().Str(logUpstream, c.Name).Logger())
 			if err != nil {
 				return fail(err)
-			}
-			if err := r.reg.Register(collector{ns}); err != nil {
-				ns.Close()
-				return fail(fmt.Errorf("upstream %q metrics: %w", c.Name, err))
 			}
 			created = append(created, ns)
 			s = ns
@@ -156,7 +152,6 @@ func (r *Router) Reload(ups []Config) error {
 	}
 	r.routes.Store(t)
 	for _, s := range drop {
-		r.reg.Unregister(collector{s})
 		go s.drain(30 * time.Second)
 	}
 	r.log.Info().Strs("upstreams", t.names()).Int("dropped", len(drop)).Msg("configuration reloaded")
@@ -184,6 +179,10 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		s.ServeMCP(ctx)
 		return
 	}
+	if p := b2s(path); strings.HasPrefix(p, "/.well-known/oauth-") {
+		r.wellKnown(ctx, t, p)
+		return
+	}
 	switch string(path) {
 	case "/healthz":
 		ctx.SetContentType("text/plain; charset=utf-8")
@@ -195,6 +194,30 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	default:
 		ctx.Error("not found\n", fasthttp.StatusNotFound)
 	}
+}
+
+// wellKnown routes OAuth discovery to the upstream whose path ends it
+// (RFC 9728 §3.1 inserts the well-known segment before the resource's path):
+// /.well-known/oauth-protected-resource/mcp is the upstream served at /mcp.
+func (r *Router) wellKnown(ctx *fasthttp.RequestCtx, t *routeTable, p string) {
+	for _, kind := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server"} {
+		rest, ok := strings.CutPrefix(p, kind)
+		if !ok {
+			continue
+		}
+		s := t.byPath[rest]
+		if s == nil && rest == "" && len(t.byPath) == 1 {
+			for _, only := range t.byPath {
+				s = only
+			}
+		}
+		if s == nil || s.cfg.Credentials != nil {
+			break // unknown, or the proxy owns that upstream's credential
+		}
+		s.wellKnown(ctx, kind+s.up.Path())
+		return
+	}
+	ctx.Error("not found\n", fasthttp.StatusNotFound)
 }
 
 // owner returns the retired server that holds the session, or s.

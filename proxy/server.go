@@ -65,6 +65,30 @@ type Config struct {
 	// ReplayTools names tools that are safe to run twice although the
 	// upstream does not annotate them readOnlyHint or idempotentHint.
 	ReplayTools []string
+
+	// Credentials, when set, is the upstream credential the proxy owns: it is
+	// set on every upstream request instead of the agent's Authorization, and
+	// a 401 makes the proxy fetch a new token and retry once.
+	Credentials upstream.Credentials
+	// AuthTokens, when set, are the bearer tokens agents must present
+	// (Authorization: Bearer …) to use this upstream; others get 401. The
+	// agent's Authorization is then the proxy's and is not forwarded. Zero
+	// means no inbound auth, which is allowed only on a loopback listener
+	// unless InsecureListen is set.
+	AuthTokens []string
+	// InsecureListen allows a non-loopback listener without AuthTokens.
+	InsecureListen bool
+	// MaxStreams caps concurrent GET streams per session; zero means 4.
+	MaxStreams int
+	// MaxSessionsPerCredential caps live sessions created under one
+	// credential (or none); zero means 1000. Beyond it initialize gets 429.
+	MaxSessionsPerCredential int
+	// ReadTimeout bounds reading one request, headers and body, so that a
+	// slow client cannot pin a connection (slowloris); zero means 30 s.
+	ReadTimeout time.Duration
+	// MaxHeaderBytes caps the request head; zero means 16 KiB. Beyond it the
+	// agent gets 431.
+	MaxHeaderBytes int
 }
 
 func (c *Config) normalize() error {
@@ -78,6 +102,18 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("path %q must start with /", c.Path)
 	}
 	c.MaxBody = orInt(c.MaxBody, 4<<20)
+	c.MaxStreams = orInt(c.MaxStreams, 4)
+	c.MaxSessionsPerCredential = orInt(c.MaxSessionsPerCredential, 1000)
+	c.ReadTimeout = orDur(c.ReadTimeout, 30*time.Second)
+	c.MaxHeaderBytes = orInt(c.MaxHeaderBytes, 16<<10)
+	if len(c.AuthTokens) == 0 && !c.InsecureListen && !isLoopback(c.Listen) {
+		return fmt.Errorf("listening on %s without inbound auth: set auth tokens, or allow it explicitly (insecure listen)", c.Listen)
+	}
+	for _, t := range c.AuthTokens {
+		if len(t) < 16 {
+			return errors.New("an inbound auth token is shorter than 16 characters")
+		}
+	}
 	c.HealTimeout = orDur(c.HealTimeout, 15*time.Second)
 	c.ResponseTimeout = orDur(c.ResponseTimeout, 5*time.Minute)
 	c.StreamKeepalive = orDur(c.StreamKeepalive, 15*time.Second)
@@ -113,6 +149,9 @@ type Server struct {
 	readyAt  time.Time
 	readyErr error
 
+	credMu    sync.Mutex     // protects credCount
+	credCount map[string]int // live sessions per creating credential
+
 	pingUnsupported atomic.Bool // the upstream answered -32601 to ping
 	kaSeq           atomic.Uint64
 }
@@ -133,6 +172,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		guard:       newHostGuard(cfg.Listen, cfg.AllowedHosts),
 		fpKey:       make([]byte, 32),
 		replayTools: make(map[string]bool),
+		credCount:   make(map[string]int),
 		done:        make(chan struct{}),
 	}
 	_, _ = rand.Read(s.fpKey)
@@ -161,14 +201,32 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// listenerLimits are the listener-side caps, shared by the upstreams of one
+// listener (the strictest wins).
+type listenerLimits struct {
+	maxBody, maxHeader int
+	readTimeout        time.Duration
+}
+
+func (l *listenerLimits) add(c *Config) {
+	l.maxBody = max(l.maxBody, c.MaxBody)
+	if l.maxHeader == 0 || c.MaxHeaderBytes < l.maxHeader {
+		l.maxHeader = c.MaxHeaderBytes
+	}
+	if l.readTimeout == 0 || c.ReadTimeout < l.readTimeout {
+		l.readTimeout = c.ReadTimeout
+	}
+}
+
 // newFastHTTPServer is the listener side shared by Server and Router.
-func newFastHTTPServer(h fasthttp.RequestHandler, log zerolog.Logger, maxBody int) *fasthttp.Server {
+func newFastHTTPServer(h fasthttp.RequestHandler, log zerolog.Logger, l listenerLimits) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:               h,
-		ErrorHandler:          serveError(maxBody),
+		ErrorHandler:          serveError(l.maxBody),
 		Name:                  "mcpheal",
-		MaxRequestBodySize:    maxBody,
-		ReadTimeout:           30 * time.Second,
+		MaxRequestBodySize:    l.maxBody,
+		ReadBufferSize:        l.maxHeader,
+		ReadTimeout:           l.readTimeout, // the whole request: a slow client is cut off
 		IdleTimeout:           2 * time.Minute,
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
@@ -177,10 +235,27 @@ func newFastHTTPServer(h fasthttp.RequestHandler, log zerolog.Logger, maxBody in
 	}
 }
 
+// isLoopback reports whether a listen address only takes local connections.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		host = listen
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Serve answers agents on ln until Shutdown, serving this one upstream at
 // Config.Path and /healthz. (Router serves several.)
 func (s *Server) Serve(ln net.Listener) error {
-	s.srvOnce.Do(func() { s.srv = newFastHTTPServer(s.Handler, s.log, s.cfg.MaxBody) })
+	s.srvOnce.Do(func() {
+		var l listenerLimits
+		l.add(&s.cfg)
+		s.srv = newFastHTTPServer(s.Handler, s.log, l)
+	})
 	return s.srv.Serve(ln)
 }
 
@@ -253,6 +328,12 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 	return func(ctx *fasthttp.RequestCtx, err error) {
 		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 			tooLarge(ctx, maxBody)
+			return
+		}
+		var small *fasthttp.ErrSmallBuffer
+		if errors.As(err, &small) {
+			writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, codeInvalidRequest, "null",
+				"Request header fields too large")
 			return
 		}
 		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null", "Bad Request: malformed HTTP request")

@@ -76,3 +76,10 @@ func (ss *streamSet) stopAll() {
 		g.stop()
 	}
 }
+
+// count returns how many streams the session holds open.
+func (ss *streamSet) count(id session.ClientID) int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.m[id])
+}

@@ -99,6 +99,15 @@ func (c *Client) reaper() {
 // Host returns the upstream's host[:port], the Host header it is sent.
 func (c *Client) Host() string { return c.host }
 
+// Path returns the path of the upstream's MCP endpoint.
+func (c *Client) Path() string {
+	p := string(c.path)
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	return p
+}
+
 // Origin returns scheme://host[:port] of the upstream.
 func (c *Client) Origin() string { return c.origin }
 
@@ -130,6 +139,17 @@ func (c *Client) Close() {
 // A failure is an *Error saying whether the request may have been delivered.
 func (c *Client) Do(req *fasthttp.Request, resp *Response, deadline time.Time) error {
 	req.SetRequestURIBytes(c.path)
+	return c.do(req, resp, deadline)
+}
+
+// DoPath is Do for another path on the upstream's origin (OAuth discovery
+// documents live beside the MCP endpoint).
+func (c *Client) DoPath(req *fasthttp.Request, resp *Response, path string, deadline time.Time) error {
+	req.SetRequestURI(path)
+	return c.do(req, resp, deadline)
+}
+
+func (c *Client) do(req *fasthttp.Request, resp *Response, deadline time.Time) error {
 	req.Header.SetHost(c.host)
 	cn, err := c.pool.get(deadline)
 	if err != nil {

@@ -1,0 +1,234 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// startRouter serves ups on a 127.0.0.1 port and returns the router and its
+// base URL.
+func startRouter(t *testing.T, ups []Config) (*Router, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testLog{t: t}
+	r, err := NewRouter(ln.Addr().String(), ups, zeroLog(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); r.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		r.Shutdown(ctx)
+		<-done
+		if t.Failed() {
+			t.Logf("router log:\n%s", logs.String())
+		}
+	})
+	return r, "http://" + ln.Addr().String()
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRouterTwoUpstreams: two upstreams in one process, each at its path,
+// each healing on its own.
+func TestRouterTwoUpstreams(t *testing.T) {
+	t.Parallel()
+	a, b := startGoSDK(t, goSDKOpts{}), startMCPGo(t, true)
+	_, base := startRouter(t, []Config{
+		{Name: "a", Upstream: a.URL(), Path: "/a/mcp"},
+		{Name: "b", Upstream: b.URL(), Path: "/b/mcp"},
+	})
+	callEcho(t, goSDKClient(t, base+"/a/mcp"), "to a")
+	mcpGoCallEcho(t, mcpGoClient(t, base+"/b/mcp"), "to b")
+	if a.Calls("tools/call") != 1 || b.Calls("tools/call") != 1 {
+		t.Fatalf("tools/call reached a %d, b %d times; want 1 each", a.Calls("tools/call"), b.Calls("tools/call"))
+	}
+	if code, _ := get(t, base+"/c/mcp"); code != 404 {
+		t.Fatalf("unknown path: %d", code)
+	}
+}
+
+// TestReadyz: ready while every upstream is reachable; 503 naming the one
+// that is down.
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+	a, b := startGoSDK(t, goSDKOpts{}), startGoSDK(t, goSDKOpts{})
+	_, base := startRouter(t, []Config{{Name: "alpha", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "beta", Upstream: b.URL(), Path: "/b/mcp"}})
+	if code, body := get(t, base+"/readyz"); code != 200 {
+		t.Fatalf("readyz: %d %q", code, body)
+	}
+	if code, _ := get(t, base+"/healthz"); code != 200 {
+		t.Fatal("healthz")
+	}
+	b.Stop()
+	peerWait(t, "readyz to notice", func() bool {
+		code, body := get(t, base+"/readyz")
+		return code == 503 && strings.Contains(body, "beta") && !strings.Contains(body, "alpha")
+	})
+}
+
+// TestMetricsAfterHeal scrapes /metrics, parses it, and sees the heal and
+// the requests counted.
+func TestMetricsAfterHeal(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, base := startRouter(t, []Config{{Name: "gosdk", Upstream: up.URL(), Path: "/mcp"}})
+	sid := peerRawInitialize(t, base+"/mcp")
+	call := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"m"}}}`
+	peerRawPost(t, base+"/mcp", sid, call)
+	up.ExpireSessions()
+	if resp, body := peerRawPost(t, base+"/mcp", sid, call); resp.StatusCode != 200 {
+		t.Fatalf("call after expiry: %d %q", resp.StatusCode, body)
+	}
+	code, text := get(t, base+"/metrics")
+	if code != 200 {
+		t.Fatalf("metrics: %d", code)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("metrics do not parse: %v\n%s", err, text)
+	}
+	value := func(name string, labels map[string]string) float64 {
+		f := families[name]
+		if f == nil {
+			t.Fatalf("no %s in\n%s", name, text)
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+		return 0
+	}
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"mcpheal_heals_total", map[string]string{"upstream": "gosdk", "reason": "session_gone", "outcome": "ok"}, 1},
+		{"mcpheal_requests_total", map[string]string{"upstream": "gosdk", "method": "tools/call", "class": "OK"}, 2},
+		{"mcpheal_classified_total", map[string]string{"upstream": "gosdk", "class": "SessionGone"}, 1},
+		{"mcpheal_replays_total", map[string]string{"upstream": "gosdk", "outcome": "done"}, 1},
+		{"mcpheal_heal_duration_seconds", map[string]string{"upstream": "gosdk"}, 1},
+		{"mcpheal_upstream_session_age_seconds", map[string]string{"upstream": "gosdk"}, 1},
+		{"mcpheal_sessions", map[string]string{"upstream": "gosdk"}, 1},
+		{"mcpheal_upstream_initializes_total", map[string]string{"upstream": "gosdk"}, 2},
+	}
+	for _, c := range checks {
+		if got := value(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if !strings.Contains(text, `le="0.05"`) {
+		t.Error("histograms lack standard le buckets")
+	}
+}
+
+// TestRouterReload: new upstreams appear, removed ones stop taking requests,
+// changed ones keep their existing sessions; a bad set is refused and the
+// old one keeps serving.
+func TestRouterReload(t *testing.T) {
+	t.Parallel()
+	a, b := startGoSDK(t, goSDKOpts{}), startGoSDK(t, goSDKOpts{})
+	r, base := startRouter(t, []Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp"}})
+	sid := peerRawInitialize(t, base+"/a/mcp")
+	if err := r.Reload([]Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "a", Upstream: b.URL(), Path: "/x/mcp"}}); err == nil {
+		t.Fatal("duplicate names accepted")
+	}
+	if err := r.Reload([]Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp", HealTimeout: 3 * time.Second},
+		{Name: "b", Upstream: b.URL(), Path: "/b/mcp"}}); err != nil {
+		t.Fatal(err)
+	}
+	ping := `{"jsonrpc":"2.0","id":3,"method":"ping"}`
+	if resp, body := peerRawPost(t, base+"/a/mcp", sid, ping); resp.StatusCode != 200 {
+		t.Fatalf("session of a changed upstream after reload: %d %q", resp.StatusCode, body)
+	}
+	peerRawInitialize(t, base+"/b/mcp")
+	if err := r.Reload([]Config{{Name: "b", Upstream: b.URL(), Path: "/b/mcp"}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := peerRawPost(t, base+"/a/mcp", sid, ping); resp.StatusCode != 404 {
+		t.Fatalf("removed upstream still answers %d", resp.StatusCode)
+	}
+	peerWait(t, "the removed upstream's session to be DELETEd", func() bool {
+		return hasDelete(a)
+	})
+}
+
+func hasDelete(p *peer) bool {
+	for _, r := range p.Requests() {
+		if r.HTTPMethod == http.MethodDelete {
+			return true
+		}
+	}
+	return false
+}
+
+// TestShutdownWithRequestInFlight: a request in flight when shutdown starts
+// completes; the upstream sessions are DELETEd.
+func TestShutdownWithRequestInFlight(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRouter(ln.Addr().String(), []Config{{Name: "a", Upstream: up.URL(), Path: "/mcp"}}, nopLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(ln)
+	url := "http://" + ln.Addr().String() + "/mcp"
+	sid := peerRawInitialize(t, url)
+	done := make(chan string, 1)
+	go func() {
+		resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2,"delayMs":200}}}`)
+		done <- resp.Status + " " + string(body)
+	}()
+	peerWait(t, "the slow call to start", func() bool { return up.ToolCalls("slow") == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := <-done; !strings.Contains(got, "done") {
+		t.Fatalf("in-flight call: %s", got)
+	}
+	if !hasDelete(up) {
+		t.Fatal("shutdown did not DELETE the upstream session")
+	}
+}

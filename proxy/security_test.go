@@ -1,0 +1,457 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// authServer is a Go SDK server behind the SDK's bearer-token middleware,
+// which binds each session to the token's user (go-sdk answers 403 "session
+// user mismatch" to another user). tokens maps a token to its user; a token
+// not in it gets 401.
+type authServer struct {
+	url    string
+	srv    *mcp.Server
+	mu     sync.Mutex
+	tokens map[string]string
+	inits  atomic.Int64
+	seen   []string // Authorization headers received
+}
+
+func startAuthServer(t *testing.T, tokens map[string]string) *authServer {
+	t.Helper()
+	a := &authServer{tokens: tokens}
+	a.srv = mcp.NewServer(&mcp.Implementation{Name: "auth-peer", Version: "1"}, nil)
+	mcp.AddTool(a.srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
+		return peerText(in.Text), nil, nil
+	})
+	verify := func(_ context.Context, tok string, _ *http.Request) (*auth.TokenInfo, error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		user, ok := a.tokens[tok]
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: user, Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return a.srv }, nil)
+	protected := auth.RequireBearerToken(verify, nil)(h)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		a.mu.Lock()
+		a.seen = append(a.seen, r.Header.Get("Authorization"))
+		a.mu.Unlock()
+		if strings.Contains(string(body), `"method":"initialize"`) {
+			a.inits.Add(1)
+		}
+		protected.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	a.url = hs.URL + "/mcp"
+	return a
+}
+
+func (a *authServer) setToken(tok, user string) {
+	a.mu.Lock()
+	a.tokens[tok] = user
+	a.mu.Unlock()
+}
+
+func (a *authServer) expireAll() {
+	for ss := range a.srv.Sessions() {
+		_ = ss.Close()
+	}
+}
+
+func (a *authServer) sawAuthorization(v string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.seen {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// authPost POSTs a JSON-RPC message with a bearer token.
+func authPost(t *testing.T, url, sid, token, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return peerRawDo(t, req)
+}
+
+const secInitBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sec","version":"1"}}}`
+
+func authInit(t *testing.T, url, token string) string {
+	t.Helper()
+	resp, body := authPost(t, url, "", token, secInitBody)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d %q", resp.StatusCode, body)
+	}
+	authPost(t, url, sid, token, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return sid
+}
+
+const echoCall = `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"secret-answer"}}}`
+
+// TestStolenSessionID: an attacker who learned a client id but holds another
+// credential cannot read through the owner's session, and cannot make the
+// proxy re-create it.
+func TestStolenSessionID(t *testing.T) {
+	t.Parallel()
+	up := startAuthServer(t, map[string]string{"victim-token-0001": "alice", "attacker-token-01": "mallory"})
+	_, url := startProxy(t, up.url, nil)
+	sid := authInit(t, url, "victim-token-0001")
+
+	resp, body := authPost(t, url, sid, "attacker-token-01", echoCall)
+	if resp.StatusCode != http.StatusForbidden || strings.Contains(string(body), "secret-answer") {
+		t.Fatalf("attacker on the owner's session: %d %q; want the upstream's 403", resp.StatusCode, body)
+	}
+	up.expireAll()
+	inits := up.inits.Load()
+	resp, body = authPost(t, url, sid, "attacker-token-01", echoCall)
+	if resp.StatusCode != http.StatusNotFound || up.inits.Load() != inits {
+		t.Fatalf("attacker on the dead session: %d %q, %d initializes; want the upstream's 404 and no heal",
+			resp.StatusCode, body, up.inits.Load()-inits)
+	}
+	resp, body = authPost(t, url, sid, "victim-token-0001", echoCall)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || up.inits.Load() != inits+1 {
+		t.Fatalf("owner after expiry: %d %q; want healed", resp.StatusCode, body)
+	}
+}
+
+// TestTokenRotation: once the upstream accepts the owner's new token on the
+// session, the session is bound to it: the new token heals, the old no more.
+func TestTokenRotation(t *testing.T) {
+	t.Parallel()
+	up := startAuthServer(t, map[string]string{"alice-token-old1": "alice"})
+	_, url := startProxy(t, up.url, nil)
+	sid := authInit(t, url, "alice-token-old1")
+	up.setToken("alice-token-new1", "alice")
+	if resp, body := authPost(t, url, sid, "alice-token-new1", echoCall); resp.StatusCode != 200 {
+		t.Fatalf("new token: %d %q", resp.StatusCode, body)
+	}
+	up.expireAll()
+	inits := up.inits.Load()
+	if resp, _ := authPost(t, url, sid, "alice-token-old1", echoCall); resp.StatusCode == 200 || up.inits.Load() != inits {
+		t.Fatalf("old token after rotation healed the session (%d)", resp.StatusCode)
+	}
+	resp, body := authPost(t, url, sid, "alice-token-new1", echoCall)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || up.inits.Load() != inits+1 {
+		t.Fatalf("rotated token after expiry: %d %q", resp.StatusCode, body)
+	}
+	if !up.sawAuthorization("Bearer alice-token-new1") {
+		t.Fatal("the re-init did not use the rotated token")
+	}
+}
+
+// tokenEndpoint is an OAuth 2.0 token endpoint issuing tok-1, tok-2, …
+type tokenEndpoint struct {
+	url   string
+	calls atomic.Int64
+}
+
+func startTokenEndpoint(t *testing.T) *tokenEndpoint {
+	te := &tokenEndpoint{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := te.calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"access_token": fmt.Sprintf("owned-token-%04d", n), "token_type": "Bearer", "expires_in": 3600})
+	}))
+	t.Cleanup(hs.Close)
+	te.url = hs.URL + "/token"
+	return te
+}
+
+// TestOwnedOAuthCredential: the proxy owns the upstream credential (client
+// credentials): the token is fetched once and reused, the agent's own
+// Authorization never reaches the upstream, and a 401 makes the proxy fetch a
+// new token and retry exactly once.
+func TestOwnedOAuthCredential(t *testing.T) {
+	t.Parallel()
+	te := startTokenEndpoint(t)
+	up := startAuthServer(t, map[string]string{"owned-token-0001": "svc"})
+	creds := upstream.ClientCredentials(&clientcredentials.Config{ClientID: "mcpheal", ClientSecret: "client-secret-xyz", TokenURL: te.url})
+	t.Cleanup(creds.Close)
+	_, url := startProxy(t, up.url, func(c *Config) { c.Credentials = creds })
+	sid := authInit(t, url, "agent-own-token-1")
+	for range 3 {
+		if resp, body := authPost(t, url, sid, "agent-own-token-1", echoCall); resp.StatusCode != 200 {
+			t.Fatalf("call: %d %q", resp.StatusCode, body)
+		}
+	}
+	if te.calls.Load() != 1 {
+		t.Fatalf("token fetched %d times, want 1", te.calls.Load())
+	}
+	if up.sawAuthorization("Bearer agent-own-token-1") {
+		t.Fatal("the agent's Authorization reached the upstream")
+	}
+	// Revoke the token and re-issue: the next call gets 401, the proxy
+	// fetches owned-token-0002 and retries once.
+	up.mu.Lock()
+	delete(up.tokens, "owned-token-0001")
+	up.tokens["owned-token-0002"] = "svc"
+	up.mu.Unlock()
+	resp, body := authPost(t, url, sid, "agent-own-token-1", echoCall)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || te.calls.Load() != 2 {
+		t.Fatalf("after revocation: %d %q, %d token fetches; want success after one refresh", resp.StatusCode, body, te.calls.Load())
+	}
+}
+
+// TestInboundAuth: with inbound tokens configured, a missing or wrong token
+// gets 401 with WWW-Authenticate; the right one works and is not forwarded.
+func TestInboundAuth(t *testing.T) {
+	t.Parallel()
+	up := startDialect(t, dialectWP200)
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.AuthTokens = []string{"inbound-token-0123456789"} })
+	for _, tok := range []string{"", "wrong-token-000000000000"} {
+		resp, body := authPost(t, url, "", tok, secInitBody)
+		if code, _, id := rpcError(t, body); resp.StatusCode != 401 || code != codeUnauthorized || id != "1" ||
+			!strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("token %q: %d %v %s", tok, resp.StatusCode, resp.Header, body)
+		}
+	}
+	sid := authInit(t, url, "inbound-token-0123456789")
+	if resp, body := authPost(t, url, sid, "inbound-token-0123456789", echoCall); resp.StatusCode != 200 {
+		t.Fatalf("with the token: %d %q", resp.StatusCode, body)
+	}
+	for _, r := range up.Requests() {
+		if strings.Contains(r.Header.Get("Authorization"), "inbound-token") {
+			t.Fatal("the inbound token was forwarded upstream")
+		}
+	}
+}
+
+// TestListenRequiresAuth: a non-loopback listener needs inbound auth or an
+// explicit opt-in.
+func TestListenRequiresAuth(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Config{Upstream: "http://127.0.0.1:1/mcp", Listen: "0.0.0.0:8787"}, nopLog()); err == nil {
+		t.Fatal("non-loopback listen without auth accepted")
+	}
+	for _, c := range []Config{
+		{Upstream: "http://127.0.0.1:1/mcp", Listen: "0.0.0.0:8787", InsecureListen: true},
+		{Upstream: "http://127.0.0.1:1/mcp", Listen: "0.0.0.0:8787", AuthTokens: []string{"inbound-token-0123456789"}},
+		{Upstream: "http://127.0.0.1:1/mcp", Listen: "localhost:8787"},
+	} {
+		s, err := New(c, nopLog())
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		s.Close()
+	}
+}
+
+// TestSlowloris: a client that sends its request one byte at a time is cut
+// off at the read timeout.
+func TestSlowloris(t *testing.T) {
+	t.Parallel()
+	up := startDialect(t, dialectWP200)
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.ReadTimeout = 300 * time.Millisecond })
+	c, err := net.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	closed := make(chan time.Duration, 1)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				closed <- time.Since(start)
+				return
+			}
+		}
+	}()
+	head := "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+	for i := 0; i < len(head); i++ {
+		if _, err := c.Write([]byte{head[i]}); err != nil {
+			break
+		}
+		select {
+		case el := <-closed:
+			if el > 2*time.Second {
+				t.Fatalf("cut off after %v, want about 300ms", el)
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatal("a one-byte-at-a-time client was never cut off")
+}
+
+// TestHeaderTooLarge: an oversized request head gets 431.
+func TestHeaderTooLarge(t *testing.T) {
+	t.Parallel()
+	up := startDialect(t, dialectWP200)
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxHeaderBytes = 4096 })
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(secInitBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Pad", strings.Repeat("a", 8000))
+	resp, body := peerRawDo(t, req)
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("oversized head: %d %q, want 431", resp.StatusCode, body)
+	}
+}
+
+// TestSessionAndStreamCaps: sessions per credential and streams per session
+// are bounded (429).
+func TestSessionAndStreamCaps(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxSessionsPerCredential = 2; c.MaxStreams = 1 })
+	sid := authInit(t, url, "cap-token-00000001")
+	authInit(t, url, "cap-token-00000001")
+	resp, body := authPost(t, url, "", "cap-token-00000001", secInitBody)
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusTooManyRequests || code != codeTooMany {
+		t.Fatalf("third session: %d %q, want 429", resp.StatusCode, body)
+	}
+	if resp, _ := authPost(t, url, "", "cap-token-00000002", secInitBody); resp.StatusCode != 200 {
+		t.Fatalf("another credential: %d", resp.StatusCode)
+	}
+	open := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Authorization", "Bearer cap-token-00000001")
+		return http.DefaultClient.Do(req)
+	}
+	first, err := open()
+	if err != nil || first.StatusCode != 200 {
+		t.Fatalf("first stream: %v %v", first, err)
+	}
+	defer first.Body.Close()
+	second, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Body.Close()
+	if second.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second stream: %d, want 429", second.StatusCode)
+	}
+}
+
+// TestWellKnownForwarded: OAuth discovery reaches the upstream's origin when
+// the agent's credential passes through.
+func TestWellKnownForwarded(t *testing.T) {
+	t.Parallel()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/.well-known/oauth-protected-resource/mcp" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"resource":"upstream","authorization_servers":["https://as.example"]}`)
+	}))
+	t.Cleanup(hs.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRouter(ln.Addr().String(), []Config{{Name: "a", Upstream: hs.URL + "/mcp", Path: "/mcp"}}, nopLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(ln)
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	resp, err := http.Get("http://" + ln.Addr().String() + "/.well-known/oauth-protected-resource/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "authorization_servers") {
+		t.Fatalf("well-known: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestSecretsNeverLogged runs the scenarios above at debug level and checks
+// that no credential and no full session id appears in the proxy's log.
+func TestSecretsNeverLogged(t *testing.T) {
+	t.Parallel()
+	te := startTokenEndpoint(t)
+	up := startAuthServer(t, map[string]string{"log-victim-token-1": "alice", "owned-token-0001": "svc"})
+	logs := &testLog{t: t}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := upstream.ClientCredentials(&clientcredentials.Config{ClientID: "mcpheal", ClientSecret: "client-secret-xyz", TokenURL: te.url})
+	t.Cleanup(creds.Close)
+	r, err := NewRouter(ln.Addr().String(), []Config{
+		{Name: "pass", Upstream: up.url, Path: "/mcp"},
+		{Name: "owned", Upstream: up.url, Path: "/owned/mcp", Credentials: creds},
+		{Name: "inbound", Upstream: up.url, Path: "/in/mcp", AuthTokens: []string{"inbound-secret-0123456789"}},
+	}, zeroLog(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(ln)
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	base := "http://" + ln.Addr().String()
+	var sids []string
+	sid := authInit(t, base+"/mcp", "log-victim-token-1")
+	sids = append(sids, sid)
+	authPost(t, base+"/mcp", sid, "log-victim-token-1", echoCall)
+	up.expireAll()
+	authPost(t, base+"/mcp", sid, "log-victim-token-1", echoCall) // heal
+	authPost(t, base+"/mcp", sid, "stolen-attempt-token", echoCall)
+	osid := authInit(t, base+"/owned/mcp", "agent-secret-abc123")
+	sids = append(sids, osid)
+	authPost(t, base+"/in/mcp", "", "wrong-inbound-secret-00", secInitBody)
+	authPost(t, base+"/mcp", sid, "log-victim-token-1", `{"jsonrpc":"2.0","id":9,`) // malformed
+	out := logs.String()
+	if !strings.Contains(out, "session healed") {
+		t.Fatalf("the scenarios did not heal; log:\n%s", out)
+	}
+	secrets := []string{"log-victim-token-1", "stolen-attempt-token", "agent-secret-abc123", "owned-token-0001",
+		"client-secret-xyz", "inbound-secret-0123456789", "wrong-inbound-secret", "secret-answer"}
+	secrets = append(secrets, sids...)
+	for _, s := range secrets {
+		if strings.Contains(out, s) {
+			t.Errorf("log contains %q:\n%s", s, out)
+		}
+	}
+	var n int
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no log lines")
+	}
+	_ = errors.New
+}
