@@ -79,7 +79,7 @@ func (s *Server) sessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, s
 	setSessionHeader(req, up)
 	req.Header.SetBytesK(hdrProtocolVersion, sess.Recipe.ProtocolVersion)
 	req.SetBodyString(body)
-	if err := s.up.Do(req, resp, deadline); err != nil {
+	if err := s.do(req, resp, deadline); err != nil {
 		if upstream.IsTimeout(err) {
 			return classify.Timeout, err
 		}

@@ -113,7 +113,7 @@ func (s *Server) probe(sess *session.Session, hdr *fasthttp.RequestHeader, up se
 	}
 	id := `"mcpheal-keepalive-` + strconv.FormatUint(s.kaSeq.Add(1), 10) + `"`
 	req.SetBodyString(`{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `"}`)
-	if err := s.up.Do(req, resp, time.Now().Add(s.cfg.HealTimeout)); err != nil {
+	if err := s.do(req, resp, time.Now().Add(s.cfg.HealTimeout)); err != nil {
 		if upstream.IsTimeout(err) {
 			return classify.Timeout, err
 		}
