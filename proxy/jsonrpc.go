@@ -75,7 +75,7 @@ func parseMessage(body []byte) message {
 
 // requestID returns the raw JSON id of body for error answers, or "null".
 func requestID(body []byte) string {
-	if len(body) == 0 {
+	if len(body) == 0 || !gjson.ValidBytes(body) { // an id from broken JSON is no id
 		return "null"
 	}
 	id := gjson.Get(b2s(body), "id")
