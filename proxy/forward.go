@@ -198,7 +198,7 @@ func (a *attempt) judge(err error) classify.Class {
 		var perr error
 		a.peek, perr = peekEvent(r, a.peek[:0], peekLimit)
 		if perr != nil && perr != errPeekTooLarge {
-			return classify.TransportDead
+			return classify.TransportDead // cut, or ended unanswered: it may have run
 		}
 		return classify.Classify(status, r.Header.ContentType(), a.peek)
 	}

@@ -78,6 +78,8 @@ func (s *Server) healSession(ctx context.Context, sess *session.Session, seen ui
 			s.bg.Add(1)
 			go s.checkTools(sess, recipeHeader(sess))
 		}
+	case errors.Is(err, session.ErrClosed):
+		log.Debug().Str(logSession, sess.ID.Short()).Msg("heal abandoned: the session ended")
 	case err != nil:
 		outcome := outcomeFailed
 		if errors.Is(err, errRecipeRefused) {

@@ -9,6 +9,10 @@ import (
 // errPeekTooLarge is returned when a first SSE event exceeds the peek cap.
 var errPeekTooLarge = errors.New("first event exceeds peek limit")
 
+// errNoEvent: the stream ended before any event with data, so the request
+// got no answer (a server that died or dropped the session mid-call).
+var errNoEvent = errors.New("stream ended before an answer")
+
 // peekEvent reads from r into buf until buf holds one complete SSE event
 // with a non-empty data field (skipping comments and priming events), the
 // stream ends, or limit bytes were read. It returns the grown buffer; the
@@ -30,10 +34,13 @@ func peekEvent(r io.Reader, buf []byte, limit int) ([]byte, error) {
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return buf, nil
+			if !errors.Is(err, io.EOF) {
+				return buf, err
 			}
-			return buf, err
+			if len(eventData(buf[scanned:])) > 0 {
+				return buf, nil // a last event without its blank line
+			}
+			return buf, errNoEvent
 		}
 	}
 }

@@ -18,7 +18,7 @@ func TestPeekEvent(t *testing.T) {
 		{"crlf", "data: {}\r\n\r\nmore", "data: {}\r\n\r\n"},
 		{"cr only", "data: {}\r\rmore", "data: {}\r\r"},
 		{"no space", "data:{}\n\n", "data:{}\n\n"},
-		{"stream ends early", "data: {\"partial", "data: {\"partial"},
+		{"stream ends in an event", "data: {\"partial", "data: {\"partial"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,6 +36,17 @@ func TestPeekEvent(t *testing.T) {
 				t.Fatalf("peekEvent(%q) = %q read past the first data event", tt.in, got)
 			}
 		})
+	}
+}
+
+// TestPeekEventNoAnswer: a stream that ends with no data event (only a
+// priming event, or nothing) is no answer.
+func TestPeekEventNoAnswer(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"", "id: 1\ndata: \n\n", ": keepalive\n\n"} {
+		if _, err := peekEvent(bytes.NewReader([]byte(in)), nil, 1024); err != errNoEvent {
+			t.Errorf("peekEvent(%q) error = %v, want errNoEvent", in, err)
+		}
 	}
 }
 
