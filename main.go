@@ -4,6 +4,10 @@
 // notices.
 //
 //	mcpheal --upstream http://127.0.0.1:3000/mcp        # serves http://127.0.0.1:8787/mcp
+//	mcpheal --config mcpheal.yaml                        # several upstreams, /<name>/mcp each
+//	mcpheal --check-config mcpheal.yaml                  # validate and exit 0/1
+//	mcpheal doctor URL                                   # can mcpheal heal this server?
+//	mcpheal healthcheck [URL]                            # GET /healthz, for container HEALTHCHECKs
 package main
 
 import (
@@ -12,6 +16,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -25,10 +31,42 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "mcpheal:", err)
-		os.Exit(2)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitError carries an exit status other than the usual 2.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+// cli dispatches subcommands and maps errors to exit statuses: 0 fine, 1 a
+// negative answer (bad config for --check-config, unhealable server for
+// doctor, unhealthy for healthcheck), 2 anything else.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var err error
+	switch {
+	case len(args) > 0 && args[0] == "doctor":
+		err = runDoctor(ctx, args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "healthcheck":
+		err = runHealthcheck(ctx, args[1:], stderr)
+	default:
+		err = run(ctx, args, stdout, stderr)
 	}
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "mcpheal:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 2
 }
 
 // listFlag is a repeatable string flag.
@@ -40,63 +78,369 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-func run(args []string, stderr io.Writer) error {
-	var (
-		cfg       proxy.Config
-		logLevel  string
-		logFormat string
-		hosts     listFlag
-		tools     listFlag
-	)
+// options are the command-line flags of the proxy itself.
+type options struct {
+	config, checkConfig string
+	upstream, listen    string
+	path                string
+	logLevel, logFormat string
+	shutdownTimeout     time.Duration
+	insecureListen      bool
+	s                   settings
+	hosts, tools        listFlag
+	tokenEnvs           listFlag
+	set                 map[string]bool // flags given on the command line
+}
+
+func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("mcpheal", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.Upstream, "upstream", "", "MCP server endpoint to heal, e.g. http://127.0.0.1:3000/mcp (required)")
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8787", "address to serve agents on")
-	fs.StringVar(&cfg.Path, "path", "/mcp", "URL path agents use")
-	fs.DurationVar(&cfg.HealTimeout, "heal-timeout", 15*time.Second, "most a request may spend healing before it gets 503")
-	fs.DurationVar(&cfg.ResponseTimeout, "response-timeout", 5*time.Minute, "wait for the head of an upstream answer")
-	fs.DurationVar(&cfg.SessionTTL, "session-ttl", 24*time.Hour, "drop a client session idle this long")
-	fs.IntVar(&cfg.MaxSessions, "max-sessions", 100_000, "most live client sessions")
-	fs.IntVar(&cfg.MaxBody, "max-body", 4<<20, "largest agent request body in bytes (413 beyond)")
-	fs.DurationVar(&cfg.MaxIdleConn, "max-idle-conn", 30*time.Second, "close pooled upstream connections idle this long")
-	fs.Var(&hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
-	fs.Var(&tools, "replay-tool", "tool safe to run twice although not annotated so (repeatable)")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", "auto", "json, console, or auto (console on a terminal)")
+	fs.StringVar(&o.upstream, "upstream", "", "MCP server endpoint to heal, e.g. http://127.0.0.1:3000/mcp (required without --config)")
+	fs.StringVar(&o.config, "config", "", "YAML config file with several upstreams (see config.example.yaml); SIGHUP reloads it")
+	fs.StringVar(&o.checkConfig, "check-config", "", "validate this config file and exit: 0 valid, 1 not")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8787", "address to serve agents on")
+	fs.StringVar(&o.path, "path", "/mcp", "URL path agents use (with --upstream)")
+	fs.DurationVar(&o.s.HealTimeout, "heal-timeout", builtin.HealTimeout, "most a request may spend healing before it gets 503")
+	fs.DurationVar(&o.s.ResponseTimeout, "response-timeout", builtin.ResponseTimeout, "wait for the head of an upstream answer")
+	fs.DurationVar(&o.s.SessionTTL, "session-ttl", builtin.SessionTTL, "drop a client session idle this long")
+	fs.IntVar(&o.s.MaxSessions, "max-sessions", builtin.MaxSessions, "most live client sessions")
+	fs.IntVar(&o.s.MaxBody, "max-body", builtin.MaxBody, "largest agent request body in bytes (413 beyond)")
+	fs.DurationVar(&o.s.MaxIdleConn, "max-idle-conn", builtin.MaxIdleConn, "close pooled upstream connections idle this long")
+	fs.DurationVar(&o.s.Keepalive, "keepalive", builtin.Keepalive, "ping a quiet session's upstream this often; 0 disables")
+	fs.Var(&o.hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
+	fs.Var(&o.tools, "replay-tool", "tool safe to run twice although not annotated so (repeatable)")
+	fs.Var(&o.tokenEnvs, "auth-token-env", "environment variable holding a bearer token agents must present (repeatable; ≥ 16 characters)")
+	fs.BoolVar(&o.insecureListen, "insecure-listen", false, "allow a non-loopback --listen address without inbound auth")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "auto", "json, console, or auto (console on a terminal)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 20*time.Second, "on SIGTERM/SIGINT, wait this long for in-flight requests")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+const usage = `usage:
+  mcpheal --upstream URL [flags]       heal one MCP server; agents use http://127.0.0.1:8787/mcp
+  mcpheal --config FILE [flags]        several servers from a YAML file, /<name>/mcp each; SIGHUP reloads
+  mcpheal --check-config FILE          validate a config file: exit 0, or 1 with file:line: key: problem
+  mcpheal doctor [-H 'K: V']... URL    probe an MCP server: can mcpheal heal it? (exit 0 yes, 1 no)
+  mcpheal healthcheck [URL]            exit 0 if the proxy's /healthz answers 200 (container HEALTHCHECK)
+
+flags:
+`
+
+// run is the proxy: parse flags, load the config, serve until ctx ends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := &options{}
+	fs := newFlags(o, stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	if cfg.Upstream == "" {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (subcommands: doctor, healthcheck)", fs.Arg(0))
+	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if o.checkConfig != "" {
+		return checkConfig(o, stdout)
+	}
+	if o.config == "" && o.upstream == "" {
 		fs.Usage()
-		return errors.New("--upstream is required")
+		return errors.New("--upstream or --config is required")
 	}
-	cfg.AllowedHosts, cfg.ReplayTools = hosts, tools
-	log, err := newLogger(stderr, logLevel, logFormat)
+	creds := newCredCache()
+	defer creds.Close()
+	rc, err := resolve(o, os.LookupEnv, creds)
 	if err != nil {
 		return err
 	}
-	srv, err := proxy.New(cfg, log)
+	log, err := newLogger(stderr, rc.logLevel, rc.logFormat)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	return serve(ctx, o, rc, creds, log)
+}
+
+// checkConfig is --check-config: validate the file with the flags given,
+// build (without serving) what it describes, print a summary; exit 0 or 1.
+func checkConfig(o *options, stdout io.Writer) error {
+	o.config = o.checkConfig
+	creds := newCredCache()
+	defer creds.Close()
+	rc, err := resolve(o, os.LookupEnv, creds)
+	if err == nil {
+		var r *proxy.Router
+		if r, err = proxy.NewRouter(rc.listen, rc.ups, zerolog.Nop()); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = r.Shutdown(ctx)
+			cancel()
+		}
+	}
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	fmt.Fprintf(stdout, "%s: ok, listen %s\n", o.checkConfig, rc.listen)
+	for _, c := range rc.ups {
+		fmt.Fprintf(stdout, "  %-12s %s → %s\n", c.Name, agentURL(rc.listen, c.Path), redact(c.Upstream))
+	}
+	return nil
+}
+
+// resolved is the effective configuration: file, then flags on top.
+type resolved struct {
+	listen              string
+	logLevel, logFormat string
+	ups                 []proxy.Config
+}
+
+// resolve builds the effective configuration. Without --config it is the
+// single --upstream served at --path; with it, the file's upstreams, each
+// flag given on the command line overriding the file for every upstream
+// (--replay-tool adds to each upstream's list; --upstream and --path need a
+// file with exactly one upstream).
+func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (*resolved, error) {
+	flagS := o.s
+	if flagS.Keepalive == 0 {
+		flagS.Keepalive = -1 // proxy.Config: negative disables, zero means the default
+	}
+	tokens, err := tokensFromEnv(o.tokenEnvs, lookup)
+	if err != nil {
+		return nil, err
+	}
+	if o.config == "" {
+		rc := &resolved{listen: o.listen, logLevel: o.logLevel, logFormat: o.logFormat, ups: []proxy.Config{{
+			Name: "default", Upstream: o.upstream, Path: o.path, Listen: o.listen,
+			AllowedHosts: o.hosts, ReplayTools: o.tools, AuthTokens: tokens, InsecureListen: o.insecureListen,
+			HealTimeout: flagS.HealTimeout, ResponseTimeout: flagS.ResponseTimeout, SessionTTL: flagS.SessionTTL,
+			MaxSessions: flagS.MaxSessions, MaxBody: flagS.MaxBody, MaxIdleConn: flagS.MaxIdleConn,
+			Keepalive: flagS.Keepalive,
+		}}}
+		return rc, rc.checkExposure("")
+	}
+	f, err := loadConfig(o.config, lookup)
+	if err != nil {
+		return nil, err
+	}
+	if (o.set["upstream"] || o.set["path"]) && len(f.Upstreams) != 1 {
+		return nil, fmt.Errorf("--upstream and --path need a config file with exactly one upstream; %s has %d", o.config, len(f.Upstreams))
+	}
+	rc := &resolved{listen: f.Listen, logLevel: orDefault(f.LogLevel, "info"), logFormat: orDefault(f.LogFormat, "auto")}
+	over := func(name string, dst *string, v string) {
+		if o.set[name] {
+			*dst = v
+		}
+	}
+	over("listen", &rc.listen, o.listen)
+	over("log-level", &rc.logLevel, o.logLevel)
+	over("log-format", &rc.logFormat, o.logFormat)
+	for _, c := range f.proxyConfigs(creds.get) {
+		c.Listen = rc.listen
+		over("upstream", &c.Upstream, o.upstream)
+		over("path", &c.Path, o.path)
+		overrideSettings(&c, o.set, flagS)
+		if o.set["allow-host"] {
+			c.AllowedHosts = append([]string(nil), o.hosts...)
+		}
+		if o.set["auth-token-env"] {
+			c.AuthTokens = tokens
+		}
+		if o.set["insecure-listen"] {
+			c.InsecureListen = o.insecureListen
+		}
+		c.ReplayTools = append(c.ReplayTools, o.tools...)
+		rc.ups = append(rc.ups, c)
+	}
+	return rc, rc.checkExposure(o.config)
+}
+
+// tokensFromEnv reads --auth-token-env variables.
+func tokensFromEnv(names []string, lookup func(string) (string, bool)) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		t, ok := lookup(n)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("--auth-token-env %s: the variable is not set", n)
+		case len(t) < 16:
+			return nil, fmt.Errorf("--auth-token-env %s: a token must be at least 16 characters, it has %d", n, len(t))
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// checkExposure refuses a listener other hosts can reach while an upstream
+// has no inbound auth (issue 6 §3), naming every way out. The proxy checks
+// it too; this says it in the operator's terms.
+func (rc *resolved) checkExposure(file string) error {
+	if isLoopback(rc.listen) {
+		return nil
+	}
+	for _, c := range rc.ups {
+		if len(c.AuthTokens) == 0 && !c.InsecureListen {
+			where := "--auth-token-env NAME"
+			if file != "" {
+				where = "auth_tokens in " + file + " or --auth-token-env NAME"
+			}
+			return fmt.Errorf("listen %s is reachable from other hosts and upstream %q has no inbound auth: "+
+				"set %s (agents then send Authorization: Bearer <token>), or accept the exposure with --insecure-listen",
+				rc.listen, c.Name, where)
+		}
+	}
+	return nil
+}
+
+// isLoopback reports whether a listen address only accepts local peers.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		host = listen
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// overrideSettings applies the settings flags given on the command line.
+func overrideSettings(c *proxy.Config, set map[string]bool, s settings) {
+	durs := map[string]struct {
+		dst *time.Duration
+		v   time.Duration
+	}{
+		"heal-timeout":     {&c.HealTimeout, s.HealTimeout},
+		"response-timeout": {&c.ResponseTimeout, s.ResponseTimeout},
+		"session-ttl":      {&c.SessionTTL, s.SessionTTL},
+		"max-idle-conn":    {&c.MaxIdleConn, s.MaxIdleConn},
+		"keepalive":        {&c.Keepalive, s.Keepalive},
+	}
+	for name, d := range durs {
+		if set[name] {
+			*d.dst = d.v
+		}
+	}
+	if set["max-sessions"] {
+		c.MaxSessions = s.MaxSessions
+	}
+	if set["max-body"] {
+		c.MaxBody = s.MaxBody
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// serve runs the router until ctx ends, reloading the config file on
+// SIGHUP, then shuts down gracefully.
+func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log zerolog.Logger) error {
+	r, err := proxy.NewRouter(rc.listen, rc.ups, log)
+	if err != nil {
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	ln, err := net.Listen("tcp", rc.listen)
+	if err != nil {
+		_ = r.Shutdown(context.Background())
+		return fmt.Errorf("listen: %w", err)
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info().Str("listen", "http://"+cfg.Listen+cfg.Path).Str("upstream", cfg.Upstream).Msg("mcpheal serving")
-	select {
-	case err := <-errc:
-		srv.Close()
-		return err
-	case <-ctx.Done():
+	go func() { errc <- r.Serve(ln) }()
+	announce(log, rc)
+	for {
+		select {
+		case err := <-errc:
+			_ = r.Shutdown(context.Background())
+			return err
+		case <-hup:
+			reload(o, rc, r, creds, log)
+		case <-ctx.Done():
+			log.Info().Dur("timeout", o.shutdownTimeout).Msg("shutting down: finishing in-flight requests")
+			sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+			defer cancel()
+			err := r.Shutdown(sctx)
+			<-errc
+			log.Info().Msg("stopped")
+			return err
+		}
 	}
-	log.Info().Msg("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+}
+
+// reload re-reads the config file. A bad file is logged and the running
+// configuration keeps serving.
+func reload(o *options, cur *resolved, r *proxy.Router, creds *credCache, log zerolog.Logger) {
+	if o.config == "" {
+		log.Warn().Msg("SIGHUP ignored: no --config file to reload")
+		return
+	}
+	next, err := resolve(o, os.LookupEnv, creds)
+	if err == nil && next.listen != cur.listen {
+		log.Warn().Str("listen", cur.listen).Str("file", next.listen).Msg("a listen change applies at restart only")
+		next.listen = cur.listen // a running listener cannot move
+		for i := range next.ups {
+			next.ups[i].Listen = cur.listen
+		}
+	}
+	if err == nil {
+		err = r.Reload(next.ups)
+	}
+	if err != nil {
+		log.Error().Err(err).Str("config", o.config).Msg("config reload rejected; the previous configuration keeps serving")
+		return
+	}
+	if next.logLevel != cur.logLevel || next.logFormat != cur.logFormat {
+		log.Warn().Msg("log settings apply at restart only")
+	}
+	cur.ups = next.ups
+	announceUpstreams(log, cur)
+}
+
+// announce logs the listen URL and, per upstream, the URL agents use.
+func announce(log zerolog.Logger, rc *resolved) {
+	log.Info().Str("listen", "http://"+rc.listen).Int("upstreams", len(rc.ups)).
+		Str("health", agentURL(rc.listen, "/healthz")).Str("metrics", agentURL(rc.listen, "/metrics")).
+		Msg("mcpheal serving")
+	announceUpstreams(log, rc)
+}
+
+// announceUpstreams logs, per upstream, the URL agents use.
+func announceUpstreams(log zerolog.Logger, rc *resolved) {
+	for _, c := range rc.ups {
+		u := agentURL(rc.listen, c.Path)
+		log.Info().Str("upstream", c.Name).Str("url", u).Str("server", redact(c.Upstream)).
+			Msg("agents use " + u)
+	}
+}
+
+// agentURL is the URL an agent next to the proxy uses: an unspecified
+// listen host (0.0.0.0, ::) is reached as 127.0.0.1.
+func agentURL(listen, path string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen + path
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + path
+}
+
+// redact drops credentials and the query from a URL for logs.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }
 
 func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
