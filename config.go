@@ -48,7 +48,7 @@ var builtin = settings{
 	ReadTimeout:              30 * time.Second,
 	MaxSessions:              100_000,
 	MaxBody:                  4 << 20,
-	MaxStreams:               4,
+	MaxStreams:               1,
 	MaxSessionsPerCredential: 1000,
 	MaxHeaderBytes:           16 << 10,
 }

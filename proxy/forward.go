@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -101,6 +104,9 @@ func (a *attempt) run() bool {
 			}
 			if !a.heal(reasonSessionGone) {
 				return false
+			}
+			if a.msg.get {
+				a.req.Header.DelBytes(hdrLastEventID) // event ids do not cross sessions
 			}
 			if !a.msg.get && !a.msg.isRequest() {
 				// A notification or a response to a dead session: the new
@@ -332,9 +338,67 @@ func (s *Server) respond(a *attempt) bool {
 	if a.msg.get && a.sess != nil && r.StatusCode() == fasthttp.StatusOK {
 		return true // serveStream holds this stream open across heals
 	}
-	a.rw = eventRewriter{gen: a.gen}
+	a.rw.gen = a.gen
+	if !a.msg.get && answered(a.peek) && a.finish() {
+		// The answer is complete: one buffered write instead of a stream
+		// writer (a goroutine and a pipe per request).
+		a.out = a.rw.feed(a.out[:0], a.peek)
+		a.out = append(a.out, a.rw.pending...)
+		ctx.Response.SetBody(a.out)
+		s.count.bytesOut.Add(uint64(len(a.out)))
+		return false
+	}
 	ctx.SetBodyStreamWriter(a.stream)
 	return true
+}
+
+// finishWait is how long an SSE answer whose response event has arrived may
+// take to end before it is streamed instead: a server SHOULD end the stream
+// after the response (MCP 2025-11-25 §Sending Messages to the Server), and
+// the end is normally in the same packet.
+const finishWait = 20 * time.Millisecond
+
+// finish reads the rest of an SSE answer whose response has arrived, into
+// a.peek, for a short while. It reports whether the stream ended; if not,
+// what was read is forwarded first when the answer is streamed.
+func (a *attempt) finish() bool {
+	r := a.resp
+	if r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
+		return false
+	}
+	ended := false
+	for len(a.peek) < peekLimit {
+		if cap(a.peek)-len(a.peek) < 512 {
+			a.peek = append(a.peek, make([]byte, 4096)...)[:len(a.peek)]
+		}
+		n, err := r.Read(a.peek[len(a.peek):cap(a.peek)])
+		a.peek = a.peek[:len(a.peek)+n]
+		if err != nil {
+			ended = errors.Is(err, io.EOF)
+			break
+		}
+	}
+	if !ended {
+		// The server keeps the stream open after the response: stream the
+		// rest. (A timeout while waiting for the next chunk leaves the
+		// chunk reader where it was.)
+		_ = r.SetReadDeadline(time.Time{})
+	}
+	return ended
+}
+
+// answered reports whether the first data event in an SSE prefix is a
+// JSON-RPC response (the answer to the request, not a notification or a
+// server→client request).
+func answered(peek []byte) bool {
+	from := 0
+	end := dataEventEnd(peek, &from)
+	if end < 0 {
+		return false
+	}
+	d := eventData(peek[:end])
+	return len(d) > 0 && !bytes.Contains(d, []byte(`"method"`)) &&
+		(bytes.Contains(d, []byte(`"result"`)) || bytes.Contains(d, []byte(`"error"`)))
 }
 
 // stream runs in the body-writer goroutine that fasthttp starts inside

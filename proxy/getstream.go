@@ -31,6 +31,7 @@ type getStream struct {
 	hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
 	out  chan []byte             // rewritten events, pump → writer
 	quit chan struct{}           // closed by stop
+	done chan struct{}           // closed when the pump has ended
 	once sync.Once
 
 	mu   sync.Mutex // protects resp, gen
@@ -44,7 +45,7 @@ type getStream struct {
 // outlives upstream sessions.
 func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	g := &getStream{s: s, sess: sess, hdr: new(fasthttp.RequestHeader),
-		out: make(chan []byte, 16), quit: make(chan struct{})}
+		out: make(chan []byte, 16), quit: make(chan struct{}), done: make(chan struct{})}
 	ctx.Request.Header.CopyTo(g.hdr)
 	for _, h := range reqDropHeaders {
 		g.hdr.Del(h)
@@ -53,10 +54,10 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 		g.hdr.DelBytes(hdrAuthorization)
 	}
 	s.setOperatorHeaders(g.hdr)
-	if s.streams.count(sess.ID) >= s.cfg.MaxStreams {
-		writeError(ctx, fasthttp.StatusTooManyRequests, codeTooMany, "null", "Too many streams for this session")
-		return
-	}
+	// An agent opening another GET has usually abandoned its previous one
+	// (the proxy notices a departed agent only on its next write), and most
+	// servers allow one GET per session (409 otherwise): the newest wins.
+	evicted := s.streams.evict(sess.ID, s.cfg.MaxStreams-1)
 	up, gen := sess.Current()
 	last := upstreamEventID(ctx.Request.Header.PeekBytes(hdrLastEventID), gen)
 
@@ -66,7 +67,16 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	g.hdr.CopyTo(&a.req.Header)
 	setLastEventID(a.req, last)
 	a.resp = upstream.AcquireResponse()
-	if !a.run() {
+	ok := a.run()
+	for try := 1; evicted && !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && try <= 5; try++ {
+		// The upstream has not yet seen the replaced stream's connection close.
+		if !s.sleep(time.Duration(try) * 20 * time.Millisecond) {
+			break
+		}
+		a.next()
+		ok = a.run()
+	}
+	if !ok {
 		// run answered the agent itself (an error, or the upstream's
 		// answer to the open); nothing to hold open.
 		upstream.ReleaseResponse(a.resp)
@@ -113,6 +123,7 @@ var keepaliveComment = []byte(": keepalive\n\n")
 // in the same session with Last-Event-ID, or after healing the session.
 func (g *getStream) pump() {
 	defer g.s.bg.Done()
+	defer close(g.done)
 	defer close(g.out)
 	defer func() {
 		if p := recover(); p != nil {

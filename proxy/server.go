@@ -70,6 +70,10 @@ type Config struct {
 	// set on every upstream request instead of the agent's Authorization, and
 	// a 401 makes the proxy fetch a new token and retry once.
 	Credentials upstream.Credentials
+	// Breaker tunes the upstream's circuit breaker; zero fields take
+	// upstream.BreakerConfig's defaults (5 failures over at least 5 s,
+	// cooldown 1 s doubling to 60 s). OnChange is ignored: the proxy logs.
+	Breaker upstream.BreakerConfig
 	// AuthTokens, when set, are the bearer tokens agents must present
 	// (Authorization: Bearer …) to use this upstream; others get 401. The
 	// agent's Authorization is then the proxy's and is not forwarded. Zero
@@ -78,7 +82,9 @@ type Config struct {
 	AuthTokens []string
 	// InsecureListen allows a non-loopback listener without AuthTokens.
 	InsecureListen bool
-	// MaxStreams caps concurrent GET streams per session; zero means 4.
+	// MaxStreams caps concurrent GET streams per session; zero means 1. An
+	// agent opening one more replaces its oldest (it has abandoned it; most
+	// servers allow one GET per session and answer 409 to a second).
 	MaxStreams int
 	// MaxSessionsPerCredential caps live sessions created under one
 	// credential (or none); zero means 1000. Beyond it initialize gets 429.
@@ -102,7 +108,7 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("path %q must start with /", c.Path)
 	}
 	c.MaxBody = orInt(c.MaxBody, 4<<20)
-	c.MaxStreams = orInt(c.MaxStreams, 4)
+	c.MaxStreams = orInt(c.MaxStreams, 1)
 	c.MaxSessionsPerCredential = orInt(c.MaxSessionsPerCredential, 1000)
 	c.ReadTimeout = orDur(c.ReadTimeout, 30*time.Second)
 	c.MaxHeaderBytes = orInt(c.MaxHeaderBytes, 16<<10)
@@ -188,12 +194,12 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("session store: %w", err)
 	}
 	s.count.init(cfg.Name)
-	s.breaker = upstream.NewBreaker(upstream.BreakerConfig{
-		OnChange: func(from, to upstream.BreakerState, cooldown time.Duration) {
-			log.Warn().Str("from", from.String()).Str("to", to.String()).Dur("cooldown", cooldown).
-				Msg("circuit breaker " + to.String())
-		},
-	})
+	bc := cfg.Breaker
+	bc.OnChange = func(from, to upstream.BreakerState, cooldown time.Duration) {
+		log.Warn().Str("from", from.String()).Str("to", to.String()).Dur("cooldown", cooldown).
+			Msg("circuit breaker " + to.String())
+	}
+	s.breaker = upstream.NewBreaker(bc)
 	if cfg.Keepalive > 0 {
 		s.bg.Add(1)
 		go s.keepaliveLoop()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"sync"
+	"time"
 
 	"github.com/mcpheal/mcpheal/session"
 )
@@ -75,6 +76,30 @@ func (ss *streamSet) stopAll() {
 	for _, g := range all {
 		g.stop()
 	}
+}
+
+// evict stops the session's oldest streams until at most keep remain, and
+// waits (briefly) until their upstream streams are closed. It reports
+// whether it stopped any.
+func (ss *streamSet) evict(id session.ClientID, keep int) bool {
+	ss.mu.Lock()
+	list := ss.m[id]
+	var old []*getStream
+	if n := len(list) - max(keep, 0); n > 0 {
+		old = append(old, list[:n]...)
+	}
+	ss.mu.Unlock()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for _, g := range old {
+		g.stop()
+		select {
+		case <-g.done:
+		case <-t.C:
+			return true
+		}
+	}
+	return len(old) > 0
 }
 
 // count returns how many streams the session holds open.

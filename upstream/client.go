@@ -287,6 +287,15 @@ func (r *Response) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// SetReadDeadline bounds the next reads of a streamed answer; the zero time
+// removes the bound.
+func (r *Response) SetReadDeadline(t time.Time) error {
+	if r.conn == nil {
+		return ErrClosed
+	}
+	return r.conn.nc.SetReadDeadline(t)
+}
+
 // Interrupt closes the connection of a streamed answer so that a Read
 // blocked in another goroutine returns. It is safe to call concurrently with
 // Read; Close must still be called by the reader.

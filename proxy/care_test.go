@@ -1,0 +1,690 @@
+package proxy
+
+// Fault-injection tests for upstream care (issue 4, DESIGN "Keeping upstream
+// healthy"): a real go-sdk upstream, a tcpRelay between it and the proxy
+// playing the middlebox, real agents.
+//
+// These tests do not run in parallel: each one ends with a goroutine census
+// (checkGoroutines), which is only exact while no other test runs. Go runs
+// every sequential test of the package before releasing the parallel ones,
+// so the census sees this test's goroutines only.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestResetIdleConnectionRetriedFresh: a middlebox that dropped an idle flow
+// answers the proxy's next request on it with a reset. Nothing was delivered,
+// so the proxy sends the request again on a fresh connection: an agent that
+// idles past the middlebox's limit between calls never notices.
+func TestResetIdleConnectionRetriedFresh(t *testing.T) {
+	checkGoroutines(t)
+	up := startGoSDK(t, goSDKOpts{})
+	rl := newTCPRelay(t, up.Addr())
+	rl.ResetIdle(time.Second)
+	s, url := startProxy(t, rl.URL(), nil)
+	cs := goSDKClient(t, url)
+
+	start := time.Now()
+	callEcho(t, cs, "warm")
+	base := time.Since(start)
+	var worst time.Duration
+	for round := 1; round <= 3; round++ {
+		time.Sleep(2 * time.Second) // past the relay's 1 s and upstream.staleIdle
+		start := time.Now()
+		callEcho(t, cs, "round "+strconv.Itoa(round))
+		took := time.Since(start)
+		if took > base+time.Second {
+			t.Errorf("round %d took %v, more than a second over the first call's %v", round, took, base)
+		}
+		worst = max(worst, took-base)
+	}
+	if n := rl.Resets(); n < 3 {
+		t.Fatalf("the relay reset %d connections, want at least one per round (3): the fault never happened", n)
+	}
+	if n := up.ToolCalls("echo"); n != 4 {
+		t.Errorf("upstream ran echo %d times, want 4: a reset request must never be delivered twice or lost", n)
+	}
+	if n := up.Inits(); n != 1 {
+		t.Errorf("upstream initializes = %d, want 1: a dead socket is not a dead session", n)
+	}
+	if st := s.Stats(); st.Heals != 0 || st.UpstreamDown != 0 {
+		t.Errorf("stats %+v: want no heal and no 503", st)
+	}
+	noPanics(t, s)
+	t.Logf("first call %v; worst extra latency after a reset %v; %d resets", base, worst, rl.Resets())
+}
+
+// TestBlackholedConnectionNeverReused: a middlebox that forgets an idle flow
+// silently swallows whatever is sent on it. The proxy cannot tell that from a
+// slow tool: a request sent into the hole gets no answer until the response
+// deadline, and a tools/call may then have run, so it is not replayed (see
+// TestBlackholeReplayableRetriedAfterDeadline). What keeps agents safe is
+// that pooled connections close after MaxIdleConn, below the middlebox's idle
+// limit (30 s by default, against the usual 60–350 s): no request ever goes
+// into a forgotten flow. Scaled down here: relay 600 ms, MaxIdleConn 200 ms.
+func TestBlackholedConnectionNeverReused(t *testing.T) {
+	checkGoroutines(t)
+	const healTimeout = 2 * time.Second
+	up := startGoSDK(t, goSDKOpts{})
+	rl := newTCPRelay(t, up.Addr())
+	rl.Blackhole(600 * time.Millisecond)
+	s, url := startProxy(t, rl.URL(), func(c *Config) {
+		c.MaxIdleConn = 200 * time.Millisecond
+		c.HealTimeout = healTimeout
+	})
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "before")
+	dialed := rl.Accepted()
+	time.Sleep(time.Second) // every pooled connection is now past the relay's limit
+
+	start := time.Now()
+	callEcho(t, cs, "after")
+	took := time.Since(start)
+	if took > healTimeout {
+		t.Errorf("call after idling took %v, want within heal_timeout %v", took, healTimeout)
+	}
+	if n := rl.Holes(); n != 0 {
+		t.Errorf("the proxy sent bytes into %d flows idle past the middlebox's limit, want none (MaxIdleConn below it)", n)
+	}
+	if rl.Accepted() == dialed {
+		t.Errorf("no new upstream connection for the call after idling: a stale one was reused")
+	}
+	noPanics(t, s)
+	t.Logf("call after idling past the blackhole limit: %v", took)
+}
+
+// TestBlackholeReplayableRetriedAfterDeadline: when a pooled connection idles
+// into a blackhole anyway (MaxIdleConn above the middlebox's limit), the
+// response deadline bounds the damage: a replay-safe request (ping) is sent
+// again on a fresh connection and succeeds within heal_timeout, while a
+// tools/call, which may have run for all the proxy knows, is answered -32011
+// rather than risk running twice.
+func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
+	checkGoroutines(t)
+	const (
+		respTimeout = 300 * time.Millisecond
+		healTimeout = 2 * time.Second
+	)
+	up := startGoSDK(t, goSDKOpts{})
+	rl := newTCPRelay(t, up.Addr())
+	rl.Blackhole(500 * time.Millisecond)
+	s, url := startProxy(t, rl.URL(), func(c *Config) {
+		c.ResponseTimeout = respTimeout
+		c.HealTimeout = healTimeout
+	})
+	sid := peerRawInitialize(t, url)
+	ping := `{"jsonrpc":"2.0","id":"ping-1","method":"ping"}`
+	if resp, body := peerRawPost(t, url, sid, ping); resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
+		t.Fatalf("ping: %d %q", resp.StatusCode, body)
+	}
+
+	time.Sleep(700 * time.Millisecond) // the pooled connection idles into the hole
+	start := time.Now()
+	resp, body := peerRawPost(t, url, sid, ping)
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
+		t.Fatalf("ping after idling: %d %q, want 200 with a result", resp.StatusCode, body)
+	}
+	if rl.Holes() == 0 || took < respTimeout {
+		t.Fatalf("ping took %v with %d blackholed flows: the request never met the hole", took, rl.Holes())
+	}
+	if took > healTimeout {
+		t.Errorf("ping took %v, want within heal_timeout %v", took, healTimeout)
+	}
+
+	time.Sleep(700 * time.Millisecond)
+	resp, body = peerRawPost(t, url, sid, echoBody("blackholed"))
+	if code, _, _ := rpcError(t, []byte(rpcAnswer(body).Raw)); resp.StatusCode != http.StatusOK || code != codeMaybeExecuted {
+		t.Errorf("tools/call into a blackhole: %d %q, want 200 with error %d", resp.StatusCode, body, codeMaybeExecuted)
+	}
+	if n := up.ToolCalls("echo"); n != 0 {
+		t.Errorf("upstream ran echo %d times, want 0", n)
+	}
+	noPanics(t, s)
+	t.Logf("ping through a blackholed pooled connection: %v (response timeout %v)", took, respTimeout)
+}
+
+// TestStreamedToolsListKeepsConnection: a tools/list answered as an SSE
+// stream reaches the agent whole, without a panic in the stream writer, and
+// its upstream connection goes back to the pool (found by the blackhole
+// test: learnTools drained and released the stream with Response.Body).
+func TestStreamedToolsListKeepsConnection(t *testing.T) {
+	checkGoroutines(t)
+	up := startGoSDK(t, goSDKOpts{})
+	rl := newTCPRelay(t, up.Addr())
+	s, url := startProxy(t, rl.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	list := `{"jsonrpc":"2.0","id":"list-1","method":"tools/list"}`
+	conns := rl.Accepted()
+	for i := range 3 {
+		resp, body := peerRawPost(t, url, sid, list)
+		if n := len(rpcAnswer(body).Get("result.tools").Array()); resp.StatusCode != http.StatusOK || n != 4 {
+			t.Fatalf("tools/list %d: %d, %d tools, body %q; want 200 and 4 tools", i, resp.StatusCode, n, body)
+		}
+	}
+	noPanics(t, s)
+	if n := rl.Accepted() - conns; n != 0 {
+		t.Errorf("%d new upstream connections for 3 sequential tools/list, want 0 (kept alive and reused)", n)
+	}
+}
+
+// TestKeepaliveHealsAhead: the upstream expires quiet sessions before the
+// keepalive comes round; the keepalive ping finds the session gone and heals
+// it at once, so the agent's next call finds a live session and costs no
+// upstream initialize.
+//
+// The agent is raw HTTP: a go-sdk client's standalone GET stream ends with
+// the upstream session, and the proxy's stream reopen would heal it too,
+// blurring whose heal it was.
+func TestKeepaliveHealsAhead(t *testing.T) {
+	checkGoroutines(t)
+	up := startGoSDK(t, goSDKOpts{SessionTimeout: 600 * time.Millisecond})
+	s, url := startProxy(t, up.URL(), func(c *Config) { c.Keepalive = 900 * time.Millisecond })
+	sid := peerRawInitialize(t, url)
+	first := lastUpstreamID(t, up)
+	rawEcho(t, url, sid, "before")
+
+	peerWait(t, "a keepalive heal", func() bool { return s.count.keepalive[keepaliveHealed].Load() >= 1 })
+	inits := up.Inits()
+	agentHeals := s.count.heals[reasonSessionGone][outcomeOK].Load()
+	rawEcho(t, url, sid, "after")
+
+	if inits != 2 {
+		t.Errorf("upstream initializes before the agent's call = %d, want 2 (the agent's, the keepalive's heal)", inits)
+	}
+	if got := up.Inits(); got != inits {
+		t.Errorf("the agent's call caused %d upstream initialize(s), want 0", got-inits)
+	}
+	if got := s.count.heals[reasonSessionGone][outcomeOK].Load(); got != agentHeals {
+		t.Errorf("the agent's call needed %d heal(s), want 0", got-agentHeals)
+	}
+	if n := s.count.heals[reasonKeepalive][outcomeOK].Load(); n < 1 {
+		t.Errorf("keepalive heals counted = %d, want ≥ 1", n)
+	}
+	if n := s.count.keepalive[keepaliveFailed].Load(); n != 0 {
+		t.Errorf("failed keepalives = %d, want 0", n)
+	}
+	var probed bool
+	for _, r := range up.Requests() {
+		if r.SessionID == first && r.RPCMethod == "ping" {
+			probed = strings.HasPrefix(string(r.RPCID), `"mcpheal-keepalive-`)
+			if !probed {
+				t.Errorf("keepalive ping id %s, want a proxy-namespaced string id", r.RPCID)
+			}
+		}
+	}
+	if !probed {
+		t.Errorf("no keepalive ping reached the expired upstream session")
+	}
+	noPanics(t, s)
+}
+
+// TestKeepaliveKeepsSessionAlive: with keepalive shorter than the upstream's
+// idle timeout, a session left quiet for several timeouts keeps its upstream
+// session: no heal, one initialize, one upstream session id throughout.
+func TestKeepaliveKeepsSessionAlive(t *testing.T) {
+	checkGoroutines(t)
+	// A wide ratio (10×), so that a loaded machine stalling a ping by a
+	// few hundred milliseconds does not expire the session.
+	const timeout = time.Second
+	up := startGoSDK(t, goSDKOpts{SessionTimeout: timeout})
+	s, url := startProxy(t, up.URL(), func(c *Config) { c.Keepalive = 100 * time.Millisecond })
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "first")
+	time.Sleep(3 * timeout)
+	callEcho(t, cs, "last")
+
+	ids := map[string]int{}
+	for _, r := range up.Requests() {
+		if r.SessionID != "" {
+			ids[r.SessionID]++
+		}
+	}
+	if len(ids) != 1 || up.Inits() != 1 {
+		t.Errorf("upstream session ids %v and %d initializes, want one id and 1 initialize", ids, up.Inits())
+	}
+	if n := s.count.keepalive[keepaliveOK].Load(); n < 3 {
+		t.Errorf("%d keepalive pings answered over %v of quiet, want ≥ 3", n, 3*timeout)
+	}
+	if n := s.count.keepalive[keepaliveFailed].Load() + s.count.keepalive[keepaliveHealed].Load(); n != 0 {
+		t.Errorf("%d keepalives failed or healed, want 0", n)
+	}
+	if st := s.Stats(); st.Heals != 0 {
+		t.Errorf("heals = %d, want 0", st.Heals)
+	}
+	noPanics(t, s)
+}
+
+// TestBreakerFailsFastAndProbesOncePerCooldown: the upstream host dies for
+// good. After the breaker's threshold (5 infrastructure failures over at
+// least 5 s, the defaults) agents get 503 at once, with Retry-After and a
+// JSON-RPC error naming the upstream; one probe per cooldown reaches the
+// upstream, and the cooldown grows. When the upstream is back, the first
+// call after the cooldown heals the session and succeeds.
+func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
+	checkGoroutines(t)
+	const name = "care-upstream"
+	up := startGoSDK(t, goSDKOpts{})
+	rl := newTCPRelay(t, up.Addr())
+	s, url := startProxy(t, rl.URL(), func(c *Config) {
+		c.Name = name
+		c.Keepalive = -1 // no background probe: every upstream attempt is an agent's
+		c.HealTimeout = time.Second
+	})
+	hc := careClient(t)
+	sid := peerRawInitialize(t, url)
+	if a := carePost(t, hc, url, sid, echoBody("up")); rpcText(a.body) != "up" {
+		t.Fatalf("echo before the outage: %d %q", a.status, a.body)
+	}
+
+	// The host dies, and the one that replaces it has no sessions.
+	rl.Down()
+	up.Restart()
+	downAt := time.Now()
+	var openAt time.Time
+	for openAt.IsZero() {
+		if time.Since(downAt) > 10*time.Second {
+			t.Fatalf("breaker still %v after 10 s of failures", upstreamState(s))
+		}
+		a := carePost(t, hc, url, sid, echoBody("down"))
+		switch {
+		case a.breakerOpen():
+			openAt = time.Now()
+		case a.status == http.StatusOK && rpcText(a.body) == "down":
+			t.Fatalf("echo succeeded while the upstream was down")
+		default:
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if el := openAt.Sub(downAt); el < 5*time.Second {
+		t.Errorf("breaker opened %v after the first failure, want ≥ 5 s (MinStreak)", el)
+	}
+
+	// Open: fail fast; half-open: one probe. The first probe finds the
+	// upstream still down; then it comes back, and the next probe heals.
+	var fast []time.Duration
+	var back, successAt time.Time
+	inits := up.Inits()
+	refused := rl.Refused()
+	for successAt.IsZero() {
+		if time.Since(openAt) > 8*time.Second {
+			t.Fatalf("no successful call %v after the breaker opened (state %v)", time.Since(openAt), upstreamState(s))
+		}
+		start, conns := time.Now(), rl.Accepted()
+		a := carePost(t, hc, url, sid, echoBody("probe"))
+		probe := rl.Accepted() != conns
+		switch {
+		case a.breakerOpen():
+			if err := a.checkBreakerAnswer(name); err != "" {
+				t.Fatalf("while open: %s", err)
+			}
+			if !probe { // a probe that failed early ends in a 503 too, after its try
+				fast = append(fast, a.took)
+			}
+		case a.status == http.StatusOK && rpcText(a.body) == "probe":
+			if back.IsZero() {
+				t.Fatalf("echo succeeded while the upstream was down")
+			}
+			successAt = start
+		default: // a probe's failure while still down
+		}
+		if back.IsZero() && rl.Refused() > refused {
+			rl.Pass()
+			back = time.Now()
+		}
+		if len(fast) > 30 { // the first 30 back to back, then at an agent's pace
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// Every upstream connection attempt since the breaker opened, until the
+	// successful call started: exactly one probe per cooldown.
+	var last time.Time
+	var after []relayAttempt
+	for _, at := range rl.Attempts() {
+		switch {
+		case at.At.Before(openAt):
+			last = at.At // the failure that opened it
+		case at.At.Before(successAt):
+			after = append(after, at)
+		}
+	}
+	if len(after) != 1 || !after[0].Refused {
+		t.Fatalf("upstream connection attempts during the first two cooldowns: %+v, want exactly one (the failed probe)", after)
+	}
+	probe1 := after[0].At
+	var probe2 time.Time
+	for _, at := range rl.Attempts() {
+		if !at.At.Before(successAt) {
+			probe2 = at.At
+			break
+		}
+	}
+	// Cooldowns are 1 s then 2 s, ±20 % jitter; allow a little clock slack.
+	if gap := probe1.Sub(last); gap < 750*time.Millisecond {
+		t.Errorf("first probe %v after the breaker opened, want ≥ 800 ms (first cooldown)", gap)
+	}
+	if gap := probe2.Sub(probe1); gap < 1500*time.Millisecond {
+		t.Errorf("second probe %v after the first, want ≥ 1.6 s (doubled cooldown)", gap)
+	}
+	if n := up.Inits() - inits; n != 1 {
+		t.Errorf("%d upstream initializes for the recovery, want 1 (one heal)", n)
+	}
+	if st := upstreamState(s); st != "closed" {
+		t.Errorf("breaker %s after a successful call, want closed", st)
+	}
+
+	noPanics(t, s)
+	if len(fast) < 30 {
+		t.Fatalf("only %d fail-fast answers measured", len(fast))
+	}
+	// The issue asks < 5 ms each. On a shared 2-core machine a single
+	// answer can stall for 100+ ms (measured under load 8), so: the median
+	// within 5 ms, nine in ten within a generous 50 ms. An answer that
+	// waited on the upstream (a dial, a 10 ms backoff) fails both.
+	slices.Sort(fast)
+	median, p90, worst := fast[len(fast)/2], fast[len(fast)*9/10], fast[len(fast)-1]
+	if median > 5*time.Millisecond {
+		t.Errorf("fail-fast median %v, want < 5 ms", median)
+	}
+	if p90 > 50*time.Millisecond {
+		t.Errorf("fail-fast 90th percentile %v, want < 50 ms (a generous bound for this machine)", p90)
+	}
+	t.Logf("opened %v after the outage; %d fail-fast answers: median %v, p90 %v, max %v; probes at +%v and +%v (one attempt per cooldown); recovered %v after the upstream came back",
+		openAt.Sub(downAt).Round(time.Millisecond), len(fast), median, p90, worst,
+		probe1.Sub(last).Round(time.Millisecond), probe2.Sub(probe1).Round(time.Millisecond),
+		successAt.Sub(back).Round(time.Millisecond))
+}
+
+// TestSessionTTLDeletesUpstream: a client session idle past session_ttl is
+// dropped, and its upstream session DELETEd; one in use outlives the TTL.
+func TestSessionTTLDeletesUpstream(t *testing.T) {
+	checkGoroutines(t)
+	const ttl = time.Second
+	up := startGoSDK(t, goSDKOpts{})
+	s, url := startProxy(t, up.URL(), func(c *Config) { c.SessionTTL = ttl })
+	sid := peerRawInitialize(t, url)
+	upID := lastUpstreamID(t, up)
+	for range 8 { // 2 s of use, twice the TTL
+		time.Sleep(ttl / 4)
+		rawEcho(t, url, sid, "in use")
+	}
+	idleFrom := time.Now()
+	peerWait(t, "the upstream DELETE of the expired session", func() bool {
+		for _, r := range up.Requests() {
+			if r.HTTPMethod == http.MethodDelete && r.SessionID == upID {
+				return true
+			}
+		}
+		return false
+	})
+	idle := time.Since(idleFrom)
+	if idle < ttl-50*time.Millisecond || idle > ttl+time.Second {
+		t.Errorf("upstream DELETE after %v idle, want just past the TTL %v", idle, ttl)
+	}
+	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != codeSessionNotFound {
+		t.Errorf("expired session: %d %q, want 404 with %d", resp.StatusCode, body, codeSessionNotFound)
+	}
+	if n := s.Stats().Sessions; n != 0 {
+		t.Errorf("%d sessions left, want 0", n)
+	}
+	noPanics(t, s)
+	t.Logf("upstream DELETE %v after the last use (ttl %v)", idle.Round(time.Millisecond), ttl)
+}
+
+// TestShutdownDeletesUpstreamSessions: Shutdown ends every upstream session
+// the proxy holds before it returns.
+func TestShutdownDeletesUpstreamSessions(t *testing.T) {
+	checkGoroutines(t)
+	up := startGoSDK(t, goSDKOpts{})
+	s, url := startProxy(t, up.URL(), nil)
+	var ids []string
+	for range 3 {
+		peerRawInitialize(t, url)
+		ids = append(ids, lastUpstreamID(t, up))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	took := time.Since(start)
+	deleted := map[string]bool{}
+	for _, r := range up.Requests() {
+		if r.HTTPMethod == http.MethodDelete {
+			deleted[r.SessionID] = true
+		}
+	}
+	for _, id := range ids {
+		if !deleted[id] {
+			t.Errorf("upstream session %s not DELETEd by Shutdown (DELETEs seen: %v)", id, deleted)
+		}
+	}
+	if took > 2*time.Second {
+		t.Errorf("Shutdown took %v with a healthy upstream, want < 2 s", took)
+	}
+	noPanics(t, s)
+	t.Logf("Shutdown DELETEd %d upstream sessions in %v", len(ids), took)
+}
+
+// TestShutdownBoundedWhenUpstreamHangs: Shutdown's DELETEs are bounded by a
+// few seconds of the proxy's own, even with no deadline from the caller and
+// an upstream that swallows every request.
+func TestShutdownBoundedWhenUpstreamHangs(t *testing.T) {
+	checkGoroutines(t)
+	up := startGoSDK(t, goSDKOpts{})
+	rl := newTCPRelay(t, up.Addr())
+	s, url := startProxy(t, rl.URL(), nil)
+	peerRawInitialize(t, url)
+	peerRawInitialize(t, url)
+	rl.Blackhole(0)
+	start := time.Now()
+	_ = s.Shutdown(context.Background())
+	took := time.Since(start)
+	if took > 4500*time.Millisecond {
+		t.Errorf("Shutdown took %v against a hung upstream, want a few seconds at most (3 s)", took)
+	}
+	if rl.Holes() == 0 {
+		t.Errorf("no DELETE reached the hung upstream: the bound was not exercised")
+	}
+	t.Logf("Shutdown against a hung upstream returned after %v", took)
+}
+
+// ---------------------------------------------------------------------------
+// helpers
+
+// leakWait bounds how long goroutines may take to finish once a test's
+// cleanups have run.
+const leakWait = 5 * time.Second
+
+// leakIgnored names goroutines that outlive a test by fasthttp's design, not
+// a leak of ours: the process-wide Date header ticker, started once by the
+// first fasthttp.Server; and a stopped server's idle-worker cleaner, which
+// sleeps up to MaxIdleWorkerDuration (10 s) before it sees the stop.
+var leakIgnored = []string{
+	"fasthttp.updateServerDate",
+	"fasthttp.(*workerPool).Start",
+}
+
+// checkGoroutines fails t if goroutines started during it are still running
+// leakWait after it ended. Call it first in a test that does not run in
+// parallel: its cleanup then runs after every cleanup registered later
+// (clients, proxy, relay, peer).
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	before := goroutineStacks()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(leakWait)
+		for {
+			var left []string
+			for id, stack := range goroutineStacks() {
+				if _, ok := before[id]; ok || slices.ContainsFunc(leakIgnored, func(s string) bool { return strings.Contains(stack, s) }) {
+					continue
+				}
+				left = append(left, stack)
+			}
+			if len(left) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%d goroutines started by the test still run %v after it ended:\n\n%s",
+					len(left), leakWait, strings.Join(left, "\n\n"))
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// goroutineStacks returns every goroutine's stack by goroutine id.
+func goroutineStacks() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := make(map[string]string)
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		head, _, _ := strings.Cut(g, " [")
+		out[strings.TrimPrefix(head, "goroutine ")] = g
+	}
+	return out
+}
+
+// careClient is an agent's HTTP client with keep-alive, so that measured
+// latencies are the proxy's, not connection setup.
+func careClient(t testing.TB) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: peerTimeout}
+}
+
+// careAnswer is one answer to carePost.
+type careAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	took   time.Duration
+}
+
+// carePost POSTs a JSON-RPC message on a session, as peerRawPost does, with
+// client hc, and times the exchange.
+func carePost(t testing.TB, hc *http.Client, url, sid, body string) careAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Mcp-Session-Id", sid)
+	start := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: read body: %v", url, err)
+	}
+	return careAnswer{status: resp.StatusCode, header: resp.Header, body: b, took: time.Since(start)}
+}
+
+// breakerOpen reports whether a is the proxy's fail-fast answer.
+func (a careAnswer) breakerOpen() bool {
+	e := rpcAnswer(a.body)
+	return a.status == http.StatusServiceUnavailable && e.Get("error.code").Int() == codeUpstreamDown &&
+		strings.Contains(e.Get("error.message").Str, "circuit breaker open")
+}
+
+// checkBreakerAnswer describes what is wrong with a fail-fast answer, or "".
+func (a careAnswer) checkBreakerAnswer(upstream string) string {
+	ra, err := strconv.Atoi(a.header.Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 60 {
+		return fmt.Sprintf("Retry-After %q, want 1..60 seconds", a.header.Get("Retry-After"))
+	}
+	if msg := rpcAnswer(a.body).Get("error.message").Str; !strings.Contains(msg, upstream) {
+		return fmt.Sprintf("error message %q does not name the upstream %q", msg, upstream)
+	}
+	if id := rpcAnswer(a.body).Get("id"); !id.Exists() || id.Type == gjson.Null {
+		return fmt.Sprintf("answer %s lost the request id", a.body)
+	}
+	return ""
+}
+
+var careSeq atomic.Int64
+
+// echoBody is a tools/call of the go-sdk peer's echo tool with a fresh id.
+func echoBody(text string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":%q}}}`,
+		careSeq.Add(1), text)
+}
+
+// rawEcho calls echo on a session with peerRawPost and fails the test unless
+// text comes back.
+func rawEcho(t testing.TB, url, sid, text string) {
+	t.Helper()
+	resp, body := peerRawPost(t, url, sid, echoBody(text))
+	if resp.StatusCode != http.StatusOK || rpcText(body) != text {
+		t.Fatalf("echo(%q): %d %q", text, resp.StatusCode, body)
+	}
+}
+
+// rpcAnswer returns the JSON-RPC answer in a JSON or SSE body.
+func rpcAnswer(body []byte) gjson.Result {
+	if len(body) > 0 && body[0] != '{' {
+		body = findResponse(body)
+	}
+	return gjson.ParseBytes(body)
+}
+
+// rpcText returns the text of a tools/call answer's first content.
+func rpcText(body []byte) string {
+	return rpcAnswer(body).Get("result.content.0.text").Str
+}
+
+// lastUpstreamID returns the upstream session id of the newest session a
+// peer saw initialized (its notifications/initialized).
+func lastUpstreamID(t testing.TB, p *peer) string {
+	t.Helper()
+	reqs := p.Requests()
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if reqs[i].RPCMethod == "notifications/initialized" && reqs[i].SessionID != "" {
+			return reqs[i].SessionID
+		}
+	}
+	t.Fatal("the upstream saw no session initialized")
+	return ""
+}
+
+// noPanics fails t if the proxy recovered from a panic.
+func noPanics(t testing.TB, s *Server) {
+	t.Helper()
+	if n := s.Stats().Panics; n != 0 {
+		t.Errorf("the proxy recovered from %d panics (see its log)", n)
+	}
+}
+
+// upstreamState names the proxy's breaker state.
+func upstreamState(s *Server) string { return s.breaker.State().String() }

@@ -1,0 +1,487 @@
+package proxy
+
+// tcpRelay: a TCP relay on 127.0.0.1 between the proxy and a real upstream,
+// for fault injection (issue 4). It plays the network middlebox that the
+// field reports blame: a NAT or load balancer that forgets an idle flow and
+// answers its next packet with a reset, one that forgets it silently, and an
+// upstream host that is down.
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// relayMode is what a tcpRelay does to the traffic it carries.
+type relayMode int
+
+const (
+	// relayPass forwards everything both ways.
+	relayPass relayMode = iota
+	// relayResetIdle resets (RST: SO_LINGER 0, then close) a connection
+	// idle longer than the limit when bytes next come from the proxy side,
+	// and drops those bytes.
+	relayResetIdle
+	// relayBlackhole stops forwarding, silently and for good, on a
+	// connection idle longer than the limit when bytes next come from
+	// either side: they and everything after are read and dropped, nothing
+	// is closed towards the proxy.
+	relayBlackhole
+	// relayDown accepts each new connection and resets it at once.
+	relayDown
+)
+
+func (m relayMode) String() string {
+	switch m {
+	case relayPass:
+		return "pass"
+	case relayResetIdle:
+		return "reset-idle"
+	case relayBlackhole:
+		return "blackhole"
+	case relayDown:
+		return "down"
+	}
+	return "unknown"
+}
+
+// relayAttempt is one connection the relay accepted.
+type relayAttempt struct {
+	At      time.Time
+	Refused bool // reset at once because the relay was down
+}
+
+// tcpRelay forwards 127.0.0.1:port to a target address. Modes switch at
+// runtime and apply to connections already open. It stops in t.Cleanup and
+// leaves no goroutine behind. All methods are safe for concurrent use.
+type tcpRelay struct {
+	ln     net.Listener
+	target string
+
+	resets atomic.Int64 // connections reset for idling
+	holes  atomic.Int64 // connections blackholed
+
+	mu       sync.Mutex // protects mode, limit, conns, attempts, closed
+	mode     relayMode
+	limit    time.Duration
+	conns    map[*relayConn]struct{}
+	attempts []relayAttempt
+	closed   bool
+
+	wg   sync.WaitGroup // the accept loop and every connection's goroutines
+	once sync.Once
+}
+
+// newTCPRelay starts a pass-through relay to target ("host:port").
+func newTCPRelay(tb testing.TB, target string) *tcpRelay {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("relay listen: %v", err)
+	}
+	r := &tcpRelay{ln: ln, target: target, conns: make(map[*relayConn]struct{})}
+	r.wg.Add(1)
+	go r.serve()
+	tb.Cleanup(r.Close)
+	return r
+}
+
+// Addr returns the relay's "127.0.0.1:port".
+func (r *tcpRelay) Addr() string { return r.ln.Addr().String() }
+
+// URL returns the MCP endpoint through the relay, http://127.0.0.1:port/mcp
+// (the path every peer serves).
+func (r *tcpRelay) URL() string { return "http://" + r.Addr() + "/mcp" }
+
+// Pass forwards everything again. Flows already blackholed stay dead, as
+// they would behind a NAT that forgot them.
+func (r *tcpRelay) Pass() { r.set(relayPass, 0) }
+
+// ResetIdle resets every connection idle longer than limit when the proxy
+// next sends on it (a load balancer or NAT that dropped the flow).
+func (r *tcpRelay) ResetIdle(limit time.Duration) { r.set(relayResetIdle, limit) }
+
+// Blackhole silently stops forwarding on every connection idle longer than
+// limit when bytes next arrive on it. Blackhole(0) swallows every flow,
+// new ones included, from its first byte: a hung upstream.
+func (r *tcpRelay) Blackhole(limit time.Duration) { r.set(relayBlackhole, limit) }
+
+// Down resets every open connection, as a host that died would, and then
+// accepts and resets each new one (counted by Attempts). Accept-and-RST
+// rather than a closed listener, so that every connection attempt of the
+// proxy is seen and counted.
+func (r *tcpRelay) Down() {
+	r.mu.Lock()
+	r.mode = relayDown
+	open := make([]*relayConn, 0, len(r.conns))
+	for c := range r.conns {
+		open = append(open, c)
+	}
+	r.mu.Unlock()
+	for _, c := range open {
+		c.close(true)
+	}
+}
+
+func (r *tcpRelay) set(m relayMode, limit time.Duration) {
+	r.mu.Lock()
+	r.mode, r.limit = m, limit
+	r.mu.Unlock()
+}
+
+func (r *tcpRelay) settings() (relayMode, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mode, r.limit
+}
+
+// Accepted counts every connection accepted, whatever the mode.
+func (r *tcpRelay) Accepted() int { return len(r.Attempts()) }
+
+// Refused counts connections reset at once because the relay was down.
+func (r *tcpRelay) Refused() int {
+	n := 0
+	for _, a := range r.Attempts() {
+		if a.Refused {
+			n++
+		}
+	}
+	return n
+}
+
+// Attempts returns every accepted connection in order.
+func (r *tcpRelay) Attempts() []relayAttempt {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]relayAttempt(nil), r.attempts...)
+}
+
+// Resets counts connections reset by ResetIdle.
+func (r *tcpRelay) Resets() int64 { return r.resets.Load() }
+
+// Holes counts connections blackholed by Blackhole.
+func (r *tcpRelay) Holes() int64 { return r.holes.Load() }
+
+// Close stops the relay: the listener and every connection are closed and
+// every goroutine has returned when it does. It is idempotent.
+func (r *tcpRelay) Close() {
+	r.once.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		open := make([]*relayConn, 0, len(r.conns))
+		for c := range r.conns {
+			open = append(open, c)
+		}
+		r.mu.Unlock()
+		_ = r.ln.Close()
+		for _, c := range open {
+			c.close(false)
+		}
+		r.wg.Wait()
+	})
+}
+
+func (r *tcpRelay) serve() {
+	defer r.wg.Done()
+	for {
+		nc, err := r.ln.Accept()
+		if err != nil {
+			return // Close
+		}
+		now := time.Now()
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			_ = nc.Close()
+			return
+		}
+		down := r.mode == relayDown
+		r.attempts = append(r.attempts, relayAttempt{At: now, Refused: down})
+		if down {
+			r.mu.Unlock()
+			resetConn(nc)
+			continue
+		}
+		c := &relayConn{r: r, proxy: nc, last: now}
+		r.conns[c] = struct{}{}
+		r.wg.Add(1) // serve holds a count, so this never races with Wait at zero
+		r.mu.Unlock()
+		go c.run()
+	}
+}
+
+func (r *tcpRelay) forget(c *relayConn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+}
+
+// resetConn closes nc with an RST instead of a FIN.
+func resetConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = nc.Close()
+}
+
+// relayConn is one relayed connection: proxy side and upstream side.
+type relayConn struct {
+	r     *tcpRelay
+	proxy net.Conn // accepted from the proxy; written once
+
+	mu       sync.Mutex // protects upstream, last, holed, dead
+	upstream net.Conn
+	last     time.Time // when the last byte was relayed, either way
+	holed    bool      // blackholed: drop everything from now on
+	dead     bool      // closed; a late upstream dial is dropped
+}
+
+// relayVerdict is what a relayConn does with bytes it just read.
+type relayVerdict int
+
+const (
+	relayForward relayVerdict = iota
+	relayDrop
+	relayReset
+)
+
+func (c *relayConn) run() {
+	defer c.r.wg.Done()
+	defer c.r.forget(c)
+	up, err := net.DialTimeout("tcp", c.r.target, peerTimeout)
+	if err != nil {
+		c.close(true) // the upstream refuses: so does the relay
+		return
+	}
+	if !c.setUpstream(up) {
+		_ = up.Close()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.pump(up, c.proxy, false)
+	}()
+	c.pump(c.proxy, up, true)
+	<-done
+}
+
+func (c *relayConn) setUpstream(up net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return false
+	}
+	c.upstream = up
+	return true
+}
+
+// pump copies from → to until either side ends, applying the relay's mode to
+// every read.
+func (c *relayConn) pump(from, to net.Conn, fromProxy bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			switch c.admit(fromProxy) {
+			case relayReset:
+				c.r.resets.Add(1)
+				c.close(true)
+				return
+			case relayForward:
+				if _, werr := to.Write(buf[:n]); werr != nil {
+					c.close(false)
+					return
+				}
+			case relayDrop:
+			}
+		}
+		if err != nil {
+			if !fromProxy && c.isHoled() {
+				// The upstream ended a flow the middlebox already forgot: the
+				// proxy hears nothing of it.
+				_ = from.Close()
+				return
+			}
+			if errors.Is(err, io.EOF) {
+				c.close(false)
+			} else {
+				c.close(true) // pass a reset on as a reset
+			}
+			return
+		}
+	}
+}
+
+// admit decides what happens to bytes just read from one side.
+func (c *relayConn) admit(fromProxy bool) relayVerdict {
+	mode, limit := c.r.settings()
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holed {
+		return relayDrop
+	}
+	idle := now.Sub(c.last)
+	switch {
+	case mode == relayResetIdle && fromProxy && idle > limit:
+		return relayReset
+	case mode == relayBlackhole && idle > limit:
+		c.holed = true
+		c.r.holes.Add(1)
+		return relayDrop
+	}
+	c.last = now
+	return relayForward
+}
+
+func (c *relayConn) isHoled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holed
+}
+
+// close closes both sides, with RST if rst is set. It is idempotent.
+func (c *relayConn) close(rst bool) {
+	c.mu.Lock()
+	c.dead = true
+	up := c.upstream
+	c.mu.Unlock()
+	for _, nc := range []net.Conn{c.proxy, up} {
+		if nc == nil {
+			continue
+		}
+		if rst {
+			resetConn(nc)
+		} else {
+			_ = nc.Close()
+		}
+	}
+}
+
+// TestRelayModes: the relay does what the fault tests rely on, on a plain TCP
+// echo server: pass-through, reset after idle, blackhole, down (counted), and
+// it leaves no goroutine behind.
+func TestRelayModes(t *testing.T) {
+	checkGoroutines(t)
+	echo := startTCPEcho(t)
+	r := newTCPRelay(t, echo)
+	roundTrip := func(c net.Conn, msg string) error {
+		_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, got); err != nil {
+			return err
+		}
+		if string(got) != msg {
+			return errors.New("echo " + string(got) + ", want " + msg)
+		}
+		return nil
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", r.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+
+	c := dial()
+	if err := roundTrip(c, "pass"); err != nil {
+		t.Fatalf("pass: %v", err)
+	}
+
+	r.ResetIdle(50 * time.Millisecond)
+	if err := roundTrip(c, "busy"); err != nil {
+		t.Fatalf("reset-idle, connection not idle: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	err := roundTrip(c, "late")
+	if !errors.Is(err, syscall.ECONNRESET) || r.Resets() != 1 {
+		t.Fatalf("reset-idle after 100ms idle: err %v (want ECONNRESET), %d resets", err, r.Resets())
+	}
+
+	r.Blackhole(50 * time.Millisecond)
+	c = dial()
+	if err := roundTrip(c, "fresh"); err != nil {
+		t.Fatalf("blackhole, fresh connection: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	err = roundTrip(c, "lost")
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || r.Holes() != 1 {
+		t.Fatalf("blackhole after 100ms idle: err %v (want a timeout), %d holes", err, r.Holes())
+	}
+
+	r.Down()
+	before := r.Accepted()
+	// The kernel completes the handshake before the relay accepts, so the
+	// reset shows on the round trip, or on the dial if it came first.
+	if c, err := net.Dial("tcp", r.Addr()); err == nil {
+		err = roundTrip(c, "down")
+		_ = c.Close()
+		if err == nil {
+			t.Fatal("down: round trip succeeded")
+		}
+	} else if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("down: dial: %v, want success or ECONNRESET", err)
+	}
+	peerWait(t, "the refused connection to be counted", func() bool { return r.Accepted() == before+1 })
+	if r.Accepted() != before+1 || r.Refused() != 1 {
+		t.Fatalf("down: %d accepted (want %d), %d refused (want 1)", r.Accepted(), before+1, r.Refused())
+	}
+
+	r.Pass()
+	if err := roundTrip(dial(), "back"); err != nil {
+		t.Fatalf("pass again: %v", err)
+	}
+}
+
+// startTCPEcho serves a TCP echo on 127.0.0.1 until cleanup.
+func startTCPEcho(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex // protects conns
+	conns := map[net.Conn]bool{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(c, c)
+				_ = c.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
