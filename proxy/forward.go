@@ -25,7 +25,7 @@ type attempt struct {
 	s      *Server
 	ctx    *fasthttp.RequestCtx
 	sess   *session.Session // nil: stateless pass-through
-	msg    *message
+	msg    message // by value: the attempt is pooled, so nothing escapes
 	req    *fasthttp.Request
 	resp   *upstream.Response
 	peek   []byte // first SSE event(s) of resp, forwarded before the rest
@@ -43,7 +43,7 @@ var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
 // forward sends the agent's request upstream (swapping the session id),
 // classifies the answer, heals and replays when the rules allow, and passes
 // the final answer back. sess is nil for session-less (2026-07-28) traffic.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg *message) {
+func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg message) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	s.copyRequest(ctx, req)
@@ -111,7 +111,7 @@ func (a *attempt) run() bool {
 			if !a.msg.get && !a.msg.isRequest() {
 				// A notification or a response to a dead session: the new
 				// session never asked for it; acknowledge and drop it.
-				a.s.count.request(a.msg, classify.OK)
+				a.s.count.request(&a.msg, classify.OK)
 				a.ctx.SetStatusCode(fasthttp.StatusAccepted)
 				return false
 			}
@@ -129,7 +129,7 @@ func (a *attempt) run() bool {
 			a.s.count.replays.Add(1)
 			continue
 		}
-		a.s.count.request(a.msg, cls)
+		a.s.count.request(&a.msg, cls)
 		if cls == classify.OK && a.sess != nil {
 			a.accepted()
 		}
@@ -142,7 +142,7 @@ func (a *attempt) run() bool {
 // credential if that differs (token rotation: the upstream is the judge).
 func (a *attempt) accepted() {
 	if len(a.msg.method) > 9 {
-		noteJournal(a.sess, a.msg, a.ctx.PostBody())
+		noteJournal(a.sess, &a.msg, a.ctx.PostBody())
 	}
 	auth := a.ctx.Request.Header.PeekBytes(hdrAuthorization)
 	if _, hdr := a.sess.Binding(); headerValue(hdr, "Authorization") == b2s(auth) {

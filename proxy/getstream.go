@@ -61,7 +61,7 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	up, gen := sess.Current()
 	last := upstreamEventID(ctx.Request.Header.PeekBytes(hdrLastEventID), gen)
 
-	a := &attempt{s: s, ctx: ctx, sess: sess, msg: &message{get: true}, up: up, gen: gen}
+	a := &attempt{s: s, ctx: ctx, sess: sess, msg: message{get: true}, up: up, gen: gen}
 	a.req = fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(a.req)
 	g.hdr.CopyTo(&a.req.Header)

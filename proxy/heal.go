@@ -46,7 +46,7 @@ func (a *attempt) heal(reason int) bool {
 			if _, ok := a.s.store.Remove(a.sess.ID); ok {
 				a.s.forget(a.sess)
 			}
-			a.s.count.request(a.msg, classify.SessionGone)
+			a.s.count.request(&a.msg, classify.SessionGone)
 			a.s.sessionNotFound(a.ctx, a.msg.idOrNull())
 		default:
 			a.upstreamDown("upstream unreachable while re-initializing the session")
@@ -115,7 +115,7 @@ func (e *breakerOpenError) Error() string {
 // breakerOpen answers 503 at once while the upstream's breaker is open.
 func (a *attempt) breakerOpen(wait time.Duration) {
 	a.s.count.upstreamDown.Add(1)
-	a.s.count.request(a.msg, classify.TransportDead)
+	a.s.count.request(&a.msg, classify.TransportDead)
 	writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
 		"upstream "+a.s.cfg.Name+" unavailable (circuit breaker open): "+a.s.up.Origin())
 	a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
@@ -181,7 +181,7 @@ func (a *attempt) replayable() bool {
 // its transport down on other 4xx/5xx); the JSON-RPC error fails the call.
 func (a *attempt) refuse(cls classify.Class, err error) {
 	a.s.count.replaysRefused.Add(1)
-	a.s.count.request(a.msg, cls)
+	a.s.count.request(&a.msg, cls)
 	cause := "upstream connection lost"
 	if cls == classify.Timeout {
 		cause = "upstream did not answer in time"
@@ -196,7 +196,7 @@ func (a *attempt) refuse(cls classify.Class, err error) {
 // and the agent's next request heals.
 func (a *attempt) upstreamDown(why string) {
 	a.s.count.upstreamDown.Add(1)
-	a.s.count.request(a.msg, classify.TransportDead)
+	a.s.count.request(&a.msg, classify.TransportDead)
 	writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
 		why+": "+a.s.up.Origin())
 	a.ctx.Response.Header.Set("Retry-After", "1")

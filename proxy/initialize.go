@@ -20,7 +20,7 @@ import (
 // exists the request is replay-safe, so a down upstream costs latency within
 // the heal budget, not an error.
 func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
-	a := &attempt{s: s, ctx: ctx, msg: msg}
+	a := &attempt{s: s, ctx: ctx, msg: *msg}
 	a.req = fasthttp.AcquireRequest()
 	a.resp = upstream.AcquireResponse()
 	defer fasthttp.ReleaseRequest(a.req)

@@ -74,7 +74,7 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 		case msg.method == "initialize":
 			s.initialize(ctx, &msg)
 		case isStatelessEra(ctx, &msg):
-			s.forward(ctx, nil, &msg)
+			s.forward(ctx, nil, msg)
 		default:
 			writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, msg.idOrNull(),
 				"Bad Request: Mcp-Session-Id header is required")
@@ -100,7 +100,7 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 			ctx.Request.SetBody(restored)
 		}
 	}
-	s.forward(ctx, sess, &msg)
+	s.forward(ctx, sess, msg)
 }
 
 func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
@@ -112,7 +112,7 @@ func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
 	sid := ctx.Request.Header.PeekBytes(hdrSessionID)
 	if len(sid) == 0 {
 		if isStatelessEra(ctx, &message{}) {
-			s.forward(ctx, nil, &message{get: true})
+			s.forward(ctx, nil, message{get: true})
 			return
 		}
 		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",

@@ -67,6 +67,9 @@ const staleIdle = time.Second
 // the pool and broke before answering: the request never reached a live
 // server process, so it may be sent again on a fresh connection.
 func stale(err error) bool {
+	if err == nil {
+		return false // the common case, without errors.As's allocation
+	}
 	var ue *Error
 	if !errors.As(err, &ue) || !ue.Reused || ue.Answered || ue.Op == "dial" || ue.Idle < staleIdle {
 		return false
