@@ -25,7 +25,7 @@ type attempt struct {
 	s      *Server
 	ctx    *fasthttp.RequestCtx
 	sess   *session.Session // nil: stateless pass-through
-	msg    message // by value: the attempt is pooled, so nothing escapes
+	msg    message          // by value: the attempt is pooled, so nothing escapes
 	req    *fasthttp.Request
 	resp   *upstream.Response
 	peek   []byte // first SSE event(s) of resp, forwarded before the rest
@@ -105,8 +105,11 @@ func (a *attempt) run() bool {
 			if !a.heal(reasonSessionGone) {
 				return false
 			}
-			if a.msg.get {
-				a.req.Header.DelBytes(hdrLastEventID) // event ids do not cross sessions
+			if a.msg.get && len(a.req.Header.PeekBytes(hdrLastEventID)) > 0 {
+				// Its Last-Event-ID named the dead session's events.
+				a.s.count.request(&a.msg, classify.OK)
+				endResumption(a.ctx)
+				return false
 			}
 			if !a.msg.get && !a.msg.isRequest() {
 				// A notification or a response to a dead session: the new

@@ -33,6 +33,11 @@ type getStream struct {
 	quit chan struct{}           // closed by stop
 	done chan struct{}           // closed when the pump has ended
 	once sync.Once
+	// resume: the agent's GET carried a Last-Event-ID of the live
+	// generation, so it resumes one upstream stream (most often a call's):
+	// it ends with that stream, is not moved across heals, and does not
+	// take the place of the standalone stream.
+	resume bool
 
 	mu   sync.Mutex // protects resp, gen
 	resp *upstream.Response
@@ -54,12 +59,21 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 		g.hdr.DelBytes(hdrAuthorization)
 	}
 	s.setOperatorHeaders(g.hdr)
+	up, gen := sess.Current()
+	agentLast := ctx.Request.Header.PeekBytes(hdrLastEventID)
+	last := upstreamEventID(agentLast, gen)
+	if len(agentLast) > 0 && last == "" {
+		s.count.request(&message{get: true}, classify.OK)
+		endResumption(ctx)
+		return
+	}
+	g.resume = last != ""
 	// An agent opening another GET has usually abandoned its previous one
 	// (the proxy notices a departed agent only on its next write), and most
-	// servers allow one GET per session (409 otherwise): the newest wins.
-	evicted := s.streams.evict(sess.ID, s.cfg.MaxStreams-1)
-	up, gen := sess.Current()
-	last := upstreamEventID(ctx.Request.Header.PeekBytes(hdrLastEventID), gen)
+	// servers allow one GET per session (409 otherwise): the newest wins. A
+	// GET resuming another upstream stream evicts only if the upstream
+	// refuses it.
+	evicted := !g.resume && s.streams.evict(sess.ID, s.cfg.MaxStreams-1)
 
 	a := &attempt{s: s, ctx: ctx, sess: sess, msg: message{get: true}, up: up, gen: gen}
 	a.req = fasthttp.AcquireRequest()
@@ -68,7 +82,11 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	setLastEventID(a.req, last)
 	a.resp = upstream.AcquireResponse()
 	ok := a.run()
-	for try := 1; evicted && !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && try <= 5; try++ {
+	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && try <= 5; try++ {
+		if !evicted && !s.streams.evict(sess.ID, 0) {
+			break // the conflicting GET is not the proxy's
+		}
+		evicted = true
 		// The upstream has not yet seen the replaced stream's connection close.
 		if !s.sleep(time.Duration(try) * 20 * time.Millisecond) {
 			break
@@ -88,6 +106,19 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	s.bg.Add(1)
 	go g.pump()
 	ctx.SetBodyStreamWriter(g.write)
+}
+
+// endResumption answers a GET whose Last-Event-ID names a stream of a dead
+// upstream session. That stream cannot be resumed, and a new standalone
+// stream in its place would evict the agent's own (or be refused 409, and
+// the go-sdk client then ends its session). An event stream that ends at
+// once tells the agent's SDK the stream is over: a call it was resuming
+// fails alone ("request terminated without response"), a standalone stream
+// is reopened without Last-Event-ID.
+func endResumption(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.SetContentTypeBytes(mimeEventStream)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 
 // write relays events and keepalive comments to the agent until it goes
@@ -150,7 +181,7 @@ func (g *getStream) pump() {
 		g.resp = nil
 		g.mu.Unlock()
 		upstream.ReleaseResponse(resp)
-		if !g.reopen(er.lastID, er.retryMs) {
+		if g.resume || !g.reopen(er.lastID, er.retryMs) {
 			return
 		}
 	}

@@ -58,6 +58,12 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 		ctx.Response.Header.Del(h)
 	}
 	ctx.Response.Header.DelBytes(hdrSessionID)
+	if hasMediaType(r.Header.ContentType(), mimeEventStream) {
+		// Event ids are the proxy's from the first answer on (DESIGN
+		// "Streams"): the session starts in generation 1.
+		er := eventRewriter{gen: 1}
+		body = append(er.feed(nil, body), er.pending...)
+	}
 	ctx.Response.SetBody(body) // JSON, or the SSE answer up to the response event
 	version := initializedVersion(r.StatusCode(), body)
 	s.count.request(msg, classify.Classify(r.StatusCode(), r.Header.ContentType(), body))

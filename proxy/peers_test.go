@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,16 @@ type goSDKOpts struct {
 	// SessionTimeout maps to StreamableHTTPOptions.SessionTimeout; zero means
 	// never. An expired session answers 404 text/plain "session not found\n".
 	SessionTimeout time.Duration
+	// EventStore gives each generation an mcp.MemoryEventStore: SSE events
+	// then carry ids ("<stream>_<index>") and a GET with Last-Event-ID
+	// resumes a stream (an unknown stream or session: 400 "failed to replay
+	// events"). Without it a GET with Last-Event-ID answers 400 "stream
+	// replay unsupported".
+	EventStore bool
+	// State adds the session-state features (issue 7): subscribable
+	// resources (peerResourceURI and any other URI; see UpdateResource) and
+	// the log and sample tools. The server's tool list then has 6 tools.
+	State bool
 }
 
 // dialect selects how a startDialect peer answers a request that carries an
@@ -149,6 +160,9 @@ type peerGen struct {
 	// running, which stop early once the generation context is cancelled.
 	close  func()
 	cancel context.CancelFunc
+	// sdk is the generation's server (go-sdk peers only), for notifications
+	// sent unprompted: UpdateResource, AddResource, LogAll.
+	sdk *mcp.Server
 }
 
 // peer is a running MCP upstream on 127.0.0.1. All methods are safe for
@@ -187,6 +201,10 @@ type peer struct {
 	toolCalls map[string]int64
 
 	bg sync.WaitGroup // generation closers started by a crash
+
+	toolMu    sync.Mutex // protects addTools, dropTools
+	addTools  []string   // see SetNextTools
+	dropTools []string
 }
 
 func newPeer(tb testing.TB, name string, newGen func(p *peer, ctx context.Context) *peerGen) *peer {
@@ -546,22 +564,52 @@ type peerNoIn struct{}
 //   - counter {} (no annotations, so not idempotent): increments the shared
 //     counter and returns its new value as text, see peer.killOnCounter;
 //   - ro_counter {} (ReadOnlyHint): same, same counter.
+//
+// With o.State it also has the session-state features of issue 7:
+//
+//   - resources: peerResourceURI is listed and readable, and a
+//     resources/subscribe to any URI is accepted (SubscribeHandler), so
+//     UpdateResource reaches the sessions subscribed to it;
+//   - log {level, text}: logs text at level through the calling session,
+//     on the call's own stream (sent only at or above the session's
+//     logging/setLevel, none before one), then returns "logged";
+//   - sample {prompt}: asks the client for sampling/createMessage with
+//     prompt as the user message, on the call's stream, and returns the text
+//     the client sampled; it gives up after peerTimeout or when the
+//     generation stops (ExpireSessions waits for it like for any handler).
+//
+// SetNextTools changes the tool list of later generations.
 func startGoSDK(t testing.TB, o goSDKOpts) *peer {
 	t.Helper()
 	return newPeer(t, "go-sdk", func(p *peer, genCtx context.Context) *peerGen {
-		srv := mcp.NewServer(&mcp.Implementation{Name: "peer-go-sdk", Version: "1.0.0"}, nil)
+		var sopts *mcp.ServerOptions
+		if o.State {
+			sopts = &mcp.ServerOptions{
+				SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+				UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+			}
+		}
+		srv := mcp.NewServer(&mcp.Implementation{Name: "peer-go-sdk", Version: "1.0.0"}, sopts)
 		p.addGoSDKTools(srv, genCtx)
-		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+		if o.State {
+			p.addGoSDKState(srv, genCtx)
+		}
+		p.applyNextTools(srv)
+		hopts := &mcp.StreamableHTTPOptions{
 			Stateless:      o.Stateless,
 			JSONResponse:   o.JSONResponse,
 			SessionTimeout: o.SessionTimeout,
-		})
+		}
+		if o.EventStore {
+			hopts.EventStore = mcp.NewMemoryEventStore(nil)
+		}
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, hopts)
 		closeAll := func() {
 			for ss := range srv.Sessions() {
 				_ = ss.Close()
 			}
 		}
-		return &peerGen{handler: h, expire: closeAll, close: closeAll}
+		return &peerGen{handler: h, expire: closeAll, close: closeAll, sdk: srv}
 	})
 }
 
@@ -618,6 +666,150 @@ func (p *peer) addGoSDKTools(srv *mcp.Server, genCtx context.Context) {
 	}, func(context.Context, *mcp.CallToolRequest, peerNoIn) (*mcp.CallToolResult, any, error) {
 		return peerText(strconv.FormatInt(p.bumpCounter("ro_counter"), 10)), nil, nil
 	})
+}
+
+// peerResourceURI is the resource a State go-sdk peer lists.
+const peerResourceURI = "test://peer/resource"
+
+type peerLogIn struct {
+	Level string `json:"level"`
+	Text  string `json:"text"`
+}
+
+type peerSampleIn struct {
+	Prompt string `json:"prompt"`
+}
+
+// addGoSDKState adds the o.State features to a generation's server.
+func (p *peer) addGoSDKState(srv *mcp.Server, genCtx context.Context) {
+	srv.AddResource(&mcp.Resource{URI: peerResourceURI, Name: "resource", MIMEType: "text/plain"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{
+				{URI: req.Params.URI, MIMEType: "text/plain", Text: "resource"},
+			}}, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "log", Description: "logs text at level through the session"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in peerLogIn) (*mcp.CallToolResult, any, error) {
+			p.countTool("log")
+			err := req.Session.Log(ctx, &mcp.LoggingMessageParams{
+				Level: mcp.LoggingLevel(in.Level), Logger: "peer", Data: in.Text,
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			return peerText("logged"), nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "sample", Description: "returns what the client samples for prompt"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in peerSampleIn) (*mcp.CallToolResult, any, error) {
+			p.countTool("sample")
+			// An answer that never comes must not outlive the generation:
+			// closing a go-sdk session waits for its running handlers.
+			ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+			defer cancel()
+			stop := context.AfterFunc(genCtx, cancel)
+			defer stop()
+			res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{
+				MaxTokens: 16,
+				Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: in.Prompt}}},
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			tc, ok := res.Content.(*mcp.TextContent)
+			if !ok {
+				return nil, nil, fmt.Errorf("sampled %T, want text", res.Content)
+			}
+			return peerText(tc.Text), nil, nil
+		})
+}
+
+// SetNextTools changes the tool list of every go-sdk generation started
+// from now on (Restart, Stop/Start, a crash): each name in add becomes one
+// more tool that answers like echo, each name in drop is removed. The
+// running generation keeps its tools.
+func (p *peer) SetNextTools(add, drop []string) {
+	p.toolMu.Lock()
+	p.addTools, p.dropTools = slices.Clone(add), slices.Clone(drop)
+	p.toolMu.Unlock()
+}
+
+// applyNextTools applies SetNextTools to a new generation's server, before
+// it has sessions (so no list_changed is sent).
+func (p *peer) applyNextTools(srv *mcp.Server) {
+	p.toolMu.Lock()
+	add, drop := p.addTools, p.dropTools
+	p.toolMu.Unlock()
+	for _, name := range add {
+		mcp.AddTool(srv, &mcp.Tool{Name: name, Description: "returns text"},
+			func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
+				p.countTool(name)
+				return peerText(in.Text), nil, nil
+			})
+	}
+	if len(drop) > 0 {
+		srv.RemoveTools(drop...)
+	}
+}
+
+// sdkServer returns the running generation's go-sdk server, or nil (peer
+// stopped, or not a go-sdk peer).
+func (p *peer) sdkServer() *mcp.Server {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gen == nil {
+		return nil
+	}
+	return p.gen.sdk
+}
+
+// UpdateResource has the running go-sdk generation send
+// notifications/resources/updated for uri to every session subscribed to
+// it. The notification goes on each session's standalone GET stream and is
+// lost for a session that has none open at this moment.
+func (p *peer) UpdateResource(uri string) {
+	if srv := p.sdkServer(); srv != nil {
+		_ = srv.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: uri})
+	}
+}
+
+// AddResource adds a resource to the running go-sdk generation, which then
+// sends notifications/resources/list_changed (10 ms later) to all its
+// sessions on their standalone GET streams: a notification no client
+// request prompts and no session state gates.
+func (p *peer) AddResource(uri string) {
+	if srv := p.sdkServer(); srv != nil {
+		srv.AddResource(&mcp.Resource{URI: uri, Name: uri}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, Text: uri}}}, nil
+		})
+	}
+}
+
+// LogAll has every session of the running go-sdk generation log text at
+// level, unprompted (on its standalone GET stream); a session sends it only
+// at or above its logging/setLevel.
+func (p *peer) LogAll(level, text string) {
+	srv := p.sdkServer()
+	if srv == nil {
+		return
+	}
+	for ss := range srv.Sessions() {
+		_ = ss.Log(context.Background(), &mcp.LoggingMessageParams{
+			Level: mcp.LoggingLevel(level), Logger: "peer", Data: text,
+		})
+	}
+}
+
+// SessionIDs returns the ids of the running go-sdk generation's sessions.
+func (p *peer) SessionIDs() []string {
+	srv := p.sdkServer()
+	if srv == nil {
+		return nil
+	}
+	var ids []string
+	for ss := range srv.Sessions() {
+		ids = append(ids, ss.ID())
+	}
+	return ids
 }
 
 // ---------------------------------------------------------------------------
@@ -876,13 +1068,33 @@ func goSDKClientWith(t testing.TB, url string, opts *mcp.ClientOptions) *mcp.Cli
 // failing the test.
 func goSDKConnect(t testing.TB, url string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
 	t.Helper()
+	return goSDKConnectVia(t, url, opts, nil)
+}
+
+// goSDKClientVia is goSDKClientWith whose HTTP requests go through
+// wrap(transport), e.g. to record the wire traffic between client and proxy.
+func goSDKClientVia(t testing.TB, url string, opts *mcp.ClientOptions, wrap func(http.RoundTripper) http.RoundTripper) *mcp.ClientSession {
+	t.Helper()
+	cs, err := goSDKConnectVia(t, url, opts, wrap)
+	if err != nil {
+		t.Fatalf("go-sdk client connect %s: %v", url, err)
+	}
+	return cs
+}
+
+func goSDKConnectVia(t testing.TB, url string, opts *mcp.ClientOptions, wrap func(http.RoundTripper) http.RoundTripper) (*mcp.ClientSession, error) {
+	t.Helper()
 	tr := &http.Transport{}
+	var rt http.RoundTripper = tr
+	if wrap != nil {
+		rt = wrap(tr)
+	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "peer-test-go-sdk", Version: "1.0.0"}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   url,
-		HTTPClient: &http.Client{Transport: tr},
+		HTTPClient: &http.Client{Transport: rt},
 	}, nil)
 	if err != nil {
 		tr.CloseIdleConnections()

@@ -83,8 +83,12 @@ func (ss *streamSet) stopAll() {
 // whether it stopped any.
 func (ss *streamSet) evict(id session.ClientID, keep int) bool {
 	ss.mu.Lock()
-	list := ss.m[id]
-	var old []*getStream
+	var list, old []*getStream
+	for _, g := range ss.m[id] {
+		if !g.resume { // a resumed stream is another upstream stream
+			list = append(list, g)
+		}
+	}
 	if n := len(list) - max(keep, 0); n > 0 {
 		old = append(old, list[:n]...)
 	}
