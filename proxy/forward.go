@@ -182,9 +182,9 @@ func (a *attempt) allowed() bool {
 // failure; any HTTP answer shows the upstream is up.
 func (s *Server) recordHealth(cls classify.Class) {
 	if cls == classify.TransportDead || cls == classify.Timeout {
-		s.breaker.Failure()
+		s.upFailure()
 	} else {
-		s.breaker.Success()
+		s.upSuccess()
 	}
 }
 
@@ -254,15 +254,47 @@ func (a *attempt) backoff() bool {
 }
 
 // sleep waits d unless the server is closing.
+// sleep waits d unless the server is closing; it ends early, reporting
+// true, when the upstream answers again after failures, so that requests
+// and heals waiting out an outage go at once instead of at their next
+// backoff step.
 func (s *Server) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
+	case <-s.recovered():
+		return true
 	case <-s.done:
 		return false
 	}
+}
+
+// recovered returns a channel closed when the upstream next answers after
+// a failure.
+func (s *Server) recovered() <-chan struct{} {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	return s.wake
+}
+
+// upSuccess records that the upstream answered: it feeds the breaker and
+// wakes everyone waiting out a failure.
+func (s *Server) upSuccess() {
+	s.breaker.Success()
+	if s.failing.Load() && s.failing.Swap(false) {
+		s.wakeMu.Lock()
+		close(s.wake)
+		s.wake = make(chan struct{})
+		s.wakeMu.Unlock()
+	}
+}
+
+// upFailure records an infrastructure failure.
+func (s *Server) upFailure() {
+	s.failing.Store(true)
+	s.breaker.Failure()
 }
 
 func setSessionHeader(req *fasthttp.Request, up session.UpstreamID) {

@@ -140,7 +140,7 @@ func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 			}
 			up, err := s.initUpstream(ctx, hdr, sess.Recipe.InitBody, sess.Recipe.ProtocolVersion)
 			if err == nil {
-				s.breaker.Success()
+				s.upSuccess()
 				s.replayJournal(ctx, hdr, sess, up)
 				s.deleteUpstream(dead, hdr.PeekBytes(hdrAuthorization), true)
 				return up, nil
@@ -148,7 +148,7 @@ func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 			if errors.Is(err, errRecipeRefused) {
 				return "", err
 			}
-			s.breaker.Failure()
+			s.upFailure()
 			dl, _ := ctx.Deadline()
 			if time.Now().Add(delay).After(dl) || !s.sleep(delay) {
 				return "", fmt.Errorf("reinit after %d tries: %w", try, err)

@@ -38,9 +38,9 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 			body, err = readAnswer(a.resp)
 		}
 		if err != nil || a.resp.StatusCode() >= 500 {
-			s.breaker.Failure()
+			s.upFailure()
 		} else {
-			s.breaker.Success()
+			s.upSuccess()
 		}
 		if err == nil && a.resp.StatusCode() != fasthttp.StatusServiceUnavailable {
 			break

@@ -158,6 +158,10 @@ type Server struct {
 	credMu    sync.Mutex     // protects credCount
 	credCount map[string]int // live sessions per creating credential
 
+	failing atomic.Bool   // an exchange failed and none has succeeded since
+	wakeMu  sync.Mutex    // protects wake
+	wake    chan struct{} // closed (and replaced) when the upstream answers again
+
 	pingUnsupported atomic.Bool // the upstream answered -32601 to ping
 	kaSeq           atomic.Uint64
 }
@@ -179,6 +183,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		fpKey:       make([]byte, 32),
 		replayTools: make(map[string]bool),
 		credCount:   make(map[string]int),
+		wake:        make(chan struct{}),
 		done:        make(chan struct{}),
 	}
 	_, _ = rand.Read(s.fpKey)
