@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"runtime"
+	rpprof "runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/mcpheal/mcpheal/bench"
+	"github.com/mcpheal/mcpheal/proxy"
+)
+
+// readyLine is what a child prints on stdout once it is listening.
+const readyLine = "ready"
+
+// upstreamStats is the upstream child's /admin/stats answer.
+type upstreamStats struct {
+	Initializes int64 `json:"initializes"`
+	Sessions    int64 `json:"sessions"`
+}
+
+// runUpstream is the "upstream" subcommand: the Go SDK echo server (JSON or
+// SSE answers) or the stub, on -listen, until SIGTERM, when it shuts down
+// gracefully as a restarted server would. /admin/stats and /admin/expire
+// serve the harness.
+func runUpstream(args []string) error {
+	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
+	mode := fs.String("mode", "json", "json, sse or stub")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	switch *mode {
+	case "json", "sse":
+		echo := bench.NewEcho(*mode == "json")
+		mux.Handle("/mcp", echo.Handler)
+		mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, upstreamStats{Initializes: echo.Initializes(), Sessions: int64(echo.Sessions())})
+		})
+		mux.HandleFunc("POST /admin/expire", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, map[string]int{"expired": echo.ExpireAll()})
+		})
+	case "stub":
+		stub := new(bench.Stub)
+		mux.Handle("/mcp", stub)
+		mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, upstreamStats{Initializes: int64(stub.Sessions())})
+		})
+	default:
+		return fmt.Errorf("upstream -mode %q: want json, sse or stub", *mode)
+	}
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return serveUntilSignal(*listen, func(ln net.Listener) error { return srv.Serve(ln) },
+		func(ctx context.Context) error { return srv.Shutdown(ctx) })
+}
+
+// proxyStats is the proxy child's /stats answer: the proxy's counters and
+// the Go runtime's allocation counters of the whole process.
+type proxyStats struct {
+	proxy.Stats
+	Mallocs   uint64 `json:"mallocs"`
+	HeapInuse uint64 `json:"heap_inuse"`
+	NumGC     uint32 `json:"num_gc"`
+}
+
+// runProxy is the "proxy" subcommand: mcpheal (proxy.New with main.go's
+// defaults and an info-level JSON logger to stderr) on -listen, plus
+// /stats and /debug/pprof on -stats, so that its CPU, memory and
+// allocations are its own process's.
+func runProxy(args []string) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	upstream := fs.String("upstream", "", "upstream MCP endpoint")
+	listen := fs.String("listen", "127.0.0.1:0", "agent-facing address")
+	statsAddr := fs.String("stats", "127.0.0.1:0", "address of /stats and /debug/pprof")
+	memRate := fs.Int("memprofilerate", runtime.MemProfileRate, "runtime.MemProfileRate (bytes per allocation sample)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	runtime.MemProfileRate = *memRate
+	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	// Every benchmark session comes from one agent without a credential, so
+	// the per-credential cap (default 1000) would stop the storm and the
+	// memory run: it is raised to the session cap.
+	p, err := proxy.New(proxy.Config{Upstream: *upstream, Listen: *listen, MaxSessionsPerCredential: 100_000}, log)
+	if err != nil {
+		return err
+	}
+	sln, err := net.Listen("tcp", *statsAddr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		writeJSON(w, proxyStats{Stats: p.Stats(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, NumGC: ms.NumGC})
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	// The allocation profile is published by GC; collect first so that two
+	// reads bracket exactly the allocations between them.
+	mux.HandleFunc("/debug/allocs-now", func(w http.ResponseWriter, _ *http.Request) {
+		runtime.GC()
+		_ = rpprof.Lookup("allocs").WriteTo(w, 0)
+	})
+	statsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = statsSrv.Serve(sln) }()
+	return serveUntilSignal(*listen, p.Serve, func(ctx context.Context) error {
+		_ = statsSrv.Shutdown(ctx)
+		return p.Shutdown(ctx)
+	})
+}
+
+// serveUntilSignal listens on addr, prints readyLine, serves until SIGTERM
+// or SIGINT, then shuts down within a few seconds.
+func serveUntilSignal(addr string, serve func(net.Listener) error, shutdown func(context.Context) error) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ln) }()
+	fmt.Println(readyLine)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

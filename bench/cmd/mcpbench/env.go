@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mcpheal/mcpheal/bench"
+)
+
+// Target names, in the order of the first round.
+const (
+	direct   = "direct"
+	viaNginx = "nginx"
+	mcpheal  = "mcpheal"
+	// altProxy is a second mcpheal build (-alt), measured beside the first
+	// in the same rounds to record a fix's before and after.
+	altProxy = "mcpheal-alt"
+)
+
+// targetNames lists the targets of the tables, in order.
+func (h *harness) targetNames() []string {
+	if h.cfg.alt != "" {
+		return []string{direct, viaNginx, mcpheal, altProxy}
+	}
+	return []string{direct, viaNginx, mcpheal}
+}
+
+// target returns the target named name.
+func (e *env) target(name string) *target {
+	for _, t := range e.targets {
+		if t.name == name {
+			return t
+		}
+	}
+	panic("no target " + name) // a harness bug: mcpheal is always there
+}
+
+// target is one way to reach the upstream, with one initialized session.
+type target struct {
+	name  string
+	sess  bench.Session
+	pids  func() []int // the proxy's processes; nil for direct
+	stats string       // mcpheal's /stats URL; "" otherwise
+}
+
+// env is one upstream variant with the proxies in front of it.
+type env struct {
+	variant  string
+	dir      string
+	upAddr   string
+	up       *child
+	nginx    *nginxProc
+	proxy    *child
+	alt      *child
+	statsURL string
+	targets  []*target
+	hc       *http.Client
+}
+
+// freeAddr returns a loopback address with a port that was free just now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// startEnv starts the upstream, nginx (if used) and mcpheal for variant, and
+// opens one session on each target.
+func (h *harness) startEnv(ctx context.Context, variant string) (*env, error) {
+	e := &env{variant: variant, dir: filepath.Join(h.dir, variant), hc: &http.Client{Timeout: 30 * time.Second}}
+	if err := os.MkdirAll(e.dir, 0o755); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.stop()
+		}
+	}()
+	var err error
+	if e.upAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if err := h.startUpstream(ctx, e); err != nil {
+		return nil, err
+	}
+	upURL := "http://" + e.upAddr + "/mcp"
+	e.targets = append(e.targets, &target{name: direct})
+	if h.nginx != "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		if e.nginx, err = startNginx(ctx, h.nginx, filepath.Join(e.dir, "nginx"), e.upAddr, addr); err != nil {
+			return nil, err
+		}
+		e.targets = append(e.targets, &target{name: viaNginx, sess: bench.Session{URL: "http://" + addr + "/mcp"},
+			pids: func() []int { return e.nginx.pids }})
+	}
+	proxyURL, statsURL, p, err := h.startProxy(ctx, e.dir, upURL)
+	if err != nil {
+		return nil, err
+	}
+	e.proxy, e.statsURL = p, statsURL
+	e.targets = append(e.targets, &target{name: mcpheal, sess: bench.Session{URL: proxyURL},
+		pids: func() []int { return []int{e.proxy.pid()} }, stats: statsURL})
+	if h.cfg.alt != "" {
+		altURL, altStats, ap, err := h.startProxyBin(ctx, h.cfg.alt, filepath.Join(e.dir, "alt"), upURL)
+		if err != nil {
+			return nil, err
+		}
+		e.alt = ap
+		e.targets = append(e.targets, &target{name: altProxy, sess: bench.Session{URL: altURL},
+			pids: func() []int { return []int{e.alt.pid()} }, stats: altStats})
+	}
+	e.targets[0].sess.URL = upURL
+	for _, t := range e.targets {
+		if t.sess, err = bench.Initialize(ctx, e.hc, t.sess.URL, true); err != nil {
+			return nil, fmt.Errorf("session via %s: %w", t.name, err)
+		}
+	}
+	h.logf("%s: upstream %s, targets %d, sessions open", variant, e.upAddr, len(e.targets))
+	ok = true
+	return e, nil
+}
+
+// startUpstream starts the upstream child for e's variant on e.upAddr.
+func (h *harness) startUpstream(ctx context.Context, e *env) error {
+	up, err := startChild(ctx, "upstream", filepath.Join(e.dir, "upstream.log"), true, helperEnv,
+		h.self, "upstream", "-listen", e.upAddr, "-mode", e.variant)
+	if err != nil {
+		return err
+	}
+	e.up = up
+	return nil
+}
+
+// startProxy starts a mcpheal child in front of upURL and returns its MCP
+// URL and its /stats URL. extra are more flags for the child.
+func (h *harness) startProxy(ctx context.Context, dir, upURL string, extra ...string) (string, string, *child, error) {
+	return h.startProxyBin(ctx, h.self, dir, upURL, extra...)
+}
+
+// startProxyBin is startProxy with the proxy subcommand of another mcpbench
+// binary.
+func (h *harness) startProxyBin(ctx context.Context, bin, dir, upURL string, extra ...string) (string, string, *child, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", nil, err
+	}
+	listen, err := freeAddr()
+	if err != nil {
+		return "", "", nil, err
+	}
+	stats, err := freeAddr()
+	if err != nil {
+		return "", "", nil, err
+	}
+	argv := append([]string{bin, "proxy", "-upstream", upURL, "-listen", listen, "-stats", stats}, extra...)
+	p, err := startChild(ctx, "mcpheal", filepath.Join(dir, "mcpheal.log"), true, h.cfg.proxyEnv, argv...)
+	if err != nil {
+		return "", "", nil, err
+	}
+	return "http://" + listen + "/mcp", "http://" + stats, p, nil
+}
+
+// restartUpstream stops the upstream gracefully (SIGTERM), keeps it down
+// for down after it exited, and starts it again on the same address. It
+// returns when the stop began and when the new process was listening.
+func (h *harness) restartUpstream(ctx context.Context, e *env, down time.Duration) (stopped, ready time.Time, err error) {
+	stopped = time.Now()
+	e.up.stop(5 * time.Second)
+	t := time.NewTimer(down) // the outage itself is what is being simulated
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return stopped, ready, ctx.Err()
+	}
+	if err := h.startUpstream(ctx, e); err != nil {
+		return stopped, ready, err
+	}
+	return stopped, time.Now(), nil
+}
+
+func (e *env) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, t := range e.targets {
+		if t.sess.ID != "" {
+			t.sess.Delete(ctx, e.hc)
+		}
+	}
+	if e.proxy != nil {
+		e.proxy.stop(5 * time.Second)
+	}
+	if e.alt != nil {
+		e.alt.stop(5 * time.Second)
+	}
+	if e.nginx != nil {
+		e.nginx.stop()
+	}
+	if e.up != nil {
+		e.up.stop(5 * time.Second)
+	}
+}
+
+// getJSON fetches url into v.
+func getJSON(ctx context.Context, hc *http.Client, method, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: status %d", method, url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// proxyStatsOf reads a mcpheal child's counters.
+func (e *env) proxyStatsOf(ctx context.Context, statsURL string) (proxyStats, error) {
+	var s proxyStats
+	err := getJSON(ctx, e.hc, http.MethodGet, statsURL+"/stats", &s)
+	return s, err
+}
+
+// upstreamStatsOf reads the upstream child's counters.
+func (e *env) upstreamStatsOf(ctx context.Context) (upstreamStats, error) {
+	var s upstreamStats
+	err := getJSON(ctx, e.hc, http.MethodGet, "http://"+e.upAddr+"/admin/stats", &s)
+	return s, err
+}

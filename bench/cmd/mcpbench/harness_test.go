@@ -1,0 +1,100 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mcpheal/mcpheal/bench"
+)
+
+func TestAggregate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		in   []float64
+		want agg
+	}{
+		{"odd", []float64{3, 1, 2}, agg{Med: 2, Lo: 1, Hi: 3, N: 3}},
+		{"even", []float64{4, 1, 2, 3}, agg{Med: 2.5, Lo: 1, Hi: 4, N: 4}},
+		{"nan-dropped", []float64{math.NaN(), 5}, agg{Med: 5, Lo: 5, Hi: 5, N: 1}},
+	} {
+		if got := aggregate(tc.in); got != tc.want {
+			t.Errorf("aggregate(%s) = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	if got := aggregate(nil); !math.IsNaN(got.Med) || got.N != 0 {
+		t.Errorf("aggregate(nil) = %+v, want NaN median", got)
+	}
+}
+
+func TestPct(t *testing.T) {
+	t.Parallel()
+	l := make([]time.Duration, 100)
+	for i := range l {
+		l[i] = time.Duration(i + 1)
+	}
+	for _, tc := range []struct {
+		p    float64
+		want time.Duration
+	}{{0, 1}, {50, 50}, {99, 99}, {99.9, 100}, {100, 100}} {
+		if got := pct(l, tc.p); got != tc.want {
+			t.Errorf("pct(1..100, %v) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+}
+
+func TestRotate(t *testing.T) {
+	t.Parallel()
+	ts := []string{"a", "b", "c"}
+	for k, want := range [][]string{{"a", "b", "c"}, {"b", "c", "a"}, {"c", "a", "b"}, {"a", "b", "c"}} {
+		if got := rotate(ts, k); !slices.Equal(got, want) {
+			t.Errorf("rotate(%d) = %v, want %v", k, got, want)
+		}
+	}
+}
+
+func TestCheckHit(t *testing.T) {
+	t.Parallel()
+	seen := map[uint64]bool{}
+	ok := &hit{Code: 200, Body: []byte(`{"jsonrpc":"2.0","id":5,"result":{"content":[{"type":"text","text":"bench-5"}]}}`)}
+	for _, tc := range []struct {
+		name string
+		h    *hit
+		ok   bool
+	}{
+		{"first", ok, true},
+		{"twice", ok, false},
+		{"other-run", &hit{Code: 200, Body: bench.CallBody(50)}, false},
+		{"status", &hit{Code: 503, Body: ok.Body}, false},
+		{"transport", &hit{Error: "EOF"}, false},
+	} {
+		if err := checkHit(tc.h, 1, 10, seen); (err == nil) != tc.ok {
+			t.Errorf("checkHit(%s) = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestParseBench(t *testing.T) {
+	t.Parallel()
+	out := []byte("pkg: github.com/mcpheal/mcpheal/classify\n" +
+		"BenchmarkClassify/OK/json-2   \t 1000000\t      95.5 ns/op\t 400 MB/s\t       0 B/op\t       0 allocs/op\n" +
+		"PASS\n")
+	got := parseBench(out)
+	want := []benchLine{{Pkg: "github.com/mcpheal/mcpheal/classify", Name: "BenchmarkClassify/OK/json-2", NsOp: 95.5}}
+	if !slices.Equal(got, want) {
+		t.Errorf("parseBench = %+v, want %+v", got, want)
+	}
+}
+
+func TestSmokeDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := parseFlags([]string{"-smoke", "-rounds", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.rounds != 2 || c.duration != 2*time.Second || len(c.rates) != 1 || c.out != "" || c.memSessions != 0 {
+		t.Errorf("smoke config = %+v, want 2 rounds (explicit), 2 s, one rate, no results file, no memory run", c)
+	}
+}

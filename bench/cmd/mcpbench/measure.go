@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// runResult is what one vegeta run against one target measured.
+type runResult struct {
+	Target, Variant string
+	Rate            int // requests per second; 0 is the closed model
+	Round           int
+	Requests, OK    int
+	Errors          map[string]int // failure kind → count
+	Sample          string         // one failure, verbatim
+	P50, P90, P99   time.Duration
+	Max             time.Duration
+	Achieved        float64 // vegeta's rate: requests / (last send − first send)
+	Throughput      float64 // verified answers / (last answer − first send)
+	StealPct        float64
+	BusyPct         float64 // all CPUs of the machine
+	ForeignPct      float64 // machine CPU used by none of vegeta, upstream and proxy
+	GenCPUus        float64 // vegeta's CPU per request, µs
+	CPUus           float64 // the proxy's CPU per request, µs; NaN for direct
+	Syscalls        float64 // the proxy's read+write system calls per request
+	UpCPUus         float64 // the upstream's CPU per request, µs
+	PeakRSSKB       uint64  // the proxy's VmHWM after the run
+	Allocs          float64 // mcpheal: heap allocations per request; NaN otherwise
+	Heavy           bool    // steal above -steal-max: repeated, left out of medians
+	Noisy           bool    // foreign CPU above -foreign-max: repeated, left out of medians
+	Lat             []time.Duration
+}
+
+// rateOK reports whether vegeta kept the requested rate within 1 %.
+func (r *runResult) rateOK() bool {
+	return r.Rate == 0 || math.Abs(r.Achieved-float64(r.Rate)) <= 0.01*float64(r.Rate)
+}
+
+// measure runs one attack on t and samples the processes around it.
+func (h *harness) measure(ctx context.Context, e *env, t *target, rate int, d time.Duration, round int) (*runResult, error) {
+	spec := attackSpec{
+		label: fmt.Sprintf("%s-%s-%d-r%d", e.variant, t.name, rate, round), sess: t.sess,
+		rate: rate, workers: h.cfg.satWorkers, duration: d,
+	}
+	n := int(float64(rate)*d.Seconds()*1.05) + 100
+	if rate == 0 {
+		n = int(25_000 * d.Seconds()) // beyond what two cores serve; vegeta stops early if not
+	}
+	first := h.ids.Add(uint64(n)) - uint64(n) + 1
+	targets := filepath.Join(h.dir, spec.label+".targets")
+	if err := writeTargets(targets, t.sess, first, n); err != nil {
+		return nil, err
+	}
+	defer os.Remove(targets)
+	s0, err := h.sample(ctx, e, t)
+	if err != nil {
+		return nil, err
+	}
+	out, genCPU, err := h.runVegeta(ctx, spec, targets, rate == 0)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(out)
+	s1, err := h.sample(ctx, e, t)
+	if err != nil {
+		return nil, err
+	}
+	r := &runResult{Target: t.name, Variant: e.variant, Rate: rate, Round: round, Errors: map[string]int{}}
+	if err := r.collect(out, first, first+uint64(n)-1); err != nil {
+		return nil, err
+	}
+	r.account(s0, s1, h.cfg.stealMax)
+	r.GenCPUus = float64(genCPU.Microseconds()) / float64(r.Requests)
+	r.ForeignPct = foreignPct(s0, s1, genCPU)
+	r.Noisy = r.ForeignPct > h.cfg.foreignMax
+	if r.OK != r.Requests {
+		h.fail("%s: %d of %d answers failed the echo check, e.g. %s", spec.label, r.Requests-r.OK, r.Requests, r.Sample)
+	}
+	return r, nil
+}
+
+// collect reads the run's answers into latency figures and failures.
+func (r *runResult) collect(path string, first, last uint64) error {
+	var t0, tLast, tEnd time.Time
+	err := readHits(path, first, last, func(hh *hit, err error) {
+		r.Requests++
+		r.Lat = append(r.Lat, hh.Latency)
+		if t0.IsZero() || hh.Timestamp.Before(t0) {
+			t0 = hh.Timestamp
+		}
+		if hh.Timestamp.After(tLast) {
+			tLast = hh.Timestamp
+		}
+		if end := hh.Timestamp.Add(hh.Latency); end.After(tEnd) {
+			tEnd = end
+		}
+		if err == nil {
+			r.OK++
+			return
+		}
+		kind, _, _ := strings.Cut(err.Error(), ":")
+		r.Errors[kind]++
+		if r.Sample == "" {
+			r.Sample = err.Error()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if r.Requests == 0 {
+		return fmt.Errorf("%s: vegeta sent nothing", path)
+	}
+	slices.Sort(r.Lat)
+	r.P50, r.P90, r.P99, r.Max = pct(r.Lat, 50), pct(r.Lat, 90), pct(r.Lat, 99), r.Lat[len(r.Lat)-1]
+	if d := tLast.Sub(t0).Seconds(); d > 0 {
+		r.Achieved = float64(r.Requests) / d
+	}
+	if d := tEnd.Sub(t0).Seconds(); d > 0 {
+		r.Throughput = float64(r.OK) / d
+	}
+	return nil
+}
+
+// pct returns the p-th percentile of sorted latencies (nearest rank).
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// snapshot is the state of the measured processes at one instant.
+type snapshot struct {
+	cpu     cpuStat
+	proxy   procSample
+	up      procSample
+	mallocs uint64
+}
+
+func (h *harness) sample(ctx context.Context, e *env, t *target) (snapshot, error) {
+	var s snapshot
+	var err error
+	if s.cpu, err = readCPUStat(); err != nil {
+		return s, err
+	}
+	if s.up, err = sampleProcs([]int{e.up.pid()}); err != nil {
+		return s, err
+	}
+	if t.pids != nil {
+		if s.proxy, err = sampleProcs(t.pids()); err != nil {
+			return s, err
+		}
+	}
+	if t.stats != "" {
+		st, err := e.proxyStatsOf(ctx, t.stats)
+		if err != nil {
+			return s, err
+		}
+		s.mallocs = st.Mallocs
+	}
+	return s, nil
+}
+
+// account turns two snapshots into per-request costs.
+func (r *runResult) account(a, b snapshot, stealMax float64) {
+	perReq := func(ticks uint64) float64 { return float64(ticks) / clockTick * 1e6 / float64(r.Requests) }
+	r.StealPct = stealPct(a.cpu, b.cpu)
+	r.BusyPct = busyPct(a.cpu, b.cpu)
+	r.Heavy = r.StealPct > stealMax
+	r.UpCPUus = perReq(b.up.cpuTicks - a.up.cpuTicks)
+	r.CPUus, r.Allocs, r.Syscalls = math.NaN(), math.NaN(), math.NaN()
+	if r.Target != direct {
+		r.CPUus = perReq(b.proxy.cpuTicks - a.proxy.cpuTicks)
+		r.Syscalls = float64(b.proxy.syscalls-a.proxy.syscalls) / float64(r.Requests)
+		r.PeakRSSKB = b.proxy.hwmKB
+	}
+	if r.Target == mcpheal || r.Target == altProxy {
+		r.Allocs = float64(b.mallocs-a.mallocs) / float64(r.Requests)
+	}
+}
+
+// foreignPct is the share of the machine's CPU time that went to processes
+// other than the measured ones (and to interrupt work no process is charged
+// for): a shared machine's noise, reported per run.
+func foreignPct(a, b snapshot, gen time.Duration) float64 {
+	total := b.cpu.total - a.cpu.total
+	if total == 0 {
+		return 0
+	}
+	busy := float64(total - (b.cpu.idle - a.cpu.idle))
+	known := float64(b.proxy.cpuTicks-a.proxy.cpuTicks+b.up.cpuTicks-a.up.cpuTicks) + gen.Seconds()*clockTick
+	return max(0, 100*(busy-known)/float64(total))
+}
+
+// rotate returns ts starting at index k, wrapping around.
+func rotate[T any](ts []T, k int) []T {
+	k %= len(ts)
+	return append(append([]T(nil), ts[k:]...), ts[:k]...)
+}
+
+// openModel warms every target up, then runs the fixed-rate matrix: for each
+// rate, rounds of all targets in an order that rotates each round. A round
+// with a run above -steal-max or -foreign-max is repeated (at most
+// maxRepeats times per rate) and its runs are kept but left out of the
+// medians.
+func (h *harness) openModel(ctx context.Context, e *env) error {
+	for _, t := range e.targets {
+		if _, err := h.measure(ctx, e, t, h.cfg.rates[0], h.cfg.warmup, -1); err != nil {
+			return fmt.Errorf("warm-up %s: %w", t.name, err)
+		}
+	}
+	for _, rate := range h.cfg.rates {
+		repeats := 0
+		for round := 0; round < h.cfg.rounds; round++ {
+			heavy := false
+			for _, t := range rotate(e.targets, round+repeats) {
+				r, err := h.measure(ctx, e, t, rate, h.cfg.duration, round)
+				if err != nil {
+					return err
+				}
+				h.runs = append(h.runs, r)
+				heavy = heavy || r.Heavy || r.Noisy
+				h.logRun(r)
+			}
+			if heavy && repeats < maxRepeats(h.cfg.rounds) {
+				h.logf("round %d at %d req/s had heavy steal or foreign load: repeating it", round, rate)
+				h.markHeavy(e.variant, rate, round)
+				repeats++
+				round--
+			}
+		}
+	}
+	return nil
+}
+
+// maxRepeats bounds the repeated rounds per rate, and so the run's length.
+func maxRepeats(rounds int) int { return max(1, rounds/2) }
+
+// markHeavy flags every run of one round so the medians leave it out.
+func (h *harness) markHeavy(variant string, rate, round int) {
+	for _, r := range h.runs {
+		if r.Variant == variant && r.Rate == rate && r.Round == round {
+			r.Heavy = true
+			r.Round = -2 // superseded by the repeat
+		}
+	}
+}
+
+// closedModel runs the saturation rounds: -rate=0 with a fixed pool of
+// workers, throughput in verified answers per second.
+func (h *harness) closedModel(ctx context.Context, e *env) error {
+	for round := 0; round < h.cfg.satRounds; round++ {
+		for _, t := range rotate(e.targets, round) {
+			r, err := h.measure(ctx, e, t, 0, h.cfg.satDuration, round)
+			if err != nil {
+				return err
+			}
+			h.runs = append(h.runs, r)
+			h.logRun(r)
+		}
+	}
+	return nil
+}
+
+func (h *harness) logRun(r *runResult) {
+	rate := fmt.Sprintf("%d/s", r.Rate)
+	if r.Rate == 0 {
+		rate = fmt.Sprintf("closed %.0f/s", r.Throughput)
+	}
+	h.logf("%-4s %-7s %-14s r%d  n=%d ok=%d p50=%s p99=%s max=%s rate=%.1f cpu=%.1fµs up=%.1fµs gen=%.1fµs allocs=%.2f sys=%.1f busy=%.0f%% foreign=%.0f%% steal=%.1f%%",
+		r.Variant, r.Target, rate, r.Round, r.Requests, r.OK, ms(r.P50), ms(r.P99), ms(r.Max), r.Achieved,
+		r.CPUus, r.UpCPUus, r.GenCPUus, r.Allocs, r.Syscalls, r.BusyPct, r.ForeignPct, r.StealPct)
+}
+
+// ms formats a duration in milliseconds with three decimals.
+func ms(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/1e6) }

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Benchmark harness for mcpheal (issue 3): builds bench/cmd/mcpbench and the
+# pinned vegeta (bench/tools/go.mod), then runs them from the repository root.
+#
+#   bench/run.sh           full run (~25 min): installs nginx from Debian when
+#                          missing, writes bench/RESULTS.md and bench/latency.svg
+#   bench/run.sh --smoke   CI: one short round per target, heal and storm;
+#                          checks every answer, not speed; uses nginx only if
+#                          already installed
+#
+# Other arguments are passed to mcpbench (see `go run ./bench/cmd/mcpbench -h`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+
+smoke=0
+args=()
+for a in "$@"; do
+	case "$a" in
+	--smoke | -smoke) smoke=1; args+=("-smoke") ;;
+	*) args+=("$a") ;;
+	esac
+done
+
+have_nginx() { command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; }
+if [ "$smoke" = 0 ] && ! have_nginx; then
+	sudo=""
+	[ "$(id -u)" = 0 ] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null && sudo="sudo -n"; } || true
+	if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; }; then
+		echo "installing nginx (Debian package)"
+		$sudo apt-get update -qq >/dev/null || true
+		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nginx-light >/dev/null 2>&1 ||
+			DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nginx >/dev/null 2>&1 ||
+			echo "note: nginx could not be installed; its target is skipped"
+	else
+		echo "note: nginx is not installed and apt-get is not usable; its target is skipped"
+	fi
+fi
+
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+echo "building mcpbench and vegeta v12.12.0"
+go build -o "$bin/mcpbench" ./bench/cmd/mcpbench
+(cd bench/tools && go build -o "$bin/vegeta" github.com/tsenart/vegeta/v12)
+rc=0
+"$bin/mcpbench" -vegeta "$bin/vegeta" "${args[@]}" || rc=$?
+exit "$rc"
