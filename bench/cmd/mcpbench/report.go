@@ -83,7 +83,7 @@ func (h *harness) writeMachine(w writer) {
 	if h.nginx != "" {
 		w("| nginx | %s |\n", h.toolVersion(h.nginx, "-v"))
 	}
-	w("| run | `bench/run.sh %s`, %s |\n", runArgs(), time.Since(h.started).Round(time.Second))
+	w("| run | `%s`, %s |\n", strings.TrimSpace("bench/run.sh "+runArgs()), time.Since(h.started).Round(time.Second))
 	w("\n")
 	for _, n := range h.note {
 		w("Note: %s\n\n", n)
