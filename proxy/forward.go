@@ -35,7 +35,10 @@ type attempt struct {
 	gen    uint64
 	budget time.Time // end of the heal budget; zero until the first failure
 	healed bool
-	delay  time.Duration
+	// probing: this request is its session's probe of an outage (see
+	// session.Probe); it must end the probe before it answers.
+	probing bool
+	delay   time.Duration
 }
 
 var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
@@ -59,6 +62,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg me
 		// a.resp: nothing here may touch them again.
 		return
 	}
+	a.endProbe()
 	upstream.ReleaseResponse(a.resp)
 	a.release()
 }
@@ -96,13 +100,16 @@ func (a *attempt) run() bool {
 		switch cls {
 		case classify.SessionGone:
 			if a.sess == nil || a.healed || !a.mayHeal() {
+				a.endProbe()
 				if a.healed {
 					a.upstreamDown("upstream dropped the new session at once")
 					return false
 				}
 				break
 			}
-			if !a.heal(reasonSessionGone) {
+			healed := a.heal(reasonSessionGone)
+			a.endProbe() // the requests it held go next, on the new session
+			if !healed {
 				return false
 			}
 			if a.msg.get && len(a.req.Header.PeekBytes(hdrLastEventID)) > 0 {
@@ -132,6 +139,7 @@ func (a *attempt) run() bool {
 			a.s.count.replays.Add(1)
 			continue
 		}
+		a.endProbe()
 		a.s.count.request(&a.msg, cls)
 		if cls == classify.OK && a.sess != nil {
 			a.accepted()
@@ -246,11 +254,46 @@ func (a *attempt) backoff() bool {
 		a.delay = 10 * time.Millisecond
 	}
 	left := time.Until(a.budget)
-	if left <= 0 || !a.s.sleep(min(a.delay, left)) {
+	if left <= 0 {
+		return false
+	}
+	if a.sess != nil && !a.probing {
+		lead, done := a.sess.Probe()
+		if !lead {
+			return a.awaitProbe(done, left)
+		}
+		a.probing = true
+	}
+	if !a.s.sleep(min(a.delay, left)) {
 		return false
 	}
 	a.delay = min(2*a.delay, time.Second)
 	return true
+}
+
+// awaitProbe waits, within the heal budget, for the request probing the
+// session's outage, then points this request at the session's current
+// upstream id: the probe may have healed it meanwhile.
+func (a *attempt) awaitProbe(done <-chan struct{}, left time.Duration) bool {
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		return false
+	case <-a.s.done:
+		return false
+	}
+	a.up, a.gen = a.sess.Current()
+	return true
+}
+
+// endProbe releases the requests waiting on this one's probe, if it is one.
+func (a *attempt) endProbe() {
+	if a.probing {
+		a.probing = false
+		a.sess.ProbeDone()
+	}
 }
 
 // sleep waits d unless the server is closing.
@@ -284,17 +327,66 @@ func (s *Server) recovered() <-chan struct{} {
 func (s *Server) upSuccess() {
 	s.breaker.Success()
 	if s.failing.Load() && s.failing.Swap(false) {
-		s.wakeMu.Lock()
-		close(s.wake)
-		s.wake = make(chan struct{})
-		s.wakeMu.Unlock()
+		s.wakeAll()
 	}
 }
 
-// upFailure records an infrastructure failure.
+// wakeAll ends every backoff wait now.
+func (s *Server) wakeAll() {
+	s.wakeMu.Lock()
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.wakeMu.Unlock()
+}
+
+// upFailure records an infrastructure failure and makes sure the outage
+// is being watched.
 func (s *Server) upFailure() {
+	s.lastFailure.Store(time.Now().UnixNano())
 	s.failing.Store(true)
 	s.breaker.Failure()
+	if !s.watching.Load() && s.watching.CompareAndSwap(false, true) {
+		s.bg.Add(1)
+		go s.watchOutage()
+	}
+}
+
+// Outage watching: while exchanges fail, one goroutine per upstream tries
+// a TCP (and TLS) connection every watchEvery, and wakes the waiting
+// requests the moment one succeeds. Each session has one request retrying
+// (session.Probe) at a backoff that grows to a second; without the watcher,
+// the end of an outage would be noticed up to that late. A connection that
+// succeeds while the upstream still fails requests (a balancer with no
+// backend) wakes the waiters at a cadence that doubles up to a second.
+// The watcher stops when an exchange succeeds, when no exchange has failed
+// for a heal budget (nobody waits longer), when the circuit breaker opens
+// (then requests fail fast and the breaker sends one probe per cooldown), or
+// when the server closes.
+const watchEvery = 10 * time.Millisecond
+
+func (s *Server) watchOutage() {
+	defer s.bg.Done()
+	defer s.watching.Store(false)
+	t := time.NewTimer(watchEvery)
+	defer t.Stop()
+	pause := watchEvery
+	for {
+		select {
+		case <-t.C:
+		case <-s.done:
+			return
+		}
+		quiet := time.Since(time.Unix(0, s.lastFailure.Load()))
+		if !s.failing.Load() || quiet > s.cfg.HealTimeout || s.breaker.State() != upstream.Closed {
+			return // an open breaker probes on its own schedule
+		}
+		next := watchEvery
+		if s.up.Probe(time.Now().Add(time.Second)) == nil {
+			s.wakeAll()
+			next, pause = pause, min(2*pause, time.Second)
+		}
+		t.Reset(next)
+	}
 }
 
 func setSessionHeader(req *fasthttp.Request, up session.UpstreamID) {

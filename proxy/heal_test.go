@@ -259,3 +259,53 @@ func TestRecipeRefused(t *testing.T) {
 		t.Fatalf("fresh session: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestOutageOneRetryPerSession: calls on one session pile up while the
+// upstream is down. When it is back, one of them finds the session gone and
+// heals it; the others go once, on the new session: the restarted upstream
+// sees the dead session id on one tools/call, not on every waiting one, and
+// exactly one initialize.
+func TestOutageOneRetryPerSession(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), nil)
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "warm")
+	dead := lastUpstreamID(t, up)
+	inits := up.Inits()
+	up.Stop()
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			text := fmt.Sprint("call-", i)
+			res, err := goSDKCall(t, cs, "echo", map[string]any{"text": text})
+			if err != nil || peerResultText(res) != text {
+				t.Errorf("call %d: %q, %v", i, peerResultText(res), err)
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond) // every call waits; the probe retried at ~630 ms, next at ~1270 ms
+	before := len(up.Requests())
+	start := time.Now()
+	up.Start()
+	wg.Wait()
+	took := time.Since(start)
+	onDead := 0
+	for _, r := range up.Requests()[before:] {
+		if r.RPCMethod == "tools/call" && r.SessionID == dead {
+			onDead++
+		}
+	}
+	if onDead != 1 {
+		t.Errorf("tools/call with the dead session id after the restart = %d, want 1", onDead)
+	}
+	if got := up.Inits() - inits; got != 1 {
+		t.Errorf("initializes after the restart = %d, want 1", got)
+	}
+	if took > 300*time.Millisecond {
+		t.Errorf("calls finished %v after the upstream came back; the outage watcher should notice within ~10 ms, not at the probe's next backoff step", took)
+	}
+}

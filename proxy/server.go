@@ -161,6 +161,10 @@ type Server struct {
 	failing atomic.Bool   // an exchange failed and none has succeeded since
 	wakeMu  sync.Mutex    // protects wake
 	wake    chan struct{} // closed (and replaced) when the upstream answers again
+	// watching: an outage watcher runs (watchOutage); lastFailure is the
+	// unix nanoseconds of the last failed exchange.
+	watching    atomic.Bool
+	lastFailure atomic.Int64
 
 	pingUnsupported atomic.Bool // the upstream answered -32601 to ping
 	kaSeq           atomic.Uint64

@@ -52,6 +52,7 @@ type Session struct {
 	gen      uint64
 	born     time.Time // when the current upstream session was created
 	healing  *healCall
+	probe    chan struct{}   // closed when the request probing an outage is done
 	replayOK map[string]bool // tool name → safe to replay (read-only or idempotent)
 	heals    uint64
 	reported uint64 // the last generation whose heal was reported
@@ -193,6 +194,32 @@ func (s *Session) lead(c *healCall, base context.Context, budget time.Duration, 
 	s.healing = nil
 	s.mu.Unlock()
 	close(c.done)
+}
+
+// Probe elects one request per session to retry an unreachable upstream.
+// The first caller becomes the probe (lead true) and must call ProbeDone
+// once its retry got an answer, its heal finished, or it gave up; the others
+// get a channel closed at that moment, and then go once, with the session's
+// current upstream id. So an outage ends with one request on the dead
+// session id instead of all of them.
+func (s *Session) Probe() (lead bool, done <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probe == nil {
+		s.probe = make(chan struct{})
+		return true, nil
+	}
+	return false, s.probe
+}
+
+// ProbeDone ends the current probe and releases the requests waiting on it.
+func (s *Session) ProbeDone() {
+	s.mu.Lock()
+	if s.probe != nil {
+		close(s.probe)
+		s.probe = nil
+	}
+	s.mu.Unlock()
 }
 
 // MarkReported returns true the first time it is called for gen, so that

@@ -177,3 +177,42 @@ func TestSeeTools(t *testing.T) {
 		t.Fatal("changed list not reported")
 	}
 }
+
+// TestProbeOnePerOutage: of the requests waiting out an outage on one
+// session, one is elected to retry; the others are released together when
+// it is done, and the next outage elects again.
+func TestProbeOnePerOutage(t *testing.T) {
+	t.Parallel()
+	s := New(NewClientID(), Recipe{}, "up-1")
+	lead, done := s.Probe()
+	if !lead || done != nil {
+		t.Fatalf("first Probe = %v, %v; want the lead", lead, done)
+	}
+	var waits []<-chan struct{}
+	for range 3 {
+		lead, done := s.Probe()
+		if lead || done == nil {
+			t.Fatalf("Probe during a probe = %v, %v; want a wait", lead, done)
+		}
+		waits = append(waits, done)
+	}
+	for _, w := range waits {
+		select {
+		case <-w:
+			t.Fatal("a waiter was released before the probe ended")
+		default:
+		}
+	}
+	s.ProbeDone()
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-time.After(time.Second):
+			t.Fatal("a waiter was not released when the probe ended")
+		}
+	}
+	s.ProbeDone() // a second end is harmless
+	if lead, _ := s.Probe(); !lead {
+		t.Fatal("the next outage elected no probe")
+	}
+}
