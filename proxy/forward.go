@@ -62,7 +62,6 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg me
 		// a.resp: nothing here may touch them again.
 		return
 	}
-	a.endProbe()
 	upstream.ReleaseResponse(a.resp)
 	a.release()
 }
@@ -87,6 +86,14 @@ func (a *attempt) release() {
 // run loops until the agent has an answer; it reports whether that answer
 // is a stream that now owns a.resp.
 func (a *attempt) run() bool {
+	if a.loop() {
+		return true // the probe, if a was one, ended before the answer
+	}
+	a.endProbe()
+	return false
+}
+
+func (a *attempt) loop() bool {
 	for {
 		if !a.allowed() {
 			return false
