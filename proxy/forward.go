@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -30,6 +29,8 @@ type attempt struct {
 	resp   *upstream.Response
 	peek   []byte // first SSE event(s) of resp, forwarded before the rest
 	out    []byte // rewritten events on their way to the agent
+	outPos int    // how much of out sseBody has handed out
+	eof    bool   // sseBody: the upstream stream has ended
 	rw     eventRewriter
 	up     session.UpstreamID
 	gen    uint64
@@ -58,8 +59,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg me
 		a.up, a.gen = sess.Current()
 	}
 	if a.run() {
-		// fasthttp already runs the body writer, which now owns a and
-		// a.resp: nothing here may touch them again.
+		// The answer's body (sseBody, or serveStream's relay) now owns a
+		// and a.resp: nothing here may touch them again.
 		return
 	}
 	upstream.ReleaseResponse(a.resp)
@@ -474,15 +475,15 @@ func (s *Server) respond(a *attempt) bool {
 	}
 	a.rw.gen = a.gen
 	if !a.msg.get && answered(a.peek) && a.finish() {
-		// The answer is complete: one buffered write instead of a stream
-		// writer (a goroutine and a pipe per request).
+		// The answer is complete: one buffered write, no chunking.
 		a.out = a.rw.feed(a.out[:0], a.peek)
 		a.out = append(a.out, a.rw.pending...)
 		ctx.Response.SetBody(a.out)
 		s.count.bytesOut.Add(uint64(len(a.out)))
 		return false
 	}
-	ctx.SetBodyStreamWriter(a.stream)
+	a.out, a.outPos, a.eof = a.rw.feed(a.out[:0], a.peek), 0, false
+	ctx.Response.SetBodyStream((*sseBody)(a), -1)
 	return true
 }
 
@@ -535,41 +536,55 @@ func answered(peek []byte) bool {
 		(bytes.Contains(d, []byte(`"result"`)) || bytes.Contains(d, []byte(`"error"`)))
 }
 
-// stream runs in the body-writer goroutine that fasthttp starts inside
-// SetBodyStreamWriter, possibly before the handler has returned: from then on
-// it alone owns a and a.resp, and it must release both.
-func (a *attempt) stream(w *bufio.Writer) {
+// sseBody is a POST's streamed SSE answer as the agent's response body.
+// fasthttp writes each Read as one chunk and flushes it, so every event
+// reaches the agent as it arrives, on the connection's own goroutine: no
+// body-writer goroutine and pipe per answer (SetBodyStreamWriter). From
+// SetBodyStream on, the body owns a and a.resp; fasthttp calls Close once,
+// when the answer is written or the agent has gone, and Close releases both.
+type sseBody attempt
+
+// errStreamPanic ends an answer whose relay panicked.
+var errStreamPanic = errors.New("mcpheal: SSE relay panicked")
+
+// Read returns the next rewritten bytes of the upstream's stream, reading
+// upstream only when what it read before has been handed out.
+func (b *sseBody) Read(p []byte) (n int, err error) {
+	a := (*attempt)(b)
 	defer func() {
-		if p := recover(); p != nil {
+		if v := recover(); v != nil {
 			a.s.count.panics.Add(1)
-			a.s.log.Error().Interface("panic", p).Msg("stream writer panicked")
+			a.s.log.Error().Interface("panic", v).Msg("SSE relay panicked")
+			n, err = 0, errStreamPanic
 		}
-		upstream.ReleaseResponse(a.resp)
-		a.release()
 	}()
-	buf := streamBufs.Get().(*[]byte)
-	defer streamBufs.Put(buf)
-	out := a.rw.feed(a.out[:0], a.peek)
-	for {
-		if len(out) > 0 {
-			a.s.count.bytesOut.Add(uint64(len(out)))
-			if _, werr := w.Write(out); werr != nil || w.Flush() != nil {
-				return // the agent went away; Release closes the upstream stream
-			}
+	for a.outPos == len(a.out) {
+		if a.eof {
+			return 0, io.EOF
 		}
-		n, err := a.resp.Read(*buf)
-		out = a.rw.feed(out[:0], (*buf)[:n])
-		if err != nil {
-			if len(out) > 0 {
-				_, _ = w.Write(out)
-			}
-			if len(a.rw.pending) > 0 { // a final event without its blank line
-				_, _ = w.Write(a.rw.pending)
-			}
-			a.out = out
-			return
+		// p is fasthttp's copy buffer: read into it, then the rewriter
+		// copies the events out before p is written again.
+		n, rerr := a.resp.Read(p)
+		a.out, a.outPos = a.rw.feed(a.out[:0], p[:n]), 0
+		if rerr != nil {
+			// Cut or ended: what arrived goes out, including a final event
+			// without its blank line, and the answer ends.
+			a.out = append(a.out, a.rw.pending...)
+			a.rw.pending = a.rw.pending[:0]
+			a.eof = true
 		}
 	}
+	n = copy(p, a.out[a.outPos:])
+	a.outPos += n
+	a.s.count.bytesOut.Add(uint64(n))
+	return n, nil
 }
 
-var streamBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+// Close releases the upstream response (closing its stream if the agent
+// left early) and the attempt.
+func (b *sseBody) Close() error {
+	a := (*attempt)(b)
+	upstream.ReleaseResponse(a.resp)
+	a.release()
+	return nil
+}

@@ -134,6 +134,49 @@ func TestSSEProgressStreams(t *testing.T) {
 	}
 }
 
+// TestAbandonedStreamClosesUpstream: an agent that leaves in the middle of
+// a streamed answer (a long tool sending progress) makes the proxy close
+// that upstream stream soon after, not when the tool ends; the session keeps
+// working.
+func TestAbandonedStreamClosesUpstream(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	rl := newTCPRelay(t, up.Addr())
+	s, url := startProxy(t, rl.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	rawEcho(t, url, sid, "warm")
+	open := rl.Open()
+	for round := range 3 {
+		body := `{"jsonrpc":"2.0","id":"slow-` + string(rune('a'+round)) + `","method":"tools/call","params":{"name":"slow",` +
+			`"arguments":{"steps":40,"delayMs":100},"_meta":{"progressToken":"p"}}}`
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+		req.Header.Set("Mcp-Session-Id", sid)
+		resp, err := peerRawClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4096)
+		n, err := resp.Body.Read(buf)
+		if err != nil || !strings.Contains(string(buf[:n]), "notifications/progress") {
+			t.Fatalf("round %d: first read %q, %v; want a progress event", round, buf[:n], err)
+		}
+		left := time.Now()
+		_ = resp.Body.Close() // the agent goes away; the tool would run 4 s more
+		peerWait(t, "the proxy to close the abandoned upstream stream", func() bool { return rl.Open() <= open })
+		if el := time.Since(left); el > time.Second {
+			t.Errorf("round %d: upstream stream closed %v after the agent left, want well under the tool's 4 s", round, el)
+		}
+	}
+	rawEcho(t, url, sid, "after")
+	noPanics(t, s)
+}
+
 // TestStatelessEraProbe: a Go SDK 1.8 client probes server/discover
 // (2026-07-28) first; through the proxy it works against a stateful 2025
 // server and against a stateless one.

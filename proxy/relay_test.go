@@ -215,6 +215,13 @@ func (r *tcpRelay) serve() {
 	}
 }
 
+// Open returns how many relayed connections are open.
+func (r *tcpRelay) Open() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns)
+}
+
 func (r *tcpRelay) forget(c *relayConn) {
 	r.mu.Lock()
 	delete(r.conns, c)
