@@ -590,14 +590,7 @@ type careAnswer struct {
 // client hc, and times the exchange.
 func carePost(t testing.TB, hc *http.Client, url, sid, body string) careAnswer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
-	req.Header.Set("Mcp-Session-Id", sid)
+	req := peerPostRequest(t, url, sid, body)
 	start := time.Now()
 	resp, err := hc.Do(req)
 	if err != nil {

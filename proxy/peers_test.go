@@ -1217,6 +1217,12 @@ var peerRawClient = &http.Client{
 // sessionID != "") and returns the answer with its whole body.
 func peerRawPost(t testing.TB, url, sessionID, body string) (*http.Response, []byte) {
 	t.Helper()
+	return peerRawDo(t, peerPostRequest(t, url, sessionID, body))
+}
+
+// peerPostRequest builds the POST that peerRawPost sends.
+func peerPostRequest(t testing.TB, url, sessionID, body string) *http.Request {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -1227,7 +1233,7 @@ func peerRawPost(t testing.TB, url, sessionID, body string) (*http.Response, []b
 	if sessionID != "" {
 		req.Header.Set("Mcp-Session-Id", sessionID)
 	}
-	return peerRawDo(t, req)
+	return req
 }
 
 // peerRawDo sends req with peerRawClient and reads the whole answer.

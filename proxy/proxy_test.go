@@ -149,15 +149,7 @@ func TestAbandonedStreamClosesUpstream(t *testing.T) {
 	for round := range 3 {
 		body := `{"jsonrpc":"2.0","id":"slow-` + string(rune('a'+round)) + `","method":"tools/call","params":{"name":"slow",` +
 			`"arguments":{"steps":40,"delayMs":100},"_meta":{"progressToken":"p"}}}`
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("MCP-Protocol-Version", "2025-11-25")
-		req.Header.Set("Mcp-Session-Id", sid)
-		resp, err := peerRawClient.Do(req)
+		resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, body))
 		if err != nil {
 			t.Fatal(err)
 		}
