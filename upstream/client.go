@@ -28,6 +28,11 @@ type Config struct {
 	MaxIdleConns int
 	// MaxResponseBody caps a JSON (non-streamed) answer; zero means 32 MiB.
 	MaxResponseBody int
+	// StaleAfter is how long a pooled connection may idle before its peer is
+	// in doubt (a NAT or load balancer may have dropped the flow); zero means
+	// 1 s. DoOnce does not use such a connection, and Do sends once more on a
+	// fresh connection when one breaks before answering.
+	StaleAfter time.Duration
 }
 
 // Client sends requests to one upstream MCP endpoint.
@@ -67,10 +72,11 @@ func New(cfg Config) (*Client, error) {
 		maxBody: orInt(cfg.MaxResponseBody, 32<<20),
 	}
 	c.pool = pool{
-		dialer:   net.Dialer{Timeout: orDur(cfg.DialTimeout, 5*time.Second), KeepAlive: 15 * time.Second},
-		addr:     addr,
-		maxIdle:  orDur(cfg.MaxIdleConn, 30*time.Second),
-		maxConns: orInt(cfg.MaxIdleConns, 512),
+		dialer:     net.Dialer{Timeout: orDur(cfg.DialTimeout, 5*time.Second), KeepAlive: 15 * time.Second},
+		addr:       addr,
+		maxIdle:    orDur(cfg.MaxIdleConn, 30*time.Second),
+		maxConns:   orInt(cfg.MaxIdleConns, 512),
+		staleAfter: orDur(cfg.StaleAfter, staleIdle),
 	}
 	if u.Scheme == "https" {
 		c.pool.tls = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
@@ -136,39 +142,77 @@ func (c *Client) Close() {
 // left streaming: read it with resp.Read. In both cases the caller must call
 // resp.Close (ReleaseResponse does).
 //
-// A failure is an *Error saying whether the request may have been delivered.
+// Do is for requests that are safe to send twice (README "Replay rules"):
+// when the first try breaks before any response byte on a pooled connection
+// that idled Config.StaleAfter or longer, Do sends req once more on a fresh
+// connection. The likely cause is a NAT or load balancer that dropped the
+// idle flow, but the server may also have read the request and died, so a
+// request that must not run twice goes through DoOnce.
+//
+// A failure is an *Error saying whether the request may have been delivered
+// (Delivered); after a failed resend it still counts the first try's bytes.
 func (c *Client) Do(req *fasthttp.Request, resp *Response, deadline time.Time) error {
 	req.SetRequestURIBytes(c.path)
-	return c.do(req, resp, deadline)
+	return c.do(req, resp, deadline, true)
+}
+
+// DoOnce is Do for a request that must not run twice, such as a tools/call
+// with side effects: it sends req at most once. It never resends, and it does
+// not put req on a pooled connection that idled Config.StaleAfter or longer,
+// whose peer may be gone: it closes that connection and dials a fresh one, so
+// a flow that a middlebox dropped while idle costs a dial, not an ambiguous
+// failure. (Go's net/http transport likewise never resends a written
+// non-idempotent request.)
+//
+// A failure is an *Error as for Do. When Delivered reports true, the request
+// may have run, and DoOnce has not sent it again.
+func (c *Client) DoOnce(req *fasthttp.Request, resp *Response, deadline time.Time) error {
+	req.SetRequestURIBytes(c.path)
+	return c.do(req, resp, deadline, false)
 }
 
 // DoPath is Do for another path on the upstream's origin (OAuth discovery
-// documents live beside the MCP endpoint).
+// documents live beside the MCP endpoint). Like Do, it is for replay-safe
+// requests only.
 func (c *Client) DoPath(req *fasthttp.Request, resp *Response, path string, deadline time.Time) error {
 	req.SetRequestURI(path)
-	return c.do(req, resp, deadline)
+	return c.do(req, resp, deadline, true)
 }
 
-func (c *Client) do(req *fasthttp.Request, resp *Response, deadline time.Time) error {
+// do runs one exchange. Only a replaySafe request is sent again after a
+// failure on a stale connection; any other gets a connection whose liveness
+// is not in doubt, and is never sent again even if that connection crossed
+// StaleAfter between get and the failure.
+func (c *Client) do(req *fasthttp.Request, resp *Response, deadline time.Time, replaySafe bool) error {
 	req.Header.SetHost(c.host)
-	cn, err := c.pool.get(deadline)
+	cn, err := c.pool.get(deadline, !replaySafe)
 	if err != nil {
 		return err
 	}
 	err = c.exchange(cn, req, resp, deadline)
-	if stale(err) {
-		// Once, on a fresh connection (DESIGN "Keeping upstream healthy").
-		resp.Reset()
-		if cn, err = c.pool.dial(deadline); err != nil {
-			return err
-		}
-		if !c.pool.track(cn) {
-			_ = cn.nc.Close()
-			return ErrClosed
-		}
-		return c.exchange(cn, req, resp, deadline)
+	if !replaySafe || !stale(err, c.pool.staleAfter) {
+		return err
 	}
-	return err
+	return c.resend(req, resp, deadline, err)
+}
+
+// resend sends a replay-safe req once more on a fresh connection after first,
+// its failure on a stale one (README "Keeping upstream healthy"). If the
+// second try fails too, its error keeps the first try's evidence.
+func (c *Client) resend(req *fasthttp.Request, resp *Response, deadline time.Time, first error) error {
+	resp.Reset()
+	cn, err := c.pool.dial(deadline)
+	if err == nil && !c.pool.track(cn) {
+		_ = cn.nc.Close()
+		err = ErrClosed
+	}
+	if err == nil {
+		err = c.exchange(cn, req, resp, deadline)
+	}
+	if err != nil {
+		return resent(err, first)
+	}
+	return nil
 }
 
 func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadline time.Time) error {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,11 +267,11 @@ func TestClosedClient(t *testing.T) {
 	}
 }
 
-// TestDoStaleConnectionRetried: a pooled connection that idled past
-// staleIdle and is reset when it next carries bytes (a NAT that forgot the
-// flow) is replaced by a fresh one, once, whatever the method; a connection
-// reused at once that breaks the same way is not (the server may have read
-// the request).
+// TestDoStaleConnectionRetried: for Do (replay-safe requests), a pooled
+// connection that idled past staleIdle and is reset when it next carries
+// bytes (a NAT that forgot the flow) is replaced by a fresh one, once; a
+// connection reused at once that breaks the same way is not (the server may
+// have read the request).
 func TestDoStaleConnectionRetried(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -318,5 +319,228 @@ func TestDoStaleConnectionRetried(t *testing.T) {
 	mu.Unlock()
 	if err := call(); err != nil {
 		t.Fatalf("reset on a connection idle %v = %v, want a transparent retry", staleIdle, err)
+	}
+}
+
+// fakeUpstream is an HTTP/1.1 server on 127.0.0.1 that counts executions:
+// every request it read whole, which a real server would have dispatched.
+type fakeUpstream struct {
+	ln    net.Listener
+	url   string
+	execs atomic.Int64 // requests read whole
+	conns atomic.Int64 // connections accepted
+	// die is how many of the next requests are read, counted and left
+	// unanswered, the connection closed: a server that ran the tool and died.
+	die atomic.Int64
+	// cutIdle, when set, closes a connection silently once it idled this
+	// long after an answer, as a load balancer does.
+	cutIdle time.Duration
+}
+
+func newFakeUpstream(t *testing.T, cutIdle time.Duration) *fakeUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	f := &fakeUpstream{ln: ln, url: "http://" + ln.Addr().String() + "/mcp", cutIdle: cutIdle}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.conns.Add(1)
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *fakeUpstream) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for answered := false; ; answered = true {
+		if f.cutIdle > 0 && answered {
+			_ = c.SetReadDeadline(time.Now().Add(f.cutIdle))
+		}
+		req, err := readRequest(br)
+		if err != nil {
+			return // closed, or cut for idling
+		}
+		f.execs.Add(1)
+		if n := f.die.Load(); n > 0 && f.die.CompareAndSwap(n, n-1) {
+			return
+		}
+		b := req.Body()
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+	}
+}
+
+// send posts a tools/call through do (c.Do or c.DoOnce) and releases the
+// answer.
+func send(do func(*fasthttp.Request, *Response, time.Time) error) error {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod("POST")
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`)
+	resp := AcquireResponse()
+	defer ReleaseResponse(resp)
+	return do(req, resp, time.Now().Add(time.Second))
+}
+
+func newClientConfig(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// TestDoOnceSkipsCutIdleConnection: a load balancer closed the pooled
+// connection while it idled past Config.StaleAfter. DoOnce never writes on
+// it: it dials a fresh connection, and the tool runs once, with no error.
+func TestDoOnceSkipsCutIdleConnection(t *testing.T) {
+	t.Parallel()
+	const after = 300 * time.Millisecond
+	up := newFakeUpstream(t, after/3)
+	c := newClientConfig(t, Config{URL: up.url, DialTimeout: time.Second, StaleAfter: after})
+	if err := send(c.DoOnce); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(after + 100*time.Millisecond)
+	if err := send(c.DoOnce); err != nil {
+		t.Fatalf("DoOnce after the idle connection was cut = %v, want it to go on a fresh connection", err)
+	}
+	if n := up.execs.Load(); n != 2 {
+		t.Errorf("upstream ran %d requests, want 2", n)
+	}
+	if n := up.conns.Load(); n != 2 {
+		t.Errorf("upstream accepted %d connections, want 2 (the cut one replaced)", n)
+	}
+}
+
+// TestServerDiesAfterReadOnIdleConnection: the server reads the request,
+// runs the tool and dies without answering, on a connection that idled past
+// staleIdle. Do (replay-safe) may resend, so the request runs twice; DoOnce
+// runs it once and reports it may have been delivered.
+func TestServerDiesAfterReadOnIdleConnection(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		once      bool
+		wantExecs int64
+		wantErr   bool
+	}{
+		{"Do", false, 2, false},
+		{"DoOnce", true, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			up := newFakeUpstream(t, 0)
+			c := newClient(t, up.url)
+			do := c.Do
+			if tc.once {
+				do = c.DoOnce
+			}
+			if err := send(do); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(staleIdle + 100*time.Millisecond)
+			up.die.Store(1)
+			err := send(do)
+			if got := up.execs.Load() - 1; got != tc.wantExecs {
+				t.Errorf("%s: upstream ran the request %d times, want %d", tc.name, got, tc.wantExecs)
+			}
+			if (err != nil) != tc.wantErr || err != nil && !Delivered(err) {
+				t.Errorf("%s = %v (delivered %v), want error %v, delivered", tc.name, err, Delivered(err), tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestResendRefusedIsDelivered: the server read the request on a connection
+// that idled past staleIdle and died; Do's resend then finds the port
+// closed. The refused dial must not hide that the first try was written:
+// Delivered stays true, or the caller would replay a request that ran.
+func TestResendRefusedIsDelivered(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t, 0)
+	c := newClient(t, up.url)
+	if err := send(c.Do); err != nil {
+		t.Fatal(err)
+	}
+	up.ln.Close() // the open connection lives on; new dials are refused
+	time.Sleep(staleIdle + 100*time.Millisecond)
+	up.die.Store(1)
+	err := send(c.Do)
+	var ue *Error
+	if !errors.As(err, &ue) || !Delivered(err) || NotSent(err) || !ue.Resent {
+		t.Fatalf("Do with a refused resend = %v (delivered %v), want a delivered resend error", err, Delivered(err))
+	}
+	if n := up.execs.Load(); n != 2 {
+		t.Errorf("upstream ran %d requests, want 2", n)
+	}
+}
+
+// TestDoOnceRefusedIsNotSent: DoOnce does not use the connection that idled
+// past staleIdle, and the port is closed: nothing was written anywhere, so
+// the caller may send the request again whatever its method.
+func TestDoOnceRefusedIsNotSent(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t, 0)
+	c := newClient(t, up.url)
+	if err := send(c.DoOnce); err != nil {
+		t.Fatal(err)
+	}
+	up.ln.Close()
+	time.Sleep(staleIdle + 100*time.Millisecond)
+	err := send(c.DoOnce)
+	if !NotSent(err) || Delivered(err) {
+		t.Fatalf("DoOnce with the port closed = %v (delivered %v), want not sent", err, Delivered(err))
+	}
+	if n := up.execs.Load(); n != 1 {
+		t.Errorf("upstream ran %d requests, want 1", n)
+	}
+}
+
+// TestReusedAtOnceThenDiesIsDelivered: a connection reused at once breaks
+// after the write (the server read the request and died). Neither Do nor
+// DoOnce resends: the request ran once and may have been delivered.
+func TestReusedAtOnceThenDiesIsDelivered(t *testing.T) {
+	t.Parallel()
+	for _, once := range []bool{false, true} {
+		name := "Do"
+		if once {
+			name = "DoOnce"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			up := newFakeUpstream(t, 0)
+			c := newClient(t, up.url)
+			do := c.Do
+			if once {
+				do = c.DoOnce
+			}
+			if err := send(do); err != nil {
+				t.Fatal(err)
+			}
+			up.die.Store(1)
+			err := send(do)
+			var ue *Error
+			if !errors.As(err, &ue) || !Delivered(err) || !ue.Reused || ue.Resent {
+				t.Fatalf("%s = %v (delivered %v), want a delivered error on the reused connection", name, err, Delivered(err))
+			}
+			if n := up.execs.Load(); n != 2 {
+				t.Errorf("upstream ran %d requests, want 2 (one each)", n)
+			}
+			if n := up.conns.Load(); n != 1 {
+				t.Errorf("upstream accepted %d connections, want 1 (no resend)", n)
+			}
+		})
 	}
 }

@@ -14,8 +14,10 @@ var ErrClosed = errors.New("upstream client closed")
 type Error struct {
 	// Op is the step that failed: "dial", "write" or "read".
 	Op string
-	// Written reports whether any byte of the request reached the socket. A
-	// request with Written false was provably never delivered.
+	// Written reports whether any byte of the request reached the socket, on
+	// any try: when Do's resend fails, even at its dial, the first try's
+	// bytes still count. A request with Written false was provably never
+	// delivered.
 	Written bool
 	// Reused reports whether the connection had served an earlier request.
 	Reused bool
@@ -23,11 +25,18 @@ type Error struct {
 	Idle time.Duration
 	// Answered reports whether any response byte arrived.
 	Answered bool
+	// Resent reports that this is the failure of Do's second try, made on a
+	// fresh connection after the first broke on a stale one. Op, Reused,
+	// Idle, Answered and Err describe the second try; Written covers both.
+	Resent bool
 	// Err is the underlying network error.
 	Err error
 }
 
 func (e *Error) Error() string {
+	if e.Resent {
+		return fmt.Sprintf("upstream %s on resend: %v", e.Op, e.Err)
+	}
 	return fmt.Sprintf("upstream %s: %v", e.Op, e.Err)
 }
 
@@ -39,9 +48,16 @@ func (e *Error) Timeout() bool {
 	return errors.As(e.Err, &t) && t.Timeout()
 }
 
+// The evidence a failure carries about delivery is decided here and nowhere
+// else: Delivered and NotSent are complements for any non-nil error. An error
+// that is not an *Error (the client closed before the exchange, a caller's
+// own failure) proves nothing, so it counts as delivered: "not dispatched" is
+// proven, never assumed.
+
 // Delivered reports whether err leaves open that the upstream received and
-// acted on the request. Only an exchange that failed before writing a byte is
-// known not to have been delivered.
+// acted on the request: some request byte was written, on any try. A request
+// that may have been delivered is sent again only if its method is replay
+// safe (README "Replay"). Delivered(nil) is false.
 func Delivered(err error) bool {
 	var ue *Error
 	if errors.As(err, &ue) {
@@ -50,29 +66,52 @@ func Delivered(err error) bool {
 	return err != nil
 }
 
+// NotSent reports whether err proves that no byte of the request left: the
+// dial failed, or the write failed before its first byte. Such a request may
+// be sent again whatever its method. NotSent(nil) is false.
+func NotSent(err error) bool {
+	return err != nil && !Delivered(err)
+}
+
 // IsTimeout reports whether err is a deadline expiry.
 func IsTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// staleIdle is how long a pooled connection must have idled before a failure
-// on it, with no response byte, is taken for a dropped flow (a NAT or load
-// balancer forgot it, and answers the next bytes with a reset) rather than a
-// server that read the request and died. A connection reused at once, as in
-// a busy session, never qualifies: its failure stays ambiguous.
+// staleIdle is the default of Config.StaleAfter: how long a pooled
+// connection may idle before its peer is in doubt. A failure on such a
+// connection, with no response byte, is most likely a dropped flow (a NAT or
+// load balancer forgot it and answers the next bytes with a reset), but it
+// may also be a server that read the request and died. A connection reused
+// at once, as in a busy session, is never in doubt: its failure stays
+// ambiguous.
 const staleIdle = time.Second
 
-// stale reports whether err is a failure on a connection that had idled in
-// the pool and broke before answering: the request never reached a live
-// server process, so it may be sent again on a fresh connection.
-func stale(err error) bool {
+// stale reports whether err is a failure on a connection that had idled at
+// least after in the pool and broke before answering, so that Do may send a
+// replay-safe request again on a fresh connection. It proves nothing about
+// delivery: the first try's bytes may have reached a server that died.
+func stale(err error, after time.Duration) bool {
 	if err == nil {
 		return false // the common case, without errors.As's allocation
 	}
 	var ue *Error
-	if !errors.As(err, &ue) || !ue.Reused || ue.Answered || ue.Op == "dial" || ue.Idle < staleIdle {
+	if !errors.As(err, &ue) || !ue.Reused || ue.Answered || ue.Op == "dial" || ue.Idle < after {
 		return false
 	}
 	return !ue.Timeout()
+}
+
+// resent returns err, the failure of Do's second try, with the first try's
+// evidence kept: bytes the first try wrote may have reached the server, so
+// Written stays true whatever the second try did, a refused dial included.
+func resent(err, first error) error {
+	var ue *Error
+	if !errors.As(err, &ue) {
+		ue = &Error{Op: "dial", Err: err} // the client closed before the second try
+	}
+	ue.Written = ue.Written || Delivered(first)
+	ue.Resent = true
+	return ue
 }

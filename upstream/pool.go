@@ -44,7 +44,10 @@ type pool struct {
 	addr     string
 	maxIdle  time.Duration
 	maxConns int
-	tls      *tls.Config // nil for plain http
+	// staleAfter is the idle time after which a pooled connection's peer is
+	// in doubt (Config.StaleAfter).
+	staleAfter time.Duration
+	tls        *tls.Config // nil for plain http
 
 	mu     sync.Mutex // protects idle, active, closed
 	idle   []*conn
@@ -54,8 +57,10 @@ type pool struct {
 
 const bufSize = 16 << 10
 
-// get returns a pooled connection idle for less than maxIdle, or dials one.
-func (p *pool) get(deadline time.Time) (*conn, error) {
+// get returns the freshest pooled connection idle for less than maxIdle, or
+// dials one. With fresh set it also refuses a connection idle for staleAfter
+// or longer, for a request that must not meet a dropped flow.
+func (p *pool) get(deadline time.Time, fresh bool) (*conn, error) {
 	now := time.Now()
 	var stale []*conn
 	p.mu.Lock()
@@ -81,6 +86,14 @@ func (p *pool) get(deadline time.Time) (*conn, error) {
 	p.mu.Unlock()
 	for _, s := range stale {
 		_ = s.nc.Close()
+	}
+	if c != nil && fresh && now.Sub(c.idleSince) >= p.staleAfter {
+		// Every other idle connection is older still. Close only this one,
+		// the one the request would have used: the fresh connection takes
+		// its place, so the pool does not grow, and the others stay for
+		// replay-safe requests, which may resend, until they are reaped.
+		_ = c.nc.Close()
+		c = nil
 	}
 	if c != nil {
 		p.track(c)
