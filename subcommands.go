@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcpheal/mcpheal/proxy"
+	"github.com/mcpheal/mcpheal/proxy/doctor"
 )
 
 // runDoctor is `mcpheal doctor [-H 'Name: value']... URL`: exit 0 if the
@@ -55,7 +55,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	rep, err := proxy.Doctor(ctx, urls[0], h)
+	rep, err := doctor.Run(ctx, urls[0], h)
 	if err != nil {
 		return err
 	}

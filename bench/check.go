@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/classify/sse"
 )
 
 // Errors of CheckEcho.
@@ -38,29 +40,32 @@ func CheckEcho(body []byte) (uint64, error) {
 }
 
 // Answer returns the JSON-RPC answer in body: body itself when it is JSON,
-// or the data of the first SSE event that is a response (has "result" or
-// "error"), whatever the Content-Type said.
+// or the data of the first complete SSE event (ended by its blank line)
+// that is a JSON-RPC response, whatever the Content-Type said. An event the
+// body ends inside is no answer, so an answer cut short fails the check.
+// The result is valid as long as body is.
 func Answer(body []byte) []byte {
 	t := bytes.TrimLeft(body, " \t\r\n\ufeff")
 	if len(t) > 0 && (t[0] == '{' || t[0] == '[') {
 		return t
 	}
-	for len(body) > 0 {
-		var line []byte
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			line, body = body, nil
-		}
-		line = bytes.TrimRight(line, "\r")
-		d, ok := bytes.CutPrefix(line, []byte("data:"))
+	var f sse.Framer // no Max: Next never fails
+	f.Feed(body)
+	for {
+		ev, ok, _ := f.Next()
 		if !ok {
-			continue
+			return nil
 		}
-		d = bytes.TrimSpace(d)
-		if bytes.Contains(d, []byte(`"result"`)) || bytes.Contains(d, []byte(`"error"`)) {
+		if d := sse.Data(nil, ev); isResponse(d) {
 			return d
 		}
 	}
-	return nil
+}
+
+// isResponse reports whether d is a JSON-RPC response: an object with a
+// result or an error and no method (JSON-RPC 2.0 §5; a notification or a
+// server request on the same stream has a method).
+func isResponse(d []byte) bool {
+	m := gjson.ParseBytes(d)
+	return m.IsObject() && !m.Get("method").Exists() && (m.Get("result").Exists() || m.Get("error").Exists())
 }

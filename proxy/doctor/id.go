@@ -1,4 +1,4 @@
-package proxy
+package doctor
 
 import (
 	"crypto/rand"

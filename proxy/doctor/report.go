@@ -1,4 +1,4 @@
-package proxy
+package doctor
 
 import (
 	"fmt"
@@ -56,7 +56,8 @@ type Answer struct {
 	Status      int
 	ContentType string
 	Body        string
-	// Err is a transport failure ("" when the server answered).
+	// Err is a transport failure: no answer at all (Status 0), or an answer
+	// whose body failed (cut, too large, reset); "" when it was read whole.
 	Err string
 }
 
@@ -98,7 +99,7 @@ type ToolSummary struct {
 	Answer
 }
 
-// Report is what Doctor learnt about one server.
+// Report is what Run learnt about one server.
 type Report struct {
 	URL      string
 	Server   string // serverInfo "name version", if given
@@ -169,7 +170,7 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 }
 
 func (a Answer) describe() string {
-	if a.Err != "" {
+	if a.Err != "" && a.Status == 0 {
 		return "no answer: " + a.Err
 	}
 	if a.Status == 0 {
@@ -181,6 +182,9 @@ func (a Answer) describe() string {
 	}
 	if a.Body != "" {
 		s += ": " + a.Body
+	}
+	if a.Err != "" { // the head came, the body failed
+		s += " (" + a.Err + ")"
 	}
 	return s
 }
