@@ -28,3 +28,22 @@ func TestClassifyAllocs(t *testing.T) {
 		}
 	}
 }
+
+// sinkRefused keeps the compiler from discarding Refused calls.
+var sinkRefused bool
+
+// TestRefusedAllocs asserts that Refused allocates nothing, for every
+// refused golden file and table case. Not parallel, like TestClassifyAllocs.
+func TestRefusedAllocs(t *testing.T) {
+	for _, g := range loadRefusedGoldens(t) {
+		if n := testing.AllocsPerRun(100, func() { sinkRefused = Refused(g.status, g.contentType, g.body) }); n != 0 {
+			t.Errorf("Refused(%s) allocates %v times, want 0", g.name, n)
+		}
+	}
+	for _, tc := range refusedCases {
+		ct, body := []byte(tc.contentType), []byte(tc.body)
+		if n := testing.AllocsPerRun(100, func() { sinkRefused = Refused(tc.status, ct, body) }); n != 0 {
+			t.Errorf("Refused(%s) allocates %v times, want 0", tc.name, n)
+		}
+	}
+}

@@ -40,7 +40,7 @@ func Classify(status int, contentType, body []byte) Class {
 		}
 		return SessionGone
 	case 400:
-		if badRequestMarkers.in(b2s(body), false) {
+		if badRequestMarkers.in(b2s(body)) {
 			return SessionGone
 		}
 		return Protocol

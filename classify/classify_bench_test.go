@@ -20,6 +20,7 @@ func BenchmarkClassify(b *testing.B) {
 		{name: "OK/json", file: "OK/ts-sdk-200-json-tools-list"},
 		{name: "OK/json-4KiB-isError-false", status: 200, ct: "application/json", body: big},
 		{name: "OK/sse", file: "OK/ts-sdk-200-sse-priming-then-result"},
+		{name: "OK/sse-4KiB", status: 200, ct: "text/event-stream", body: "id: 1\ndata: \n\nevent: message\nid: 2\ndata: " + big + "\n\n"},
 		{name: "OK/202-empty", file: "OK/accepted-202-empty"},
 		{name: "ToolError/json", file: "ToolError/method-not-found-200"},
 		{name: "ToolError/404-method-not-found", file: "ToolError/spec-2026-404-method-not-found"},
@@ -50,6 +51,36 @@ func BenchmarkClassify(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
 				Classify(status, ct, body)
+			}
+		})
+	}
+}
+
+// BenchmarkRefused runs one proof and two non-proofs, each a golden file.
+func BenchmarkRefused(b *testing.B) {
+	for _, bc := range []struct{ name, file string }{
+		{"true/supergateway-text", "true/supergateway-4-503-shutting-down"},
+		{"true/python-json", "true/python-503-too-many-open-sessions-json"},
+		{"false/envoy", "false/envoy-503-upstream-connect-error"},
+		{"false/nginx-503", "false/nginx-503-service-temporarily-unavailable"},
+	} {
+		raw, err := os.ReadFile(filepath.Join("testdata", "refused", bc.file+".http"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		status, ct, body, err := parseResponse(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		want := strings.HasPrefix(bc.name, "true/")
+		if got := Refused(status, ct, body); got != want {
+			b.Fatalf("Refused(%s) = %v, want %v", bc.name, got, want)
+		}
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				Refused(status, ct, body)
 			}
 		})
 	}

@@ -32,9 +32,16 @@ package classify
 //     WordPress.com -32005 (mcp-adapter#312, mcp-wordpress-remote PR #60).
 //   - keryx-*: keryx#503 (200 SSE {"error":"Session not found"}).
 //   - copilot-cli-style-*: the body from copilot-cli#1360, at 200 to exercise
-//     the 2xx marker rule.
+//     the 2xx marker rule; python-style-*: the Python SDK's 404 message at
+//     200; wordpress-style-*: the WordPress text without its "Invalid params:"
+//     prefix (the whole phrase hermes#13383 matches).
 //   - express-app-*: an Express MCP app answering 404 "Session expired.
-//     Please reconnect." (found by code search).
+//     Please reconnect."; express-router-*: Express MCP routers answering 404
+//     -32001 "Unknown session" (both found by code search).
+//   - tool-error-*: a tool's own JSON-RPC error whose text mentions a session
+//     ("payment gateway session expired", a sentence quoting "Session not
+//     found"): dispatched, so never SessionGone. A tool that charged a card
+//     and then failed must not run twice.
 //   - nginx-*: nginx's default 502/504 pages in front of a dead upstream.
 //   - spec-2026-*: a 2026-07-28 server's 404 method not found.
 //   - sse-*, bom-*, leading-whitespace-*, batch-*, error-*, tool-result-*,
@@ -246,7 +253,7 @@ var tableCases = []tableCase{
 	{"199", 199, ctJSON, errSessionNotFound, Protocol},
 	{"300", 300, ctJSON, errSessionNotFound, Protocol},
 
-	// 2xx: markers only inside the error member.
+	// 2xx: a known session message, whole, only inside the error member.
 	{"200 empty", 200, ctJSON, "", OK},
 	{"202 empty, no content type", 202, "", "", OK},
 	{"204", 204, "", "", OK},
@@ -254,12 +261,31 @@ var tableCases = []tableCase{
 	{"200 result", 200, ctJSON, resultOK, OK},
 	{"200 message marker", 200, ctJSON, errSessionNotFound, SessionGone},
 	{"200 marker upper case", 200, ctJSON, `{"error":{"message":"SESSION NOT FOUND"}}`, SessionGone},
-	{"200 marker session expired", 200, ctJSON, `{"error":{"code":-32000,"message":"Session Expired"}}`, SessionGone},
-	{"200 marker expired session", 200, ctJSON, `{"error":{"code":-32000,"message":"Expired session, reconnect"}}`, SessionGone},
-	{"200 marker unknown session", 200, ctJSON, `{"error":{"code":-32000,"message":"unknown session abc"}}`, SessionGone},
+	{"200 marker with a period", 200, ctJSON, `{"error":{"message":"Session not found."}}`, SessionGone},
+	{"200 marker with whitespace", 200, ctJSON, `{"error":{"message":" Session not found\n"}}`, SessionGone},
+	{"200 marker unknown session", 200, ctJSON, `{"error":{"code":-32001,"message":"Unknown session"}}`, SessionGone},
 	{"200 marker session terminated", 200, ctJSON, `{"error":{"code":32600,"message":"Session terminated"}}`, SessionGone},
-	{"200 marker after an escape", 200, ctJSON, `{"error":{"message":"error:\nsession not found"}}`, SessionGone},
-	{"200 marker in quotes", 200, ctJSON, `{"error":{"message":"\"session not found\""}}`, SessionGone},
+	{"200 marker Python terminated", 200, ctJSON, `{"error":{"code":-32600,"message":"Not Found: Session has been terminated"}}`, SessionGone},
+	{"200 marker Python invalid or expired", 200, ctJSON, `{"error":{"code":-32600,"message":"Not Found: Invalid or expired session ID"}}`, SessionGone},
+	{"200 marker WordPress", 200, ctJSON, `{"error":{"code":-32602,"message":"Invalid params: Invalid or expired session"}}`, SessionGone},
+	{"200 marker WordPress.com", 200, ctJSON, `{"error":{"code":-32005,"message":"Session not found: Invalid or expired session"}}`, SessionGone},
+	{"200 marker WordPress text alone", 200, ctJSON, `{"error":{"code":-32602,"message":"Invalid or expired session"}}`, SessionGone},
+
+	// A tool's own error that mentions a session was dispatched: replaying
+	// it would run the tool twice.
+	{"200 tool error: payment gateway session expired", 200, ctJSON, `{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"charged $20 but payment gateway session expired"}}`, ToolError},
+	{"200 tool error: session expired for a user", 200, ctJSON, `{"error":{"code":-32603,"message":"session expired for user bob, please log in at https://shop.example.com/login"}}`, ToolError},
+	{"200 tool error: marker in a sentence", 200, ctJSON, `{"error":{"code":-32603,"message":"the CRM answered Session not found for user sync-bot; order 8812 was saved"}}`, ToolError},
+	{"200 tool error: marker with a suffix", 200, ctJSON, `{"error":{"message":"Session not found: crm-sync"}}`, ToolError},
+	{"200 tool error: marker with a prefix", 200, ctJSON, `{"error":{"message":"Stripe: Session not found"}}`, ToolError},
+	{"200 tool error: bare-string marker in a sentence", 200, ctJSON, `{"error":"upstream said Session terminated"}`, ToolError},
+	{"200 tool error: Session expired names no server", 200, ctJSON, `{"error":{"code":-32000,"message":"Session Expired"}}`, ToolError},
+	{"200 tool error: expired session, reconnect", 200, ctJSON, `{"error":{"code":-32000,"message":"Expired session, reconnect"}}`, ToolError},
+	{"200 tool error: unknown session with an id", 200, ctJSON, `{"error":{"code":-32000,"message":"unknown session abc"}}`, ToolError},
+	{"200 tool error: marker after an escape", 200, ctJSON, `{"error":{"message":"error:\nsession not found"}}`, ToolError},
+	{"200 tool error: marker in quotes", 200, ctJSON, `{"error":{"message":"\"session not found\""}}`, ToolError},
+	{"200 tool error: two periods", 200, ctJSON, `{"error":{"message":"Session not found.."}}`, ToolError},
+	{"SSE tool error: marker in a sentence", 200, ctSSE, "event: message\ndata: {\"error\":{\"message\":\"payment gateway session expired\"}}\n\n", ToolError},
 	{"200 marker inside a word", 200, ctJSON, `{"error":{"message":"unexpired session"}}`, ToolError},
 	{"200 marker glued after", 200, ctJSON, `{"error":{"message":"session not founded"}}`, ToolError},
 	{"200 session word alone", 200, ctJSON, `{"error":{"code":-32602,"message":"Invalid session"}}`, ToolError},
@@ -274,7 +300,7 @@ var tableCases = []tableCase{
 	{"200 error true", 200, ctJSON, `{"error":true}`, ToolError},
 	{"200 result before error: the first decides", 200, ctJSON, `{"jsonrpc":"2.0","id":1,"result":{},"error":{"message":"Session not found"}}`, OK},
 	{"200 error before result: the first decides", 200, ctJSON, `{"jsonrpc":"2.0","id":1,"error":{"message":"Session not found"},"result":{}}`, SessionGone},
-	{"200 null result, then error (JSON-RPC 1.0)", 200, ctJSON, `{"result":null,"error":{"code":-32000,"message":"Session expired"},"id":1}`, SessionGone},
+	{"200 null result, then error (JSON-RPC 1.0)", 200, ctJSON, `{"result":null,"error":{"code":-32000,"message":"Session not found"},"id":1}`, SessionGone},
 	{"200 null result, then null error", 200, ctJSON, `{"result":null,"error":null,"id":1}`, OK},
 	{"200 null error, then isError result", 200, ctJSON, `{"error":null,"result":{"isError":true}}`, ToolError},
 	{"200 method before error", 200, ctJSON, `{"method":"x","error":{"message":"Session not found"}}`, OK},
@@ -360,6 +386,45 @@ func TestClassifyTable(t *testing.T) {
 				t.Errorf("Classify(%s) = %v, want %v", tc.name, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSessionMessages checks every entry of sessionMessages: it is a
+// session loss at 200 as a whole message, bare or SSE-framed, and a tool's
+// own error once anything comes before or after it. Each is also the whole
+// message (or text body) of a SessionGone golden file: a dialect is listed
+// only with the bytes of a server that sends it.
+func TestSessionMessages(t *testing.T) {
+	t.Parallel()
+	golden := map[string]bool{}
+	for _, g := range loadGoldens(t) {
+		if g.want != SessionGone {
+			continue
+		}
+		p := trimLeft(payload(b2s(g.contentType), b2s(g.body)))
+		if strings.HasPrefix(p, "{") || strings.HasPrefix(p, "[") {
+			p = firstErrorText(p)
+		}
+		golden[strings.ToLower(trimMessage(p))] = true
+	}
+	for _, m := range sessionMessages {
+		if !golden[m] {
+			t.Errorf("session message %q has no SessionGone golden file", m)
+		}
+		for _, tc := range []struct {
+			ct, body string
+			want     Class
+		}{
+			{ctJSON, `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"` + m + `"}}`, SessionGone},
+			{ctJSON, `{"jsonrpc":"2.0","id":1,"error":"` + strings.ToUpper(m) + `."}`, SessionGone},
+			{ctSSE, `data: {"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"` + m + `"}}` + "\n\n", SessionGone},
+			{ctJSON, `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"tool failed: ` + m + `"}}`, ToolError},
+			{ctJSON, `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"` + m + ` for order 17"}}`, ToolError},
+		} {
+			if got := Classify(200, []byte(tc.ct), []byte(tc.body)); got != tc.want {
+				t.Errorf("Classify(200, %s, %s) = %v, want %v", tc.ct, tc.body, got, tc.want)
+			}
+		}
 	}
 }
 

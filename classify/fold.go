@@ -17,6 +17,12 @@ func b2s(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// s2b views s as a byte slice without copying, for the line helpers of
+// package sse, which only read it. It must never be written to.
+func s2b(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
 // trimLeft drops every leading byte order mark and ASCII whitespace byte.
 // Repeating both keeps Classify invariant under either prefix, whatever the
 // body already starts with.
@@ -70,7 +76,7 @@ func newFoldSet(phrases ...string) *foldSet {
 	}
 	fs := &foldSet{phrases: phrases}
 	for j, p := range phrases {
-		if p == "" || strings.IndexFunc(p, func(r rune) bool { return r >= 0x80 || 'A' <= r && r <= 'Z' }) >= 0 {
+		if p == "" || !isLowerASCII(p) {
 			panic("classify: foldSet phrases must be non-empty lower-case ASCII: " + p)
 		}
 		fs.first[p[0]] |= 1 << j
@@ -81,19 +87,12 @@ func newFoldSet(phrases ...string) *foldSet {
 	return fs
 }
 
-// in reports whether s contains one of the phrases. With whole set, a match
-// counts only as whole words: the bytes around it must not be letters,
-// digits or '_', so "unexpired session" does not contain "expired session".
-// s may be raw JSON string text, so a letter right after a backslash is an
-// escape (\n, \t) and counts as a boundary.
-func (fs *foldSet) in(s string, whole bool) bool {
+// in reports whether s contains one of the phrases anywhere, even inside a
+// word.
+func (fs *foldSet) in(s string) bool {
 	for i := 0; i < len(s); i++ {
 		for m := fs.first[s[i]]; m != 0; m &= m - 1 {
-			p := fs.phrases[bits.TrailingZeros8(m)]
-			if !hasPrefixFold(s[i:], p) {
-				continue
-			}
-			if !whole || isBoundary(s, i, i+len(p)) {
+			if hasPrefixFold(s[i:], fs.phrases[bits.TrailingZeros8(m)]) {
 				return true
 			}
 		}
@@ -101,14 +100,60 @@ func (fs *foldSet) in(s string, whole bool) bool {
 	return false
 }
 
-// isBoundary reports whether s[i:end] is delimited as a whole word.
-func isBoundary(s string, i, end int) bool {
-	before := i == 0 || !isWordByte(s[i-1]) || (i >= 2 && s[i-2] == '\\')
-	after := end == len(s) || !isWordByte(s[end])
-	return before && after
+// wholeSet holds whole messages, each lower-case ASCII with no surrounding
+// whitespace and no trailing period. It is built once at package init and
+// only read afterwards.
+type wholeSet []string
+
+func newWholeSet(messages ...string) wholeSet {
+	for _, m := range messages {
+		if m == "" || m != trimMessage(m) || !isLowerASCII(m) {
+			panic("classify: wholeSet messages must be trimmed lower-case ASCII without a trailing period: " + m)
+		}
+	}
+	return wholeSet(messages)
 }
 
-func isWordByte(c byte) bool {
-	c = lower(c)
-	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_'
+// is reports whether text is one of the messages as a whole, ignoring ASCII
+// case, surrounding whitespace and one trailing period. Nothing else may
+// come before or after it: "charged $20 but payment gateway session
+// expired" is not "session expired". text may be raw JSON string text.
+func (ws wholeSet) is(text string) bool {
+	text = trimMessage(text)
+	for _, m := range ws {
+		if len(m) == len(text) && hasPrefixFold(text, m) {
+			return true
+		}
+	}
+	return false
 }
+
+// trimMessage drops surrounding ASCII whitespace, raw or JSON-escaped (\n,
+// \r, \t), then one trailing period. A trailing escape is dropped even when
+// its backslash is itself escaped ("\\n"); what remains then ends in a
+// backslash, which no message does, so the mistake cannot make a match.
+func trimMessage(s string) string {
+	for {
+		switch {
+		case s != "" && isSpace(s[0]):
+			s = s[1:]
+		case s != "" && isSpace(s[len(s)-1]):
+			s = s[:len(s)-1]
+		case len(s) >= 2 && s[0] == '\\' && isEscapedSpace(s[1]):
+			s = s[2:]
+		case len(s) >= 2 && s[len(s)-2] == '\\' && isEscapedSpace(s[len(s)-1]):
+			s = s[:len(s)-2]
+		default:
+			return strings.TrimSuffix(s, ".")
+		}
+	}
+}
+
+// isLowerASCII reports whether s holds only ASCII and no upper-case letter.
+func isLowerASCII(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r >= 0x80 || 'A' <= r && r <= 'Z' }) < 0
+}
+
+// isEscapedSpace reports whether c after a backslash escapes JSON
+// whitespace.
+func isEscapedSpace(c byte) bool { return c == 'n' || c == 'r' || c == 't' }

@@ -6,30 +6,68 @@ func TestFoldSet(t *testing.T) {
 	t.Parallel()
 	fs := newFoldSet("session not found", "expired session", "x-y")
 	for _, tc := range []struct {
-		s     string
-		whole bool
-		want  bool
+		s    string
+		want bool
 	}{
-		{"Session not found", true, true},
-		{"x: SESSION NOT FOUND.", true, true},
-		{"unexpired session", true, false},
-		{"unexpired session", false, true},
-		{"unexpired session, then expired session", true, true},
-		{"session not found2", true, false},
-		{"session not found_", true, false},
-		{"session not foundation", false, true},
-		{`error:\nsession not found`, true, true},
-		{`error:nsession not found`, true, false},
-		{"session not", true, false},
-		{"", false, false},
-		{"Session not found\u00e9", true, true}, // non-ASCII is not a word byte
-		{"\u00c0xpired session", false, false},  // no Unicode folding
-		{"X-Y", true, true},
-		{"x\x0dy", false, false}, // '\r'|0x20 == '-' must not confuse the scan
+		{"Session not found", true},
+		{"x: SESSION NOT FOUND.", true},
+		{"unexpired session", true}, // anywhere, even inside a word
+		{"session not foundation", true},
+		{"session not", false},
+		{"", false},
+		{"\u00c0xpired session", false}, // no Unicode folding
+		{"X-Y", true},
+		{"x\x0dy", false}, // '\r'|0x20 == '-' must not confuse the scan
 	} {
-		if got := fs.in(tc.s, tc.whole); got != tc.want {
-			t.Errorf("foldSet.in(%q, %v) = %v, want %v", tc.s, tc.whole, got, tc.want)
+		if got := fs.in(tc.s); got != tc.want {
+			t.Errorf("foldSet.in(%q) = %v, want %v", tc.s, got, tc.want)
 		}
+	}
+}
+
+func TestWholeSet(t *testing.T) {
+	t.Parallel()
+	ws := newWholeSet("session not found", "invalid params: invalid or expired session")
+	for _, tc := range []struct {
+		s    string
+		want bool
+	}{
+		{"session not found", true},
+		{"Session Not Found", true},
+		{"SESSION NOT FOUND.", true},
+		{"  Session not found \r\n", true},
+		{`\nSession not found\n`, true}, // JSON-escaped whitespace
+		{`\tSession not found.\r\n`, true},
+		{"Invalid params: Invalid or expired session", true},
+		{"Session not found..", false},
+		{"Session not found .", false},
+		{`Session not found\\n`, false}, // an escaped backslash, then n
+		{"Session not found: 1234", false},
+		{"Error: Session not found", false},
+		{"charged $20 but payment gateway session not found", false},
+		{"session not foun", false},
+		{"session not found" + "\u00e9", false},
+		{"session\tnot found", false},
+		{"", false},
+		{".", false},
+	} {
+		if got := ws.is(tc.s); got != tc.want {
+			t.Errorf("wholeSet.is(%q) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestNewWholeSetRejects(t *testing.T) {
+	t.Parallel()
+	for _, m := range []string{"", "Upper", "caf\u00e9", " padded", "period.", "escaped\\n"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("newWholeSet(%q) did not panic", m)
+				}
+			}()
+			newWholeSet(m)
+		}()
 	}
 }
 

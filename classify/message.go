@@ -2,19 +2,42 @@ package classify
 
 import "strings"
 
-// sessionMarkers say "your session is gone" inside a 2xx JSON-RPC error:
-// WordPress mcp-adapter answers HTTP 200 with -32602 "Invalid params: Invalid
-// or expired session", WordPress.com -32005 "Session not found: Invalid or
-// expired session", keryx {"error":"Session not found"} (keryx#503). They are
-// whole phrases: "session" alone, or "unexpired session", never matches.
-// Lower case.
-var sessionMarkers = newFoldSet(
-	"invalid or expired session",
+// sessionMessages are the whole JSON-RPC error messages with which servers
+// say "your session is gone" (MCP-BEHAVIOUR.md §2 and §7). In a 2xx answer
+// the message must be one of them as a whole (wholeSet.is: ASCII case,
+// surrounding whitespace and one trailing period aside), never merely
+// contain one: a tool's own error such as "charged $20 but payment gateway
+// session expired" was dispatched, and replaying it would run the tool twice.
+// Servers that say it at 404 are listed too, for a relay or an application
+// that answers the same text at 200. Add a dialect here, with its server
+// and a golden file, when a new one is found. Lower case, no trailing period.
+var sessionMessages = newWholeSet(
+	// TS SDK transport -32001, supergateway 4.0, Python SDK ≥1.26 -32600
+	// (all 404); at 200: keryx's bare-string error (keryx#503), the body of
+	// copilot-cli#1360.
 	"session not found",
-	"unknown session",
-	"session expired",
-	"expired session",
+	// WordPress.com -32005 at 200 (mcp-adapter#312, mcp-wordpress-remote
+	// PR #60).
+	"session not found: invalid or expired session",
+	// WordPress mcp-adapter -32602 at 200 (HttpSessionValidator,
+	// McpErrorFactory: INVALID_PARAMS maps to HTTP 200).
+	"invalid params: invalid or expired session",
+	// WordPress mcp-adapter's session text on its own, the phrase hermes
+	// matches (hermes#13383).
+	"invalid or expired session",
+	// mcp-go for a DELETEd id (404); the Python SDK client's name for a
+	// dead session (hermes#18069).
 	"session terminated",
+	// Python SDK ≥1.26 -32600 (404).
+	"not found: session has been terminated",
+	"not found: invalid or expired session id",
+	// 1mcp-app/agent -32000 (PR #550).
+	"not found: unknown mcp-session-id header",
+	// Express MCP routers, 404 -32001 (found by code search).
+	"unknown session",
+	// An Express MCP app, 404 -32000 (found by code search; golden
+	// express-app-404-session-expired).
+	"session expired. please reconnect",
 )
 
 // notFoundCodes are the JSON-RPC codes a 404 may carry for something other
@@ -116,10 +139,10 @@ func firstMessage(p string) (string, bool) {
 }
 
 // errorClass classifies an error value, given as the rest of the message
-// from the value's first byte: SessionGone if its text names the session
-// (sessionMarkers), ToolError otherwise. ok is false when the value reports
-// no error: null, false and "" (some JSON-RPC libraries send "error":null
-// next to a result). An error object is read only up to its message; its
+// from the value's first byte: SessionGone if its whole text is a session
+// message (sessionMessages), ToolError otherwise. ok is false when the value
+// reports no error: null, false and "" (some JSON-RPC libraries send
+// "error":null next to a result). An error object is read only up to its message; its
 // end is never searched for.
 func errorClass(e string) (c Class, ok bool) {
 	switch {
@@ -136,16 +159,17 @@ func errorClass(e string) (c Class, ok bool) {
 	if e == `""` {
 		return OK, false
 	}
-	if sessionMarkers.in(errorText(e), true) {
+	if sessionMessages.is(errorText(e)) {
 		return SessionGone, true
 	}
 	return ToolError, true
 }
 
-// errorText returns the raw text a session marker is looked for in: the
-// message of an error object, or the error itself when it is a bare string
-// (keryx). Escapes stay as they are; markers contain no characters that JSON
-// escapes. Anything else, including error.data, is not searched.
+// errorText returns the raw text of an error value: the message of an error
+// object, or the error itself when it is a bare string (keryx). Escapes stay
+// as they are; the known messages contain no characters that JSON escapes.
+// Anything else, including error.data, is never read. An unterminated
+// string (a body cut short) yields the text that arrived.
 func errorText(raw string) string {
 	if strings.HasPrefix(raw, "{") {
 		m, ok := member(raw, "message")

@@ -1,6 +1,6 @@
 package classify
 
-import "strings"
+import "github.com/mcpheal/mcpheal/classify/sse"
 
 // isEventStream reports whether the Content-Type value ct is
 // text/event-stream. Type and subtype are case-insensitive and may be
@@ -21,8 +21,8 @@ func isEventStream(ct string) bool {
 // that holds more than whitespace, or "" if there is none. That skips what
 // comes before a JSON-RPC message: comments (": keepalive", TS SDK 1.30),
 // id:, event: and retry: fields, and the 2025-11-25 priming event
-// ("id: x\ndata: \n\n" or "data:\n"). Lines end in "\n", "\r\n" or "\r"; one
-// space after "data:" is dropped (HTML Living Standard §9.2.6).
+// ("id: x\ndata: \n\n" or "data:\n"). Lines and fields are split by
+// [sse.NextLine] and [sse.Field], the one home of those rules.
 //
 // Every MCP server writes one JSON-RPC message per event on one data line, so
 // the first such line is the message; a message split over several data
@@ -31,47 +31,14 @@ func isEventStream(ct string) bool {
 // mark and whitespace before the first field are skipped as a whole-body
 // prefix, so that neither changes the result.
 func firstData(s string) string {
-	s = trimLeft(s)
-	for s != "" {
-		var line string
-		line, s = cutLine(s)
-		if v, ok := dataValue(line); ok && trimLeft(v) != "" {
-			return v
+	rest := s2b(trimLeft(s))
+	for len(rest) > 0 {
+		var line []byte
+		line, rest = sse.NextLine(rest)
+		name, v, comment := sse.Field(line)
+		if !comment && string(name) == "data" && trimLeft(b2s(v)) != "" {
+			return b2s(v)
 		}
 	}
 	return ""
-}
-
-// cutLine splits s after its first line ending ("\n", "\r\n" or "\r").
-func cutLine(s string) (line, rest string) {
-	n := strings.IndexByte(s, '\n')
-	if n < 0 {
-		n = len(s)
-	}
-	if r := strings.IndexByte(s[:n], '\r'); r >= 0 {
-		if r+1 < len(s) && s[r+1] == '\n' {
-			return s[:r], s[r+2:]
-		}
-		return s[:r], s[r+1:]
-	}
-	if n == len(s) {
-		return s, ""
-	}
-	return s[:n], s[n+1:]
-}
-
-// dataValue returns the value of line if it is a data field. Field names are
-// case-sensitive; "data" with no colon is a data field with an empty value.
-func dataValue(line string) (string, bool) {
-	v, ok := strings.CutPrefix(line, "data")
-	if !ok {
-		return "", false
-	}
-	if v == "" {
-		return "", true
-	}
-	if v[0] != ':' {
-		return "", false // another field, such as "database:"
-	}
-	return strings.TrimPrefix(v[1:], " "), true
 }

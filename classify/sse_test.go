@@ -2,6 +2,8 @@ package classify
 
 import "testing"
 
+// TestFirstData checks the first-event peek; the line and field rules it
+// relies on are package sse's.
 func TestFirstData(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, s, want string }{
@@ -14,6 +16,12 @@ func TestFirstData(t *testing.T) {
 		{"comments and fields skipped", ": hi\nretry: 10\nevent: e\nid: 1\ndata: x\n", "x"},
 		{"CRLF", "data: x\r\n\r\n", "x"},
 		{"CR", "id: 1\rdata: x\r\r", "x"},
+		{"CR then LF ends two lines", "data\r\ndata: x\ry\n", "x"},
+		{"lone CR before LF", "id: 1\r\n\rdata: x\n", "x"},
+		{"CR ends the value", "data: x\rdata: y\n", "x"},
+		{"lone LF line", "\n", ""},
+		{"comment holding data", ":data: x\n", ""},
+		{"data without colon", "data x\n", ""},
 		{"unterminated", "data: x", "x"},
 		{"none", ": keepalive\n\n", ""},
 		{"empty", "", ""},
@@ -23,23 +31,6 @@ func TestFirstData(t *testing.T) {
 	} {
 		if got := firstData(tc.s); got != tc.want {
 			t.Errorf("firstData(%s: %q) = %q, want %q", tc.name, tc.s, got, tc.want)
-		}
-	}
-}
-
-func TestCutLine(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ s, line, rest string }{
-		{"a\nb", "a", "b"},
-		{"a\r\nb", "a", "b"},
-		{"a\rb\nc", "a", "b\nc"},
-		{"a\r", "a", ""},
-		{"a", "a", ""},
-		{"\n", "", ""},
-	} {
-		line, rest := cutLine(tc.s)
-		if line != tc.line || rest != tc.rest {
-			t.Errorf("cutLine(%q) = %q, %q, want %q, %q", tc.s, line, rest, tc.line, tc.rest)
 		}
 	}
 }

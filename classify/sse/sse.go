@@ -23,6 +23,52 @@ import (
 // grown past the framer's Max without ending.
 var ErrTooLarge = errors.New("sse: event exceeds the size limit")
 
+// Lines splits a stream fed in pieces of any size into lines as the bytes
+// arrive, holding none of them: it is for relays that pass long lines
+// through without buffering them, and the line-ending rule of [Framer].
+// The zero value is at the start of a line.
+type Lines struct {
+	mid bool // inside a line
+	cr  bool // the last line ended in a CR that was the last byte seen
+}
+
+// Next returns the length n of the next segment of p: the bytes of the
+// current line up to and including its line ending (ended true), or all of
+// p when the line goes on past it. start reports that the segment begins a
+// line. A LF that completes a CRLF whose CR ended the previous piece is a
+// segment of its own with start false and ended true: it belongs to the
+// line before. p must not be empty.
+func (l *Lines) Next(p []byte) (n int, start, ended bool) {
+	if l.cr {
+		l.cr = false
+		if p[0] == '\n' {
+			return 1, false, true
+		}
+	}
+	start = !l.mid
+	i := lineEnd(p)
+	switch {
+	case i < 0:
+		l.mid = true
+		return len(p), start, false
+	case p[i] == '\n':
+		l.mid = false
+		return i + 1, start, true
+	case i+1 < len(p):
+		l.mid = false
+		if p[i+1] == '\n' {
+			return i + 2, start, true
+		}
+		return i + 1, start, true
+	}
+	l.mid, l.cr = false, true // a CR at the end: a LF may follow
+	return i + 1, start, true
+}
+
+// AtLineStart reports whether the next byte begins a line (a LF completing
+// a CRLF excepted).
+func (l *Lines) AtLineStart() bool { return !l.mid }
+
 // Framer splits a stream fed in pieces of any size into complete events.
 // Its cost is linear in the bytes fed: each byte is scanned once, and bytes
 // of an unfinished event are moved at most once per event that completes
@@ -34,28 +80,23 @@ type Framer struct {
 	// unfinished event grows past it, Next returns ErrTooLarge.
 	Max int
 
-	buf  []byte // buf[off:] is not yet returned by Next
-	off  int
-	scan int  // next byte of buf to scan
-	line int  // start of the line being scanned
-	cr   bool // buf[scan-1] was a CR ending a line: a following LF is part of it
-	// lf: the event returned last ended in a CR that was the last byte fed;
-	// an LF arriving next completes that CRLF and is returned alone.
-	lf bool
+	buf   []byte // buf[off:] is not yet returned by Next
+	off   int
+	scan  int // next byte of buf to scan
+	lines Lines
 }
 
 // Feed appends p to the stream. The framer copies p.
 func (f *Framer) Feed(p []byte) {
 	if f.off > 0 && f.off == len(f.buf) {
 		// Everything fed was returned: start over at the front.
-		f.buf, f.scan, f.line, f.off = f.buf[:0], 0, 0, 0
+		f.buf, f.scan, f.off = f.buf[:0], 0, 0
 	} else if f.off > 0 && len(f.buf)+len(p) > cap(f.buf) {
 		// Compact before growing, so a buffer holding one unfinished event
 		// never doubles for returned bytes.
 		n := copy(f.buf, f.buf[f.off:])
 		f.buf = f.buf[:n]
 		f.scan -= f.off
-		f.line -= f.off
 		f.off = 0
 	}
 	f.buf = append(f.buf, p...)
@@ -69,59 +110,34 @@ func (f *Framer) Feed(p []byte) {
 // previous event, is returned as an event of its own; it has no data and
 // relays byte for byte.
 func (f *Framer) Next() (ev []byte, ok bool, err error) {
-	b := f.buf
-	if f.lf && f.scan < len(b) {
-		f.lf = false
-		if b[f.scan] == '\n' {
-			f.scan++
-			f.line = f.scan
+	for f.scan < len(f.buf) {
+		n, start, ended := f.lines.Next(f.buf[f.scan:])
+		at := f.scan
+		f.scan += n
+		switch {
+		case !start && ended && f.scan-f.off == 1 && f.buf[at] == '\n':
+			// The LF of a CRLF whose CR ended the event returned last.
+			return f.take(), true, nil
+		case start && ended && isLineEnd(f.buf[at:f.scan]):
+			// A blank line: the event ends here.
 			return f.take(), true, nil
 		}
 	}
-	for i := f.scan; i < len(b); i++ {
-		c := b[i]
-		if c == '\n' && f.cr {
-			f.cr = false // the LF of a CRLF: the line already ended
-			f.line = i + 1
-			continue
-		}
-		f.cr = false
-		if c != '\n' && c != '\r' {
-			// Skip to the next line end at memchr speed.
-			j := bytes.IndexAny(b[i+1:], "\r\n")
-			if j < 0 {
-				break
-			}
-			i += j
-			continue
-		}
-		f.cr = c == '\r'
-		blank := i == f.line
-		f.line = i + 1
-		if !blank {
-			continue
-		}
-		// A blank line: the event ends here, with the LF of a CRLF if it
-		// has arrived.
-		end := i + 1
-		if c == '\r' {
-			if end < len(b) {
-				if b[end] == '\n' {
-					end++
-				}
-			} else {
-				f.lf = true
-			}
-			f.cr = false
-		}
-		f.scan, f.line = end, end
-		return f.take(), true, nil
-	}
-	f.scan = len(b)
-	if f.Max > 0 && len(b)-f.off > f.Max {
+	if f.Max > 0 && len(f.buf)-f.off > f.Max {
 		return nil, false, ErrTooLarge
 	}
 	return nil, false, nil
+}
+
+// isLineEnd reports whether b is only a line ending.
+func isLineEnd(b []byte) bool {
+	switch len(b) {
+	case 1:
+		return b[0] == '\n' || b[0] == '\r'
+	case 2:
+		return b[0] == '\r' && b[1] == '\n'
+	}
+	return false
 }
 
 // take returns buf[off:scan] as the next event.
@@ -129,6 +145,17 @@ func (f *Framer) take() []byte {
 	ev := f.buf[f.off:f.scan:f.scan]
 	f.off = f.scan
 	return ev
+}
+
+// Handover ends framing by events: it returns the bytes of the unfinished
+// event (as Rest) and the Lines state at their start, so that a relay can
+// go on line by line from there. The bytes are valid until the next Feed
+// or Reset.
+func (f *Framer) Handover() (rest []byte, l Lines) {
+	if rest = f.Rest(); len(rest) == 0 {
+		return rest, f.lines // a LF may still complete a CRLF
+	}
+	return rest, Lines{} // an event starts at the start of a line
 }
 
 // Rest returns the bytes of an unfinished event: what a stream that ended
@@ -150,10 +177,32 @@ func (f *Framer) Reset(keep int) {
 	*f = Framer{Max: f.Max, buf: b}
 }
 
+// lineEnd returns the index of the first CR or LF in b, or -1. It searches
+// windows that double in size with two vectorised byte searches each, so
+// that it costs about the distance to the line end whatever the stream: a
+// whole-buffer search for LF alone would rescan a long tail once per line
+// in a stream whose lines end in CR alone.
+func lineEnd(b []byte) int {
+	for off, w := 0, 64; off < len(b); off, w = off+w, 2*w {
+		win := b[off:min(off+w, len(b))]
+		i := bytes.IndexByte(win, '\n')
+		if i < 0 {
+			i = len(win)
+		}
+		if j := bytes.IndexByte(win[:i], '\r'); j >= 0 {
+			i = j
+		}
+		if i < len(win) {
+			return off + i
+		}
+	}
+	return -1
+}
+
 // NextLine splits ev after its first line. The line excludes its ending
 // (LF, CRLF or CR); rest starts after it.
 func NextLine(ev []byte) (line, rest []byte) {
-	i := bytes.IndexAny(ev, "\r\n")
+	i := lineEnd(ev)
 	if i < 0 {
 		return ev, nil
 	}

@@ -279,3 +279,97 @@ func FuzzFramer(f *testing.F) {
 		}
 	})
 }
+
+// TestLinesLoneCRLinear: lines ended by a CR alone, with no LF anywhere
+// after them, are found without rescanning the rest of the piece per line.
+func TestLinesLoneCRLinear(t *testing.T) {
+	p := bytes.Repeat([]byte("data: x\r"), 1<<17) // 1 MiB, 131072 lines
+	var l Lines
+	lines := 0
+	allocs := testing.AllocsPerRun(1, func() {
+		lines = 0
+		l = Lines{}
+		for q := p; len(q) > 0; {
+			n, _, ended := l.Next(q)
+			if ended {
+				lines++
+			}
+			q = q[n:]
+		}
+	})
+	if lines != 1<<17 || allocs != 0 {
+		t.Fatalf("%d lines, %v allocs", lines, allocs)
+	}
+}
+
+func BenchmarkLinesLoneCR(b *testing.B) {
+	p := bytes.Repeat([]byte("data: x\r"), 1<<17)
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		var l Lines
+		for q := p; len(q) > 0; {
+			n, _, _ := l.Next(q)
+			q = q[n:]
+		}
+	}
+}
+
+// TestLines: segments add up to the stream, every line is reported ended
+// once, and a CRLF split across pieces gives its LF as a segment of its own
+// that starts no line.
+func TestLines(t *testing.T) {
+	t.Parallel()
+	stream := "data: a\r\n\r\nid: 1\rdata: b\n\n: c\r"
+	for cut := 1; cut < len(stream); cut++ {
+		var l Lines
+		var got []string
+		starts, ends := 0, 0
+		for _, piece := range []string{stream[:cut], stream[cut:]} {
+			for p := []byte(piece); len(p) > 0; {
+				n, start, ended := l.Next(p)
+				got = append(got, string(p[:n]))
+				if start {
+					starts++
+				}
+				if ended {
+					ends++
+				}
+				p = p[n:]
+			}
+		}
+		if strings.Join(got, "") != stream {
+			t.Fatalf("cut %d: segments %q do not add up", cut, got)
+		}
+		// 6 lines; the LF of a CRLF cut in two is one more ended segment.
+		split := (stream[cut-1] == '\r' && stream[cut] == '\n')
+		wantEnds := 6
+		if split {
+			wantEnds++
+		}
+		if starts != 6 || ends != wantEnds {
+			t.Fatalf("cut %d: %d starts, %d ends; want 6, %d (%q)", cut, starts, ends, wantEnds, got)
+		}
+	}
+}
+
+func TestHandover(t *testing.T) {
+	t.Parallel()
+	var f Framer
+	f.Feed([]byte("data: a\r\n\r"))
+	if _, ok, _ := f.Next(); !ok {
+		t.Fatal("the event ended at its CR")
+	}
+	rest, l := f.Handover()
+	if len(rest) != 0 {
+		t.Fatalf("rest %q", rest)
+	}
+	if n, start, ended := l.Next([]byte("\ndata: b")); n != 1 || start || !ended {
+		t.Fatalf("the LF after the handover: %d %v %v, want the end of the CRLF", n, start, ended)
+	}
+	f.Reset(0)
+	f.Feed([]byte("data: a\n\ndata: partial"))
+	f.Next()
+	if rest, l = f.Handover(); string(rest) != "data: partial" || !l.AtLineStart() {
+		t.Fatalf("rest %q at line start %v", rest, l.AtLineStart())
+	}
+}
