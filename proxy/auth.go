@@ -16,9 +16,20 @@ import (
 // new one and send once more (the upstream refused before dispatch, so this
 // is safe for any request).
 func (s *Server) do(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
+	return s.exchange(req, resp, deadline, s.up.Do)
+}
+
+// doOnce is do for a request that is not safe to send twice: the upstream
+// client never resends it (upstream.Client.DoOnce).
+func (s *Server) doOnce(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
+	return s.exchange(req, resp, deadline, s.up.DoOnce)
+}
+
+func (s *Server) exchange(req *fasthttp.Request, resp *upstream.Response, deadline time.Time,
+	send func(*fasthttp.Request, *upstream.Response, time.Time) error) error {
 	creds := s.cfg.Credentials
 	if creds == nil {
-		return s.up.Do(req, resp, deadline)
+		return send(req, resp, deadline)
 	}
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -27,7 +38,9 @@ func (s *Server) do(req *fasthttp.Request, resp *upstream.Response, deadline tim
 		if err != nil {
 			return err
 		}
-		err = s.up.Do(req, resp, deadline)
+		// A 401 is a refusal before dispatch: sending again under a new
+		// token runs nothing twice.
+		err = send(req, resp, deadline)
 		if err != nil || resp.StatusCode() != fasthttp.StatusUnauthorized || try > 0 {
 			return err
 		}

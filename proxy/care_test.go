@@ -44,6 +44,14 @@ func TestResetIdleConnectionRetriedFresh(t *testing.T) {
 	for round := 1; round <= 3; round++ {
 		time.Sleep(2 * time.Second) // past the relay's 1 s and upstream.staleIdle
 		start := time.Now()
+		// Rounds 1 and 3 idle into a replay-safe tools/list: it meets the
+		// reset and is sent again fresh. Round 2 idles into echo, which is
+		// not replay-safe: it never goes on the doubtful connection.
+		if round != 2 {
+			if _, err := cs.ListTools(context.Background(), nil); err != nil {
+				t.Fatalf("round %d: ListTools: %v", round, err)
+			}
+		}
 		callEcho(t, cs, "round "+strconv.Itoa(round))
 		took := time.Since(start)
 		if took > base+time.Second {
@@ -51,8 +59,8 @@ func TestResetIdleConnectionRetriedFresh(t *testing.T) {
 		}
 		worst = max(worst, took-base)
 	}
-	if n := rl.Resets(); n < 3 {
-		t.Fatalf("the relay reset %d connections, want at least one per round (3): the fault never happened", n)
+	if n := rl.Resets(); n < 2 {
+		t.Fatalf("the relay reset %d connections, want at least one per tools/list round (2): the fault never happened", n)
 	}
 	if n := up.ToolCalls("echo"); n != 4 {
 		t.Errorf("upstream ran echo %d times, want 4: a reset request must never be delivered twice or lost", n)

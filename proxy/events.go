@@ -7,10 +7,12 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/classify/sse"
 )
 
-// eventRewriter turns an upstream SSE stream into the agent's, one complete
-// event at a time, so that a heal stays invisible (DESIGN "Streams"):
+// eventRewriter turns an upstream SSE stream into the agent's, so that a
+// heal stays invisible (README "Streams and session state across a heal"):
 //
 //   - event ids become "<gen>-<upstream id>": a Last-Event-ID from the agent
 //     then names the upstream session generation it belongs to, and is
@@ -21,91 +23,84 @@ import (
 //     never see one id twice in its session (JSON-RPC ids are unique per
 //     requester and session, MCP basic/index).
 //
-// Events that need neither pass through untouched.
+// Everything else passes through untouched. The first events of an answer
+// are framed whole (fr, then event) so that the first can be judged; the
+// rest is relayed line by line as it arrives (stream, in relay.go).
 type eventRewriter struct {
+	fr      sse.Framer
 	gen     uint64
-	pending []byte // a partial event waiting for the rest
 	lastID  string // the last upstream event id seen, for resumption
 	retryMs int    // the last retry: field, 0 if none
+	// watch: keep the data of the stream's response in response (a
+	// tools/list answer, whose tools the proxy learns); it ends once
+	// response is set.
+	watch    bool
+	response []byte
+
+	// answered: a JSON-RPC response has passed (an answer stream that
+	// ends without one leaves its request unanswered).
+	answered bool
+
+	// The line relay (relay.go).
+	lines sse.Lines
+	mode  lineMode
+	held  []byte // the current line, while it must be seen whole
+	// head is the start of the data line passing through, to tell a
+	// response from a notification or a server→client request.
+	head  [headLen]byte
+	headN int
+	data  bool // the line passing through is a data line
 }
 
-// feed appends p to the stream and appends to out every event completed by
-// it, rewritten. A trailing partial event stays pending.
-func (er *eventRewriter) feed(out, p []byte) []byte {
-	data := p
-	if len(er.pending) > 0 {
-		er.pending = append(er.pending, p...)
-		data = er.pending
-	}
-	off := 0
-	for {
-		n := eventLen(data[off:])
-		if n < 0 {
-			break
-		}
-		out = er.event(out, data[off:off+n])
-		off += n
-	}
-	rest := data[off:]
-	if len(er.pending) > 0 {
-		er.pending = append(er.pending[:0], rest...)
-	} else if len(rest) > 0 {
-		er.pending = append(er.pending, rest...)
-	}
-	return out
-}
+// next returns the next complete event of the stream framed so far.
+func (er *eventRewriter) next() ([]byte, bool, error) { return er.fr.Next() }
 
 // event appends one complete event to out, rewritten where needed.
 func (er *eventRewriter) event(out, ev []byte) []byte {
-	if er.gen <= 1 && !bytes.Contains(ev, []byte("id:")) && !bytes.Contains(ev, []byte("retry:")) {
+	if !er.answered && isResponse(sse.Data(nil, ev)) {
+		er.answered = true
+	}
+	if er.gen <= 1 && !er.watch && !bytes.Contains(ev, []byte("id:")) && !bytes.Contains(ev, []byte("retry:")) {
 		return append(out, ev...) // the common case: nothing to change
 	}
 	for len(ev) > 0 {
-		end := lineEnd(ev)
-		line, term := ev[:end], ev[end:]
-		next := len(ev)
-		if i := bytes.IndexAny(term, "\r\n"); i == 0 {
-			next = end + 1
-			if term[0] == '\r' && len(term) > 1 && term[1] == '\n' {
-				next++
-			}
-		}
+		line, rest := sse.NextLine(ev)
 		out = er.line(out, line)
-		out = append(out, ev[end:next]...)
-		ev = ev[next:]
+		out = append(out, ev[len(line):len(ev)-len(rest)]...) // the line ending as it came
+		ev = rest
 	}
 	return out
-}
-
-func lineEnd(b []byte) int {
-	if i := bytes.IndexAny(b, "\r\n"); i >= 0 {
-		return i
-	}
-	return len(b)
 }
 
 // line appends one field line, rewritten.
 func (er *eventRewriter) line(out, line []byte) []byte {
-	switch {
-	case bytes.HasPrefix(line, []byte("id:")):
-		v := strings.TrimPrefix(string(line[3:]), " ")
-		er.lastID = v
-		if v == "" {
+	name, v, comment := sse.Field(line)
+	if comment {
+		return append(out, line...)
+	}
+	switch string(name) {
+	case "id":
+		er.lastID = string(v)
+		if len(v) == 0 {
 			return append(out, line...)
 		}
 		out = append(out, "id: "...)
 		out = strconv.AppendUint(out, er.gen, 10)
 		out = append(out, '-')
 		return append(out, v...)
-	case bytes.HasPrefix(line, []byte("retry:")):
-		if ms, err := strconv.Atoi(strings.TrimSpace(string(line[6:]))); err == nil {
+	case "retry":
+		if ms, err := strconv.Atoi(string(v)); err == nil {
 			er.retryMs = ms
 		}
-	case er.gen > 1 && bytes.HasPrefix(line, []byte("data:")):
-		v := bytes.TrimPrefix(line[5:], []byte(" "))
-		if nv, ok := namespaceRequestID(v, er.gen); ok {
-			out = append(out, "data: "...)
-			return append(out, nv...)
+	case "data":
+		if er.watch && isResponse(v) {
+			er.response, er.watch = append(er.response[:0], v...), false
+		}
+		if er.gen > 1 {
+			if nv, ok := namespaceRequestID(v, er.gen); ok {
+				out = append(out, "data: "...)
+				return append(out, nv...)
+			}
 		}
 	}
 	return append(out, line...)

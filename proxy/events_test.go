@@ -2,26 +2,33 @@ package proxy
 
 import (
 	"bytes"
-	"io"
 	"strings"
 	"testing"
-	"testing/iotest"
 )
 
+// rewriteAll relays in through the line relay in pieces of every size
+// from 1 to 7 bytes and checks that each gives the same output.
 func rewriteAll(t *testing.T, gen uint64, in string) string {
 	t.Helper()
-	er := eventRewriter{gen: gen}
-	var out []byte
-	r := iotest.OneByteReader(strings.NewReader(in))
-	buf := make([]byte, 1)
-	for {
-		n, err := r.Read(buf)
-		out = er.feed(out, buf[:n])
-		if err == io.EOF {
-			break
+	var first string
+	for size := 1; size <= 7; size++ {
+		er := eventRewriter{gen: gen}
+		var out []byte
+		for i := 0; i < len(in); i += size {
+			res, aliased, err := er.stream(nil, []byte(in[i:min(i+size, len(in))]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = aliased
+			out = append(out, res...)
+		}
+		if size == 1 {
+			first = string(out)
+		} else if string(out) != first {
+			t.Fatalf("pieces of %d: %q, pieces of 1: %q", size, out, first)
 		}
 	}
-	return string(out)
+	return first
 }
 
 func TestEventRewriter(t *testing.T) {
@@ -42,7 +49,10 @@ func TestEventRewriter(t *testing.T) {
 			"data: {\"id\":\"mcpheal-g3-sr-1\",\"method\":\"elicitation/create\"}\n\n"},
 		{"gen 2 notification and response untouched", 2, "data: {\"method\":\"notifications/progress\"}\n\ndata: {\"id\":4,\"result\":{}}\n\n",
 			"data: {\"method\":\"notifications/progress\"}\n\ndata: {\"id\":4,\"result\":{}}\n\n"},
-		{"partial tail held", 1, "data: {}\n\ndata: {\"part", "data: {}\n\n"},
+		{"partial data line passes", 1, "data: {}\n\ndata: {\"part", "data: {}\n\ndata: {\"part"},
+		{"partial id line held", 1, "data: {}\n\nid: 12", "data: {}\n\n"},
+		{"split CRLF", 2, "id: a\r\ndata: {\"id\":1,\"method\":\"roots/list\"}\r\n\r\n",
+			"id: 2-a\r\ndata: {\"id\":\"mcpheal-g2-n1\",\"method\":\"roots/list\"}\r\n\r\n"},
 	}
 	for _, tt := range tests {
 		if got := rewriteAll(t, tt.gen, tt.in); got != tt.want {
@@ -54,7 +64,7 @@ func TestEventRewriter(t *testing.T) {
 func TestEventRewriterState(t *testing.T) {
 	t.Parallel()
 	er := eventRewriter{gen: 4}
-	er.feed(nil, []byte("retry: 1500\nid: e7\ndata: {}\n\n"))
+	_, _, _ = er.stream(nil, []byte("retry: 1500\nid: e7\ndata: {}\n\n"))
 	if er.lastID != "e7" || er.retryMs != 1500 {
 		t.Fatalf("lastID %q retry %d, want e7 1500", er.lastID, er.retryMs)
 	}
@@ -99,4 +109,37 @@ func TestUpstreamEventID(t *testing.T) {
 	if got := upstreamEventID([]byte("2-abc"), 3); got != "" {
 		t.Fatalf("old generation: %q, want dropped", got)
 	}
+}
+
+// FuzzRelay: the line relay gives the same bytes whatever the read sizes,
+// and in generation 1 leaves a stream with no id or retry field untouched.
+func FuzzRelay(f *testing.F) {
+	for _, s := range []string{"data: {}\n\n", "id: 1\r\ndata: x\r\n\r\n", "retry: 5\rdata: {\"id\":1,\"method\":\"m\"}\r\r", "da", ": c\n"} {
+		f.Add(s, uint8(3), uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, s string, cut, gen uint8) {
+		g := uint64(gen%3) + 1
+		relay := func(pieces ...string) string {
+			er := eventRewriter{gen: g}
+			var out []byte
+			for _, p := range pieces {
+				res, _, err := er.stream(nil, []byte(p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, res...)
+			}
+			return string(er.endStream(out))
+		}
+		whole := relay(s)
+		if len(s) > 0 {
+			c := int(cut) % len(s)
+			if got := relay(s[:c], s[c:]); got != whole {
+				t.Fatalf("cut at %d: %q, whole: %q", c, got, whole)
+			}
+		}
+		if g == 1 && !strings.Contains(s, "id") && !strings.Contains(s, "retry") && whole != s {
+			t.Fatalf("generation 1 changed a stream with no id or retry: %q -> %q", s, whole)
+		}
+	})
 }

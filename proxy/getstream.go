@@ -170,11 +170,15 @@ func (g *getStream) pump() {
 		er := eventRewriter{gen: gen}
 		for {
 			n, err := resp.Read(buf)
-			if out := er.feed(nil, buf[:n]); len(out) > 0 && !g.send(out) {
+			out, aliased, serr := er.stream(nil, buf[:n])
+			if aliased {
+				out = append([]byte(nil), out...) // buf is read into again
+			}
+			if len(out) > 0 && !g.send(out) {
 				break
 			}
-			if err != nil {
-				break
+			if err != nil || serr != nil {
+				break // ended, cut, or a line past maxEvent: reopen
 			}
 		}
 		g.mu.Lock()
@@ -249,9 +253,7 @@ func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Respon
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	g.hdr.CopyTo(&req.Header)
-	setSessionHeader(req, up)
-	setLastEventID(req, lastID)
+	g.s.build(req, &upcall{hdr: g.hdr, method: fasthttp.MethodGet, session: up, version: g.sess.Recipe.ProtocolVersion, lastEventID: lastID})
 	resp := upstream.AcquireResponse()
 	err := g.s.do(req, resp, time.Now().Add(g.s.cfg.ResponseTimeout))
 	cls := classify.TransportDead

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
 )
@@ -26,9 +24,9 @@ func (a *attempt) mayHeal() bool {
 }
 
 // heal re-initializes the upstream session (single-flight per session) and
-// points the request at the new one. It answers the agent itself and returns
-// false when healing failed.
-func (a *attempt) heal(reason int) bool {
+// points the request at the new one. When healing fails, ok is false and
+// out is what the agent gets.
+func (a *attempt) heal(reason int) (out outcome, ok bool) {
 	a.next()
 	if a.budget.IsZero() {
 		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
@@ -41,20 +39,17 @@ func (a *attempt) heal(reason int) bool {
 		var bo *breakerOpenError
 		switch {
 		case errors.As(err, &bo):
-			a.breakerOpen(bo.wait)
+			return outcome{kind: outBreakerOpen, wait: bo.wait}, false
 		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
 			if _, ok := a.s.store.Remove(a.sess.ID); ok {
 				a.s.forget(a.sess)
 			}
-			a.s.count.request(&a.msg, classify.SessionGone)
-			a.s.sessionNotFound(a.ctx, a.msg.idOrNull())
-		default:
-			a.upstreamDown("upstream unreachable while re-initializing the session")
+			return outcome{kind: outGone}, false
 		}
-		return false
+		return outcome{kind: outDown, why: "upstream unreachable while re-initializing the session"}, false
 	}
 	a.up, a.gen, a.healed = up, gen, true
-	return true
+	return outcome{}, true
 }
 
 // healSession runs (or joins) the session's re-init, and counts and logs
@@ -112,15 +107,6 @@ func (e *breakerOpenError) Error() string {
 	return fmt.Sprintf("circuit breaker open for %v", e.wait.Round(time.Millisecond))
 }
 
-// breakerOpen answers 503 at once while the upstream's breaker is open.
-func (a *attempt) breakerOpen(wait time.Duration) {
-	a.s.count.upstreamDown.Add(1)
-	a.s.count.request(&a.msg, classify.TransportDead)
-	writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
-		"upstream "+a.s.cfg.Name+" unavailable (circuit breaker open): "+a.s.up.Origin())
-	a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
-}
-
 // reinit returns the re-init that Session.Heal runs once per generation:
 // POST the recorded initialize under the failing request's headers, then
 // notifications/initialized, retrying failures that delivered nothing with
@@ -158,50 +144,6 @@ func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 	}
 }
 
-// replayable reports whether the request may be sent again although the
-// upstream may have received it (DESIGN §Replay safety).
-func (a *attempt) replayable() bool {
-	m := a.msg
-	if m.get || !m.isRequest() {
-		return true // a GET stream, a notification, an answer: nothing runs twice
-	}
-	switch m.method {
-	case "ping", "initialize", "tools/list", "resources/list", "resources/templates/list",
-		"resources/read", "prompts/list", "prompts/get", "completion/complete",
-		"logging/setLevel", "resources/subscribe", "resources/unsubscribe", "server/discover":
-		return true
-	case "tools/call":
-		return a.s.replayTools[m.tool] || (a.sess != nil && a.sess.Replayable(m.tool))
-	}
-	return false
-}
-
-// refuse answers an ambiguous failure of a request that is unsafe to run
-// twice. HTTP 200 keeps the agent's transport alive (the Python SDK tears
-// its transport down on other 4xx/5xx); the JSON-RPC error fails the call.
-func (a *attempt) refuse(cls classify.Class, err error) {
-	a.s.count.replaysRefused.Add(1)
-	a.s.count.request(&a.msg, cls)
-	cause := "upstream connection lost"
-	if cls == classify.Timeout {
-		cause = "upstream did not answer in time"
-	}
-	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Stringer(logClass, cls).
-		Err(err).Msg("not replayed: the request may have run")
-	writeError(a.ctx, fasthttp.StatusOK, codeMaybeExecuted, a.msg.idOrNull(),
-		cause+" after the request was sent; "+a.msg.method+" may or may not have run and was not retried")
-}
-
-// upstreamDown answers 503 with Retry-After; the client session stays valid
-// and the agent's next request heals.
-func (a *attempt) upstreamDown(why string) {
-	a.s.count.upstreamDown.Add(1)
-	a.s.count.request(&a.msg, classify.TransportDead)
-	writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
-		why+": "+a.s.up.Origin())
-	a.ctx.Response.Header.Set("Retry-After", "1")
-}
-
 // deleteUpstream ends an upstream session best-effort in the background,
 // bounded by a few seconds.
 func (s *Server) deleteUpstream(up session.UpstreamID, auth []byte, dead bool) {
@@ -231,16 +173,16 @@ func (s *Server) deleteNow(up session.UpstreamID, auth []byte, deadline time.Tim
 			err = fmt.Errorf("delete panicked: %v", p)
 		}
 	}()
+	var hdr *fasthttp.RequestHeader
+	if len(auth) > 0 {
+		hdr = new(fasthttp.RequestHeader)
+		hdr.SetBytesKV(hdrAuthorization, auth)
+	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodDelete)
-	req.Header.SetBytesK(hdrSessionID, string(up))
-	if len(auth) > 0 && !s.ownsAuthorization() {
-		req.Header.SetBytesKV(hdrAuthorization, auth)
-	}
-	s.setOperatorHeaders(&req.Header)
+	s.build(req, &upcall{hdr: hdr, method: fasthttp.MethodDelete, session: up})
 	return s.do(req, resp, deadline)
 }
 

@@ -3,8 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -19,23 +17,25 @@ import (
 // record the recipe, mint the client id and answer with it. Until the session
 // exists the request is replay-safe, so a down upstream costs latency within
 // the heal budget, not an error.
-func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
-	a := &attempt{s: s, ctx: ctx, msg: *msg}
+func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
+	a := &attempt{s: s, ctx: ctx, msg: *m}
 	a.req = fasthttp.AcquireRequest()
 	a.resp = upstream.AcquireResponse()
 	defer fasthttp.ReleaseRequest(a.req)
 	defer upstream.ReleaseResponse(a.resp)
 	s.copyRequest(ctx, a.req)
 	a.req.Header.DelBytes(hdrSessionID)
-	var body []byte
+	var raw, msg []byte
+	er := eventRewriter{gen: 1} // event ids are the proxy's from the first answer on (README "Streams")
 	for {
-		if !a.allowed() {
+		if ok, wait := s.breaker.Allow(); !ok {
+			a.answer(outcome{kind: outBreakerOpen, wait: wait})
 			return
 		}
 		s.count.upstreamInits.Add(1)
 		err := s.do(a.req, a.resp, time.Now().Add(s.cfg.ResponseTimeout))
 		if err == nil {
-			body, err = readAnswer(a.resp)
+			raw, msg, err = readAnswer(a.resp, &er)
 		}
 		if err != nil || a.resp.StatusCode() >= 500 {
 			s.upFailure()
@@ -46,9 +46,11 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 			break
 		}
 		if !a.backoff() {
-			a.upstreamDown("upstream unreachable")
+			a.endProbe()
+			a.answer(outcome{kind: outDown, why: "upstream unreachable"})
 			return
 		}
+		er = eventRewriter{gen: 1}
 	}
 	r := a.resp
 	ctx.Response.Reset()
@@ -58,15 +60,9 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 		ctx.Response.Header.Del(h)
 	}
 	ctx.Response.Header.DelBytes(hdrSessionID)
-	if hasMediaType(r.Header.ContentType(), mimeEventStream) {
-		// Event ids are the proxy's from the first answer on (DESIGN
-		// "Streams"): the session starts in generation 1.
-		er := eventRewriter{gen: 1}
-		body = append(er.feed(nil, body), er.pending...)
-	}
-	ctx.Response.SetBody(body) // JSON, or the SSE answer up to the response event
-	version := initializedVersion(r.StatusCode(), body)
-	s.count.request(msg, classify.Classify(r.StatusCode(), r.Header.ContentType(), body))
+	ctx.Response.SetBody(raw) // JSON, or the SSE answer up to the response event
+	version := initializedVersion(r.StatusCode(), msg)
+	s.count.request(m, classify.Classify(r.StatusCode(), mimeJSON, msg))
 	if version == "" {
 		s.dropMintedSession(r) // a failed initialize: pass the answer through
 		return
@@ -81,7 +77,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, msg *message) {
 		session.UpstreamID(r.Header.PeekBytes(hdrSessionID)))
 	if !s.admit(recipe.Credential) {
 		s.dropMintedSession(r)
-		writeError(ctx, fasthttp.StatusTooManyRequests, codeTooMany, msg.idOrNull(),
+		writeError(ctx, fasthttp.StatusTooManyRequests, codeTooMany, m.idOrNull(),
 			"Too many sessions for this credential")
 		return
 	}
@@ -107,55 +103,18 @@ func recipeHeaders(h *fasthttp.RequestHeader) [][2]string {
 	return out
 }
 
-// readAnswer returns the JSON-RPC answer of a response: its body, or for an
-// SSE answer everything up to and including the event carrying the response
-// (the stream is then closed). The data is valid until r is reset.
-func readAnswer(r *upstream.Response) ([]byte, error) {
-	if !r.IsStream() {
-		return r.Body(), nil
-	}
-	var buf []byte
-	for {
-		if findResponse(buf) != nil {
-			break
-		}
-		if len(buf) > peekLimit {
-			return nil, errPeekTooLarge
-		}
-		n := len(buf)
-		buf = append(buf, make([]byte, 4096)...)
-		m, err := r.Read(buf[n:])
-		buf = buf[:n+m]
-		if err != nil {
-			if findResponse(buf) != nil {
-				break
-			}
-			return nil, fmt.Errorf("initialize stream ended without a response: %w", err)
-		}
-	}
-	r.Close()
-	r.SetBodyRaw(buf)
-	return buf, nil
-}
-
 // initializedVersion returns result.protocolVersion of a successful
-// initialize answer, or "".
-func initializedVersion(status int, body []byte) string {
+// initialize answer (its JSON-RPC message), or "".
+func initializedVersion(status int, msg []byte) string {
 	if status/100 != 2 {
 		return ""
 	}
-	d := body
-	if len(d) > 0 && d[0] != '{' {
-		d = findResponse(body)
-	}
-	v := gjson.GetBytes(d, "result.protocolVersion")
+	v := gjson.GetBytes(msg, "result.protocolVersion")
 	if v.Type != gjson.String {
 		return ""
 	}
 	return v.Str
 }
-
-var initSeq atomic.Uint64
 
 // initUpstream creates a new upstream session from a recipe: initialize
 // (with a proxy-namespaced id and no session header), then
@@ -163,62 +122,30 @@ var initSeq atomic.Uint64
 // server called transient are returned for retry; a refusal of the recipe is
 // errRecipeRefused.
 func (s *Server) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader, initBody []byte, version string) (session.UpstreamID, error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(s.cfg.HealTimeout)
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := upstream.AcquireResponse()
-	defer upstream.ReleaseResponse(resp)
-	agent.CopyTo(&req.Header)
-	s.setOperatorHeaders(&req.Header)
-	req.Header.ResetConnectionClose()
-	for _, h := range reqDropHeaders {
-		req.Header.Del(h)
-	}
-	req.Header.DelBytes(hdrSessionID)
-	req.Header.DelBytes(hdrLastEventID)
-	req.Header.DelBytes(hdrProtocolVersion)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentTypeBytes(mimeJSON)
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.SetBody(withID(initBody, `"mcpheal-init-`+strconv.FormatUint(initSeq.Add(1), 10)+`"`))
-
+	deadline := deadlineOf(ctx, time.Now().Add(s.cfg.HealTimeout))
 	s.count.upstreamInits.Add(1)
-	if err := s.do(req, resp, deadline); err != nil {
-		return "", err
-	}
-	body, err := readAnswer(resp)
+	rep, err := s.call(&upcall{hdr: agent, body: withID(initBody, s.upcallID("init")), deadline: deadline})
 	if err != nil {
 		return "", err
 	}
-	switch st := resp.StatusCode(); {
+	switch st := rep.status; {
 	case st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusRequestTimeout || st >= 500:
 		return "", fmt.Errorf("initialize answered %d", st)
 	case st/100 != 2:
 		return "", fmt.Errorf("%w: status %d", errRecipeRefused, st)
 	}
-	if got := initializedVersion(resp.StatusCode(), body); got != version {
+	if got := initializedVersion(rep.status, rep.msg); got != version {
 		return "", fmt.Errorf("%w: protocol version %q, session has %q", errRecipeRefused, got, version)
 	}
-	up := session.UpstreamID(resp.Header.PeekBytes(hdrSessionID))
-
 	// notifications/initialized (MCP lifecycle: the client MUST send it).
-	resp.Close()
-	resp.Response.Reset()
-	req.Header.Del("Accept")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if up != "" {
-		req.Header.SetBytesK(hdrSessionID, string(up))
-	}
-	req.Header.SetBytesK(hdrProtocolVersion, version)
-	req.SetBodyString(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	if err := s.do(req, resp, deadline); err != nil {
+	_, err = s.call(&upcall{hdr: agent, session: rep.session, version: version, body: initializedNote, deadline: deadline})
+	if err != nil {
 		return "", fmt.Errorf("notifications/initialized: %w", err)
 	}
-	return up, nil
+	return rep.session, nil
 }
+
+var initializedNote = []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 
 // withID returns a copy of the JSON object body with its top-level "id"
 // replaced by id (raw JSON).
@@ -235,14 +162,9 @@ func withID(body []byte, id string) []byte {
 
 // learnTools records which tools the upstream declares safe to run twice
 // (readOnlyHint or idempotentHint, MCP 2025-03-26+ tool annotations) from a
-// tools/list answer passing through.
-func learnTools(sess *session.Session, r *upstream.Response, peek []byte) {
-	var d []byte
-	if r.IsStream() {
-		d = findResponse(peek) // never Body(): it would drain the stream
-	} else {
-		d = r.Body()
-	}
+// tools/list answer passing through: msg is its JSON-RPC message.
+func learnTools(sess *session.Session, msg []byte) {
+	d := msg
 	if res := gjson.GetBytes(d, "result"); res.IsObject() && !gjson.Get(res.Raw, "nextCursor").Exists() {
 		sess.SeeTools([]byte(res.Raw)) // the first page of a paged list is not the list
 	}

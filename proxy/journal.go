@@ -11,7 +11,6 @@ import (
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/session"
-	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // noteJournal records session state the agent set up through a request the
@@ -44,8 +43,7 @@ func (s *Server) replayJournal(ctx context.Context, hdr *fasthttp.RequestHeader,
 }
 
 func (s *Server) journalCall(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID, method, params string) {
-	id := `"mcpheal-journal-` + strconv.FormatUint(s.kaSeq.Add(1), 10) + `"`
-	body := `{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `","params":` + params + `}`
+	body := `{"jsonrpc":"2.0","id":` + s.upcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
 	cls, err := s.sessionCall(ctx, hdr, sess, up, body, nil)
 	if cls == classify.OK {
 		s.count.journal[outcomeOK].Add(1)
@@ -59,48 +57,18 @@ func (s *Server) journalCall(ctx context.Context, hdr *fasthttp.RequestHeader, s
 // sessionCall sends one proxy-made request on an upstream session and
 // classifies the answer; result, if not nil, receives the answer's result.
 func (s *Server) sessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID, body string, result *[]byte) (classify.Class, error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(s.cfg.HealTimeout)
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := upstream.AcquireResponse()
-	defer upstream.ReleaseResponse(resp)
-	hdr.CopyTo(&req.Header)
-	for _, h := range reqDropHeaders {
-		req.Header.Del(h)
-	}
-	s.setOperatorHeaders(&req.Header)
-	req.Header.DelBytes(hdrLastEventID)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentTypeBytes(mimeJSON)
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	setSessionHeader(req, up)
-	req.Header.SetBytesK(hdrProtocolVersion, sess.Recipe.ProtocolVersion)
-	req.SetBodyString(body)
-	if err := s.do(req, resp, deadline); err != nil {
-		if upstream.IsTimeout(err) {
-			return classify.Timeout, err
-		}
-		return classify.TransportDead, err
-	}
-	answer, err := readAnswer(resp)
+	rep, err := s.call(&upcall{hdr: hdr, session: up, version: sess.Recipe.ProtocolVersion, body: []byte(body),
+		deadline: deadlineOf(ctx, time.Now().Add(s.cfg.HealTimeout))})
 	if err != nil {
-		return classify.TransportDead, err
+		return rep.class, err
 	}
-	if len(answer) > 0 && answer[0] != '{' {
-		answer = findResponse(answer)
-	}
-	cls := classify.Classify(resp.StatusCode(), mimeJSON, answer)
-	s.count.class(cls)
-	if cls != classify.OK {
-		return cls, errors.New("answered " + strconv.Itoa(resp.StatusCode()) + " " + cls.String())
+	if rep.class != classify.OK {
+		return rep.class, errors.New(rep.describe())
 	}
 	if result != nil {
-		*result = append((*result)[:0], gjson.GetBytes(answer, "result").Raw...)
+		*result = append((*result)[:0], gjson.GetBytes(rep.msg, "result").Raw...)
 	}
-	return cls, nil
+	return rep.class, nil
 }
 
 // listChanged is the notification that tells the agent to list tools again
@@ -116,8 +84,7 @@ func (s *Server) checkTools(sess *session.Session, hdr *fasthttp.RequestHeader) 
 	defer cancel()
 	up, _ := sess.Current()
 	var result []byte
-	id := `"mcpheal-tools-` + strconv.FormatUint(s.kaSeq.Add(1), 10) + `"`
-	if cls, err := s.sessionCall(ctx, hdr, sess, up, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/list"}`, &result); err != nil {
+	if cls, err := s.sessionCall(ctx, hdr, sess, up, `{"jsonrpc":"2.0","id":`+s.upcallID("tools")+`,"method":"tools/list"}`, &result); err != nil {
 		s.log.Debug().Str(logSession, sess.ID.Short()).Stringer(logClass, cls).Err(err).Msg("tools/list after heal failed")
 		return
 	}

@@ -30,6 +30,9 @@ const (
 	codeUnauthorized = -32014
 	// codeTooMany: a per-session or per-credential cap; HTTP 429.
 	codeTooMany = -32015
+	// codeTooLarge: an upstream answer passed one of mcpheal's size caps;
+	// the answer was cut and ends with this error.
+	codeTooLarge = -32016
 )
 
 // message is what the proxy needs to know of one agent POST body. Fields are
@@ -40,6 +43,7 @@ type message struct {
 	tool   string // params.name of a tools/call
 	batch  bool
 	get    bool // the agent's standalone GET stream, not a POST
+	dup    bool // a member routed on appears twice: refused
 }
 
 // idOrNull returns the id for an error answer.
@@ -54,21 +58,46 @@ func (m *message) idOrNull() string {
 func (m *message) isRequest() bool { return m.id != "" && m.method != "" }
 
 // parseMessage reads the fields of body the proxy routes on. body must be
-// valid JSON.
-func parseMessage(body []byte) message {
+// valid JSON. A member the proxy routes on that appears twice (method, id,
+// params, or the name of a tools/call) makes the message ambiguous: mcpheal
+// would judge one value and the server act on another (servers keep the
+// last), so such a message is refused (m.dup).
+func parseMessage(body []byte) (m message) {
 	s := b2s(body)
-	var m message
 	r := gjson.Parse(s)
 	if r.IsArray() {
 		m.batch = true
 		return m
 	}
-	m.method = gjson.Get(s, "method").Str
-	if id := gjson.Get(s, "id"); id.Exists() && id.Type != gjson.Null {
-		m.id = id.Raw
-	}
-	if m.method == "tools/call" {
-		m.tool = gjson.Get(s, "params.name").Str
+	var params gjson.Result
+	seen := 0
+	r.ForEach(func(k, v gjson.Result) bool {
+		bit := 0
+		switch k.Str {
+		case "method":
+			bit, m.method = 1, v.Str
+		case "id":
+			bit, m.id = 2, ""
+			if v.Type != gjson.Null {
+				m.id = v.Raw
+			}
+		case "params":
+			bit, params = 4, v
+		}
+		m.dup = m.dup || seen&bit != 0
+		seen |= bit
+		return true
+	})
+	if m.method == "tools/call" && params.IsObject() {
+		names := 0
+		params.ForEach(func(k, v gjson.Result) bool {
+			if k.Str == "name" {
+				m.tool = v.Str
+				names++
+			}
+			return true
+		})
+		m.dup = m.dup || names > 1
 	}
 	return m
 }
@@ -98,7 +127,11 @@ func writeError(ctx *fasthttp.RequestCtx, status, code int, id, msg string) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	b := ctx.Response.Body()[:0]
+	ctx.Response.SetBodyRaw(appendError(ctx.Response.Body()[:0], code, id, msg))
+}
+
+// appendError appends a JSON-RPC error message carrying id (raw JSON) to b.
+func appendError(b []byte, code int, id, msg string) []byte {
 	b = append(b, `{"jsonrpc":"2.0","error":{"code":`...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, `,"message":`...)
@@ -108,8 +141,7 @@ func writeError(ctx *fasthttp.RequestCtx, status, code int, id, msg string) {
 		id = "null"
 	}
 	b = append(b, id...)
-	b = append(b, '}')
-	ctx.Response.SetBodyRaw(b)
+	return append(b, '}')
 }
 
 // b2s views b as a string without copying; b must not change while the

@@ -3,14 +3,12 @@ package proxy
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/session"
-	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // keepaliveLoop probes quiet sessions' upstreams every Config.Keepalive so
@@ -97,47 +95,24 @@ func (s *Server) keepalive(sess *session.Session) {
 // probe sends one keepalive request on the upstream session and classifies
 // the answer. A -32601 to ping switches the server to tools/list probes.
 func (s *Server) probe(sess *session.Session, hdr *fasthttp.RequestHeader, up session.UpstreamID) (classify.Class, error) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := upstream.AcquireResponse()
-	defer upstream.ReleaseResponse(resp)
-	hdr.CopyTo(&req.Header)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentTypeBytes(mimeJSON)
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.SetBytesK(hdrSessionID, string(up))
-	req.Header.SetBytesK(hdrProtocolVersion, sess.Recipe.ProtocolVersion)
 	method := "ping"
 	if s.pingUnsupported.Load() {
 		method = "tools/list"
 	}
-	id := `"mcpheal-keepalive-` + strconv.FormatUint(s.kaSeq.Add(1), 10) + `"`
-	req.SetBodyString(`{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `"}`)
-	if err := s.do(req, resp, time.Now().Add(s.cfg.HealTimeout)); err != nil {
-		if upstream.IsTimeout(err) {
-			return classify.Timeout, err
-		}
-		return classify.TransportDead, err
-	}
-	body, err := readAnswer(resp)
+	body := `{"jsonrpc":"2.0","id":` + s.upcallID("keepalive") + `,"method":"` + method + `"}`
+	rep, err := s.call(&upcall{hdr: hdr, session: up, version: sess.Recipe.ProtocolVersion, body: []byte(body),
+		deadline: time.Now().Add(s.cfg.HealTimeout)})
 	if err != nil {
-		return classify.TransportDead, err
+		return rep.class, err
 	}
-	ct := resp.Header.ContentType()
-	if resp.IsStream() || len(body) > 0 && body[0] != '{' {
-		body = findResponse(body) // classify the answer event as a JSON body
-		ct = mimeJSON
-	}
-	cls := classify.Classify(resp.StatusCode(), ct, body)
-	s.count.class(cls)
-	if cls == classify.ToolError && method == "ping" && errorCode(body) == -32601 {
+	if rep.class == classify.ToolError && method == "ping" && errorCode(rep.msg) == -32601 {
 		s.pingUnsupported.Store(true)
 		return classify.OK, nil // alive; tools/list from now on
 	}
-	if cls != classify.OK {
-		return cls, errors.New("keepalive " + method + " answered " + strconv.Itoa(resp.StatusCode()))
+	if rep.class != classify.OK {
+		return rep.class, errors.New("keepalive " + method + " " + rep.describe())
 	}
-	return cls, nil
+	return rep.class, nil
 }
 
 // recipeHeader rebuilds the agent's initialize headers for work done on the

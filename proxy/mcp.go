@@ -68,6 +68,11 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	msg := parseMessage(body)
+	if msg.dup {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+			"Invalid Request: a member (method, id, params or params.name) appears twice")
+		return
+	}
 	sid := ctx.Request.Header.PeekBytes(hdrSessionID)
 	if len(sid) == 0 {
 		switch {

@@ -41,6 +41,13 @@ func (l *testLog) String() string {
 // with the URL agents use. It shuts down in cleanup.
 func startProxy(t testing.TB, upstream string, mod func(*Config)) (*Server, string) {
 	t.Helper()
+	s, url, _ := startProxyLog(t, upstream, mod)
+	return s, url
+}
+
+// startProxyLog is startProxy that also returns the proxy's log.
+func startProxyLog(t testing.TB, upstream string, mod func(*Config)) (*Server, string, *testLog) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +75,7 @@ func startProxy(t testing.TB, upstream string, mod func(*Config)) (*Server, stri
 			t.Logf("proxy log:\n%s", logs.String())
 		}
 	})
-	return s, "http://" + ln.Addr().String() + "/mcp"
+	return s, "http://" + ln.Addr().String() + "/mcp", logs
 }
 
 // TestGoSDKThroughProxy: the official Go SDK client works through the proxy

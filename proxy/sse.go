@@ -3,129 +3,130 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// errPeekTooLarge is returned when a first SSE event exceeds the peek cap.
-var errPeekTooLarge = errors.New("first event exceeds peek limit")
+// Reading SSE answers. Every read of an upstream event stream goes through
+// an eventRewriter and so through one sse.Framer: an event counts only once
+// its blank line has arrived, whatever the read sizes.
+
+// peekLimit caps how much of an SSE answer is held back to find its first
+// event. A first event larger than that (a large tool result) is judged on
+// its prefix and then streamed: what decides is at the start of a message
+// (a result, or an error whose message names the session), and a result's
+// isError further on changes only how the answer is counted, never what
+// mcpheal does with it.
+const peekLimit = 64 << 10
+
+// maxAnswer caps an answer read whole for a request mcpheal makes itself
+// (initialize, journal, tools/list, keepalive) and for the agent's
+// initialize.
+const maxAnswer = 32 << 20
+
+// maxEvent caps one event of an SSE answer relayed to the agent.
+const maxEvent = 32 << 20
 
 // errNoEvent: the stream ended before any event with data, so the request
 // got no answer (a server that died or dropped the session mid-call).
 var errNoEvent = errors.New("stream ended before an answer")
 
-// peekEvent reads from r into buf until buf holds one complete SSE event
-// with a non-empty data field (skipping comments and priming events), the
-// stream ends, or limit bytes were read. It returns the grown buffer; the
-// caller forwards those bytes before streaming the rest.
-func peekEvent(r io.Reader, buf []byte, limit int) ([]byte, error) {
-	scanned := 0
+// errAnswerTooLarge: an answer read whole passed maxAnswer.
+var errAnswerTooLarge = fmt.Errorf("answer larger than %d bytes", maxAnswer)
+
+// readBuf is the size of one read from an upstream stream.
+const readBuf = 16 << 10
+
+// peekFirst reads r through er until the first event with data is complete,
+// appending the rewritten events before it and itself to out. first is that
+// event, raw, valid until er is fed again; when the first event outgrows
+// peekLimit, first is the prefix read so far (whole false) and stays in
+// er's framer. ok is false when the stream ended or broke first.
+func peekFirst(r io.Reader, er *eventRewriter, out, buf []byte) (_, first []byte, whole, ok bool) {
 	for {
-		if end := dataEventEnd(buf, &scanned); end >= 0 {
-			return buf, nil
-		}
-		if len(buf) >= limit {
-			return buf, errPeekTooLarge
-		}
-		if cap(buf)-len(buf) < 4096 {
-			nb := make([]byte, len(buf), 2*cap(buf)+4096)
-			copy(nb, buf)
-			buf = nb
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				return buf, err
+		for {
+			ev, done, err := er.next()
+			if err != nil || !done {
+				break
 			}
-			if len(eventData(buf[scanned:])) > 0 {
-				return buf, nil // a last event without its blank line
+			out = er.event(out, ev)
+			if hasData(ev) {
+				return out, ev, true, true
 			}
-			return buf, errNoEvent
+		}
+		if er.fr.Buffered() > peekLimit {
+			return out, er.fr.Rest(), false, true
+		}
+		n, err := r.Read(buf)
+		er.fr.Feed(buf[:n])
+		if err != nil && n == 0 {
+			// Ended or cut before the answer: whatever came goes nowhere.
+			return out, nil, false, false
 		}
 	}
 }
 
-// dataEventEnd returns the offset just past the first complete event in b
-// that has a non-empty data line, or -1. *from remembers where whole events
-// without data ended, so a rescan skips them.
-func dataEventEnd(b []byte, from *int) int {
+// hasData reports whether an event carries a message (data beyond
+// whitespace): not a comment, a priming event or a lone line ending.
+func hasData(ev []byte) bool {
+	return len(bytes.TrimSpace(sse.Data(nil, ev))) > 0
+}
+
+// isResponse reports whether a JSON-RPC message is a response (it has a
+// result or an error and no method), as opposed to a notification or a
+// server→client request sent before it.
+func isResponse(msg []byte) bool {
+	s := b2s(msg)
+	return !jsonHas(s, "method") && (jsonHas(s, "result") || jsonHas(s, "error"))
+}
+
+// readAnswer reads the JSON-RPC answer of r whole: the body of a JSON
+// answer, or the data of the first event of an SSE answer that is a
+// response (events before it, such as progress notifications, are read
+// past; the stream is closed after it). raw is the answer as the agent
+// would get it: the JSON body, or for SSE the events up to the response,
+// rewritten by er. Both are valid until r is reset or er reused.
+func readAnswer(r *upstream.Response, er *eventRewriter) (raw, msg []byte, err error) {
+	if !r.IsStream() {
+		return r.Body(), r.Body(), nil
+	}
+	defer r.Close()
+	buf := make([]byte, readBuf)
 	for {
-		rest := b[*from:]
-		n := eventLen(rest)
-		if n < 0 {
-			return -1
+		for {
+			ev, done, ferr := er.next()
+			if ferr != nil {
+				return nil, nil, errAnswerTooLarge
+			}
+			if !done {
+				break
+			}
+			raw = er.event(raw, ev)
+			if d := sse.Data(nil, ev); isResponse(d) {
+				// The data is a view into the framer: copy it, the raw
+				// events may grow past it.
+				msg = append([]byte(nil), d...)
+				return raw, msg, nil
+			}
 		}
-		ev := rest[:n]
-		*from += n
-		if len(eventData(ev)) > 0 {
-			return *from
+		if er.fr.Buffered()+len(raw) > maxAnswer {
+			return nil, nil, errAnswerTooLarge
+		}
+		n, rerr := r.Read(buf)
+		er.fr.Feed(buf[:n])
+		if rerr != nil && n == 0 {
+			if errors.Is(rerr, io.EOF) {
+				rerr = errNoEvent
+			}
+			return nil, nil, rerr
 		}
 	}
 }
 
-// eventLen returns the length of the first event in b including its blank
-// terminating line, or -1 if b holds no complete event. Lines end in \n,
-// \r\n or \r (WHATWG HTML §9.2.5).
-func eventLen(b []byte) int {
-	lineStart := 0
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c != '\n' && c != '\r' {
-			continue
-		}
-		end := i + 1
-		if c == '\r' {
-			if i+1 >= len(b) {
-				return -1 // may be the first half of \r\n
-			}
-			if b[i+1] == '\n' {
-				end++
-			}
-		}
-		if i == lineStart {
-			return end // an empty line closes the event
-		}
-		lineStart = end
-		i = end - 1
-	}
-	return -1
-}
-
-// eventData returns the value of the first non-empty data field of one
-// event (multi-line data is rare in MCP; the first line decides).
-func eventData(ev []byte) []byte {
-	for len(ev) > 0 {
-		i := bytes.IndexAny(ev, "\r\n")
-		line := ev
-		if i >= 0 {
-			line, ev = ev[:i], ev[i+1:]
-		} else {
-			ev = nil
-		}
-		if bytes.HasPrefix(line, []byte("data:")) {
-			v := bytes.TrimPrefix(line[5:], []byte(" "))
-			if len(bytes.TrimSpace(v)) > 0 {
-				return v
-			}
-		}
-	}
-	return nil
-}
-
-// findResponse returns the data of the first event in an SSE body that is a
-// JSON-RPC response (has "result" or "error"), or nil.
-func findResponse(b []byte) []byte {
-	from := 0
-	for from < len(b) {
-		n := eventLen(b[from:])
-		if n < 0 {
-			n = len(b) - from // a final event without its blank line
-		}
-		d := eventData(b[from : from+n])
-		from += n
-		if len(d) > 0 && (bytes.Contains(d, []byte(`"result"`)) || bytes.Contains(d, []byte(`"error"`))) {
-			return d
-		}
-	}
-	return nil
-}
+// jsonHas reports whether the JSON object s has a top-level member key.
+func jsonHas(s, key string) bool { return gjson.Get(s, key).Exists() }

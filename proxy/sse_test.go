@@ -1,69 +1,87 @@
 package proxy
 
 import (
-	"bytes"
 	"io"
+	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/mcpheal/mcpheal/classify/sse"
 )
 
-func TestPeekEvent(t *testing.T) {
+// findResponse returns the data of the first complete event of an SSE body
+// that is a JSON-RPC response, or nil. Tests use it to read answers.
+func findResponse(b []byte) []byte {
+	var f sse.Framer
+	f.Feed(b)
+	for {
+		ev, ok, _ := f.Next()
+		if !ok {
+			return nil
+		}
+		if d := sse.Data(nil, ev); isResponse(d) {
+			return d
+		}
+	}
+}
+
+func TestPeekFirst(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, in, want string
 	}{
 		{"one event", "data: {\"a\":1}\n\ndata: {\"b\":2}\n\n", "data: {\"a\":1}\n\n"},
-		{"priming first", "id: 1\ndata: \n\nevent: message\ndata: {\"x\":1}\n\nrest", "id: 1\ndata: \n\nevent: message\ndata: {\"x\":1}\n\n"},
+		{"priming first", "id: 1\ndata: \n\nevent: message\ndata: {\"x\":1}\n\nrest", "id: 1-1\ndata: \n\nevent: message\ndata: {\"x\":1}\n\n"},
 		{"comment first", ": keepalive\n\ndata: {}\n\n", ": keepalive\n\ndata: {}\n\n"},
 		{"crlf", "data: {}\r\n\r\nmore", "data: {}\r\n\r\n"},
 		{"cr only", "data: {}\r\rmore", "data: {}\r\r"},
 		{"no space", "data:{}\n\n", "data:{}\n\n"},
-		{"stream ends in an event", "data: {\"partial", "data: {\"partial"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			// One byte per Read: events straddle reads.
-			r := iotest.OneByteReader(bytes.NewReader([]byte(tt.in)))
-			got, err := peekEvent(r, nil, 1<<20)
-			if err != nil {
-				t.Fatalf("peekEvent: %v", err)
+			r := iotest.OneByteReader(strings.NewReader(tt.in))
+			er := eventRewriter{gen: 1}
+			out, first, whole, ok := peekFirst(r, &er, nil, make([]byte, 4096))
+			if !ok || !whole {
+				t.Fatalf("peekFirst(%q): ok %v whole %v", tt.in, ok, whole)
 			}
-			if !bytes.HasPrefix([]byte(tt.in), got) || !bytes.HasPrefix(got, []byte(tt.want)) {
-				t.Fatalf("peekEvent(%q) = %q, want it to start with %q", tt.in, got, tt.want)
+			// A CRLF split between reads may leave its LF for the relay.
+			if w := strings.TrimSuffix(tt.want, "\n"); string(out) != tt.want && string(out) != w {
+				t.Fatalf("peekFirst(%q) = %q, want %q", tt.in, out, tt.want)
 			}
-			if len(got) > len(tt.want)+0 && tt.want != tt.in && bytes.Count(got, []byte("data:")) > bytes.Count([]byte(tt.want), []byte("data:")) {
-				t.Fatalf("peekEvent(%q) = %q read past the first data event", tt.in, got)
+			if !strings.HasSuffix(string(out), string(first)) || !hasData(first) {
+				t.Fatalf("first event %q is not the last of %q", first, tt.want)
 			}
 		})
 	}
 }
 
-// TestPeekEventNoAnswer: a stream that ends with no data event (only a
-// priming event, or nothing) is no answer.
-func TestPeekEventNoAnswer(t *testing.T) {
+// TestPeekFirstNoAnswer: a stream that ends with no data event (only a
+// priming event, nothing, or an event without its blank line) is no answer.
+func TestPeekFirstNoAnswer(t *testing.T) {
 	t.Parallel()
-	for _, in := range []string{"", "id: 1\ndata: \n\n", ": keepalive\n\n"} {
-		if _, err := peekEvent(bytes.NewReader([]byte(in)), nil, 1024); err != errNoEvent {
-			t.Errorf("peekEvent(%q) error = %v, want errNoEvent", in, err)
+	for _, in := range []string{"", "id: 1\ndata: \n\n", ": keepalive\n\n", "data: {\"partial"} {
+		if _, _, _, ok := peekFirst(strings.NewReader(in), &eventRewriter{}, nil, make([]byte, 64)); ok {
+			t.Errorf("peekFirst(%q) found an answer", in)
 		}
 	}
-}
-
-func TestPeekEventLimit(t *testing.T) {
-	t.Parallel()
-	in := bytes.Repeat([]byte(": padding\n"), 1000)
-	got, err := peekEvent(bytes.NewReader(in), nil, 1024)
-	if err != errPeekTooLarge || len(got) < 1024 {
-		t.Fatalf("peekEvent over limit = %d bytes, %v; want errPeekTooLarge", len(got), err)
+	r := io.MultiReader(strings.NewReader("data: {"), iotest.ErrReader(io.ErrUnexpectedEOF))
+	if _, _, _, ok := peekFirst(r, &eventRewriter{}, nil, make([]byte, 64)); ok {
+		t.Fatal("a cut stream gave an answer")
 	}
 }
 
-func TestPeekEventError(t *testing.T) {
+// TestPeekFirstLarge: a first event past peekLimit is judged on its prefix
+// and stays in the framer whole, to be relayed as it completes.
+func TestPeekFirstLarge(t *testing.T) {
 	t.Parallel()
-	r := io.MultiReader(bytes.NewReader([]byte("data: {")), iotest.ErrReader(io.ErrUnexpectedEOF))
-	if _, err := peekEvent(r, nil, 1024); err != io.ErrUnexpectedEOF {
-		t.Fatalf("peekEvent error = %v, want ErrUnexpectedEOF", err)
+	in := "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"" + strings.Repeat("a", 2*peekLimit) + "\"}}\n\n"
+	er := eventRewriter{gen: 1}
+	out, first, whole, ok := peekFirst(strings.NewReader(in), &er, nil, make([]byte, 16<<10))
+	if !ok || whole || len(out) != 0 || !strings.HasPrefix(in, string(first)) || len(first) <= peekLimit {
+		t.Fatalf("peekFirst: ok %v whole %v out %d first %d", ok, whole, len(out), len(first))
 	}
 }
 
@@ -71,8 +89,9 @@ func TestFindResponse(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"id: 1\ndata:\n\ndata: {\"method\":\"notifications/progress\"}\n\ndata: {\"id\":1,\"result\":{}}\n\n", `{"id":1,"result":{}}`},
-		{"data: {\"id\":1,\"error\":{}}", `{"id":1,"error":{}}`},
-		{"data: {\"method\":\"x\"}\n\n", ""},
+		{"data: {\"id\":1,\"error\":{}}\n\n", `{"id":1,"error":{}}`},
+		{"data: {\"id\":1,\"error\":{}}", ""}, // no blank line: not an event yet
+		{"data: {\"method\":\"x\",\"id\":2}\n\n", ""},
 		{"", ""},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,376 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// outcome is how an agent's request ends: the one answer it gets.
+type outcome struct {
+	kind  outcomeKind
+	class classify.Class // of the upstream's answer (outUpstream, outRefused)
+	err   error          // why the exchange failed (outRefused), for the log
+	why   string         // outDown: what was unreachable
+	wait  time.Duration  // outBreakerOpen: until the breaker half-opens
+}
+
+type outcomeKind int
+
+const (
+	// outUpstream: the upstream's answer, passed through (README "What it
+	// does with each answer").
+	outUpstream outcomeKind = iota
+	// outRefused: -32011, the request may have run and was not retried.
+	outRefused
+	// outDown: 503 + Retry-After, the upstream stayed unreachable for the
+	// heal budget; the agent's session stays valid.
+	outDown
+	// outBreakerOpen: 503 + Retry-After at once, the circuit is open.
+	outBreakerOpen
+	// outGone: 404 on the client id, the upstream refused the recorded
+	// initialize; the agent's SDK starts over.
+	outGone
+	// outAccepted: 202 for a notification or response addressed to a dead
+	// upstream session.
+	outAccepted
+	// outEndResumption: an empty event stream for a GET resuming a dead
+	// session's events.
+	outEndResumption
+)
+
+// answer writes the agent's answer for out and counts it. It reports
+// whether the answer is a stream that now owns a.resp.
+func (a *attempt) answer(out outcome) bool {
+	c := &a.s.count
+	switch out.kind {
+	case outUpstream:
+		c.request(&a.msg, out.class)
+		if out.class == classify.OK && a.sess != nil {
+			a.accepted()
+		}
+		return a.s.respond(a)
+	case outRefused:
+		c.replaysRefused.Add(1)
+		c.request(&a.msg, out.class)
+		a.refuse(out.class, out.err)
+	case outDown:
+		c.upstreamDown.Add(1)
+		c.request(&a.msg, classify.TransportDead)
+		writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
+			out.why+": "+a.s.up.Origin())
+		a.ctx.Response.Header.Set("Retry-After", "1")
+	case outBreakerOpen:
+		c.upstreamDown.Add(1)
+		c.request(&a.msg, classify.TransportDead)
+		writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
+			"upstream "+a.s.cfg.Name+" unavailable (circuit breaker open): "+a.s.up.Origin())
+		a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((out.wait+time.Second-1)/time.Second)))
+	case outGone:
+		c.request(&a.msg, classify.SessionGone)
+		a.s.sessionNotFound(a.ctx, a.msg.idOrNull())
+	case outAccepted:
+		c.request(&a.msg, classify.OK)
+		a.ctx.SetStatusCode(fasthttp.StatusAccepted)
+	case outEndResumption:
+		c.request(&a.msg, classify.OK)
+		endResumption(a.ctx)
+	}
+	return false
+}
+
+// refuse answers an ambiguous failure of a request that is unsafe to run
+// twice. HTTP 200 keeps the agent's transport alive (the Python SDK tears
+// its transport down on other 4xx/5xx); the JSON-RPC error fails the call.
+func (a *attempt) refuse(cls classify.Class, err error) {
+	cause := "upstream connection lost"
+	switch {
+	case cls == classify.Timeout:
+		cause = "upstream did not answer in time"
+	case err == nil:
+		cause = "upstream answered " + strconv.Itoa(a.resp.StatusCode())
+	}
+	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Stringer(logClass, cls).
+		Err(err).Msg("not replayed: the request may have run")
+	writeError(a.ctx, fasthttp.StatusOK, codeMaybeExecuted, a.msg.idOrNull(),
+		cause+" after the request was sent; "+a.msg.method+" may or may not have run and was not retried")
+}
+
+// accepted runs when the upstream accepted the request on the session: it
+// journals session state, and moves the session's binding to the request's
+// credential if that differs (token rotation: the upstream is the judge).
+func (a *attempt) accepted() {
+	if len(a.msg.method) > 9 {
+		noteJournal(a.sess, &a.msg, a.ctx.PostBody())
+	}
+	auth := a.ctx.Request.Header.PeekBytes(hdrAuthorization)
+	if _, hdr := a.sess.Binding(); headerValue(hdr, "Authorization") == b2s(auth) {
+		return // the credential the session holds: no hashing on the hot path
+	}
+	fp := a.s.fingerprint(auth)
+	if !sameCredential(a.sess, fp) {
+		a.sess.Rebind(fp.String(), recipeHeaders(&a.req.Header))
+		a.s.log.Info().Str(logSession, a.sess.ID.Short()).Msg("session credential rotated")
+	}
+}
+
+// respond writes the upstream answer to the agent: status and headers
+// (hop-by-hop dropped, every session id copy replaced), then the body whole
+// or as a stream relayed event by event. It reports whether a stream now
+// owns a.resp.
+func (s *Server) respond(a *attempt) bool {
+	ctx, r := a.ctx, a.resp
+	ctx.Response.Reset()
+	r.Header.CopyTo(&ctx.Response.Header)
+	ctx.Response.Header.ResetConnectionClose()
+	for _, h := range respDropHeaders {
+		ctx.Response.Header.Del(h)
+	}
+	ctx.Response.Header.DelBytes(hdrSessionID) // every copy: the upstream id never leaks
+	if a.sess != nil {
+		ctx.Response.Header.SetBytesK(hdrSessionID, string(a.sess.ID))
+	} else {
+		s.dropMintedSession(r)
+	}
+	if !r.IsStream() {
+		if a.msg.method == "tools/list" && a.sess != nil {
+			learnTools(a.sess, r.Body())
+		}
+		ctx.Response.SetBody(r.Body())
+		s.count.bytesOut.Add(uint64(len(r.Body())))
+		return false
+	}
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	if a.msg.get && a.sess != nil && r.StatusCode() == fasthttp.StatusOK {
+		return true // serveStream holds this stream open across heals
+	}
+	answered := !a.msg.get && a.firstWhole && isResponse(sse.Data(nil, a.first))
+	var err error
+	if a.out, err = a.rw.startStream(a.out); err != nil {
+		a.eof = true
+	}
+	if answered && a.finish() {
+		// The answer is complete: one buffered write, no chunking.
+		a.learn()
+		ctx.Response.SetBody(a.out)
+		s.count.bytesOut.Add(uint64(len(a.out)))
+		return false
+	}
+	a.outPos = 0
+	ctx.Response.SetBodyStream((*sseBody)(a), -1)
+	return true
+}
+
+// learn learns the tools of a tools/list answer whose response event has
+// passed through the relay.
+func (a *attempt) learn() {
+	if a.rw.response != nil {
+		learnTools(a.sess, a.rw.response)
+		a.rw.response = nil
+	}
+}
+
+// finishWait is how long an SSE answer whose response event has arrived may
+// take to end before it is streamed instead: a server SHOULD end the stream
+// after the response (MCP 2025-11-25 §Sending Messages to the Server), and
+// the end is normally in the same packet.
+const finishWait = 20 * time.Millisecond
+
+// finish reads the rest of an SSE answer whose response has arrived into
+// a.out, for a short while. It reports whether the stream ended; if not,
+// what was read is handed out first when the answer is streamed.
+func (a *attempt) finish() bool {
+	r := a.resp
+	if r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
+		return false
+	}
+	buf := a.readBuf()
+	for len(a.out) < peekLimit {
+		n, err := r.Read(buf)
+		a.out = a.relay(a.out, buf[:n], err)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return true
+			}
+			a.eof = false // not the end: a read timed out
+			break
+		}
+		if a.eof {
+			return true // cut: an event past maxEvent
+		}
+	}
+	// The server keeps the stream open after the response: stream the
+	// rest. (A timeout while waiting for the next chunk leaves the chunk
+	// reader where it was.)
+	_ = r.SetReadDeadline(time.Time{})
+	return false
+}
+
+// relay appends to out the agent's bytes for p, read from the upstream
+// stream with rerr.
+func (a *attempt) relay(out, p []byte, rerr error) []byte {
+	res, aliased, err := a.rw.stream(out, p)
+	if aliased {
+		res = append(out, res...)
+	}
+	return a.settle(res, err, rerr)
+}
+
+// settle finishes the relay of one read: it sets a.eof when the answer is
+// over (the upstream stream ended or broke, or a line passed maxEvent) and
+// learns the tools of a tools/list answer once its response has passed.
+func (a *attempt) settle(res []byte, serr, rerr error) []byte {
+	if serr == nil && rerr == nil {
+		a.learn()
+		return res
+	}
+	// Cut or ended: what arrived goes out, including a last line without
+	// its end, and the answer ends.
+	res = a.rw.endStream(res)
+	a.eof = true
+	a.learn()
+	if a.rw.answered || !a.msg.isRequest() {
+		return res
+	}
+	// The stream ended before the answer: without one the agent's call
+	// would wait for its own timeout. It gets mcpheal's error instead.
+	code, why := codeUpstreamDown, "upstream connection lost before the answer; "+a.msg.method+" is safe to retry"
+	switch {
+	case serr != nil:
+		code, why = codeTooLarge, "upstream answer has an SSE line larger than mcpheal's limit of "+
+			strconv.Itoa(maxEvent)+" bytes; the answer was cut"
+	case !a.replaySafe:
+		a.s.count.replaysRefused.Add(1)
+		code, why = codeMaybeExecuted, "upstream connection lost after the request was sent; "+a.msg.method+
+			" may or may not have run and was not retried"
+	}
+	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Int("code", code).AnErr("cut", rerr).
+		AnErr("too_large", serr).Msg("SSE answer ended before its response")
+	res = append(res, "\n\nevent: message\ndata: "...)
+	res = appendError(res, code, a.msg.idOrNull(), why)
+	return append(res, "\n\n"...)
+}
+
+// sseBody is a POST's streamed SSE answer as the agent's response body.
+// fasthttp writes each Read as one chunk and flushes it, so every event
+// reaches the agent as it arrives, on the connection's own goroutine: no
+// body-writer goroutine and pipe per answer (SetBodyStreamWriter). From
+// SetBodyStream on, the body owns a and a.resp; fasthttp calls Close once,
+// when the answer is written or the agent has gone, and Close releases both.
+type sseBody attempt
+
+// errStreamPanic ends an answer whose relay panicked.
+var errStreamPanic = errors.New("mcpheal: SSE relay panicked")
+
+// Read returns the next rewritten events of the upstream's stream, reading
+// upstream only when what it read before has been handed out.
+func (b *sseBody) Read(p []byte) (n int, err error) {
+	a := (*attempt)(b)
+	defer func() {
+		if v := recover(); v != nil {
+			a.s.count.panics.Add(1)
+			a.s.log.Error().Interface("panic", v).Msg("SSE relay panicked")
+			n, err = 0, errStreamPanic
+		}
+	}()
+	for a.outPos == len(a.out) {
+		if a.eof {
+			return 0, io.EOF
+		}
+		// p is fasthttp's copy buffer: read into it; what passes through
+		// unchanged stays where it is, without a copy.
+		n, rerr := a.resp.Read(p)
+		res, aliased, serr := a.rw.stream(a.out[:0], p[:n])
+		if aliased && serr == nil && rerr == nil {
+			a.learn()
+			if len(res) > 0 {
+				a.s.count.bytesOut.Add(uint64(len(res)))
+				return len(res), nil
+			}
+			continue
+		}
+		if aliased {
+			res = append(a.out[:0], res...)
+		}
+		a.out, a.outPos = a.settle(res, serr, rerr), 0
+	}
+	n = copy(p, a.out[a.outPos:])
+	a.outPos += n
+	a.s.count.bytesOut.Add(uint64(n))
+	return n, nil
+}
+
+// SupportsBodyWriteTo tells fasthttp to write the answer with WriteTo.
+func (b *sseBody) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo relays the upstream's stream to w, which fasthttp turns into one
+// flushed chunk per Write: one chunk per upstream read of up to relayBuf
+// bytes, so that what arrives together goes out together, and a large
+// answer costs few system calls. What passes through unchanged is written
+// from the read buffer itself.
+func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
+	a := (*attempt)(b)
+	defer func() {
+		if v := recover(); v != nil {
+			a.s.count.panics.Add(1)
+			a.s.log.Error().Interface("panic", v).Msg("SSE relay panicked")
+			err = errStreamPanic
+		}
+	}()
+	write := func(p []byte) error {
+		if len(p) == 0 {
+			return nil
+		}
+		n, err := w.Write(p)
+		total += int64(n)
+		a.s.count.bytesOut.Add(uint64(n))
+		return err
+	}
+	if err = write(a.out[a.outPos:]); err != nil {
+		return total, err
+	}
+	a.outPos = len(a.out)
+	if cap(a.buf) < relayBuf {
+		a.buf = make([]byte, relayBuf)
+	}
+	buf := a.buf[:relayBuf]
+	for !a.eof {
+		n, rerr := a.resp.Read(buf)
+		res, aliased, serr := a.rw.stream(a.out[:0], buf[:n])
+		if serr != nil || rerr != nil {
+			if aliased {
+				res = append(a.out[:0], res...)
+			}
+			res = a.settle(res, serr, rerr)
+			aliased = false
+		} else {
+			a.learn()
+		}
+		if !aliased {
+			a.out = res[:0] // keep a grown buffer
+		}
+		if err = write(res); err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// relayBuf is the size of one upstream read of a relayed answer.
+const relayBuf = 64 << 10
+
+// Close releases the upstream response (closing its stream if the agent
+// left early) and the attempt.
+func (b *sseBody) Close() error {
+	a := (*attempt)(b)
+	upstream.ReleaseResponse(a.resp)
+	a.release()
+	return nil
+}

@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// upcall is one request mcpheal makes on an agent's behalf: the initialize
+// and notifications/initialized of a heal, the journal replay, the
+// tools/list after a heal, a keepalive ping, an upstream GET stream, a
+// DELETE. All of them are built by [Server.build] and, when their answer is
+// read whole, sent by [Server.call].
+type upcall struct {
+	// hdr holds the agent's headers that identify it upstream (the
+	// session's recipe headers, or those of the request being healed); nil
+	// for none. Hop-by-hop headers and the ones each request sets itself are
+	// dropped from it.
+	hdr *fasthttp.RequestHeader
+	// method is the HTTP method; zero means POST.
+	method string
+	// session is the upstream session id to send; zero sends none.
+	session session.UpstreamID
+	// version is the MCP-Protocol-Version to send; zero sends none.
+	version string
+	// body is the JSON-RPC message of a POST.
+	body []byte
+	// lastEventID resumes an upstream stream (GET only).
+	lastEventID string
+	deadline    time.Time
+}
+
+// build fills req for c.
+func (s *Server) build(req *fasthttp.Request, c *upcall) {
+	if c.hdr != nil {
+		c.hdr.CopyTo(&req.Header)
+	}
+	h := &req.Header
+	h.ResetConnectionClose()
+	for _, k := range reqDropHeaders {
+		h.Del(k)
+	}
+	for _, k := range ownHeaders {
+		h.Del(k)
+	}
+	if s.ownsAuthorization() {
+		h.DelBytes(hdrAuthorization)
+	}
+	s.setOperatorHeaders(h)
+	switch c.method {
+	case "", fasthttp.MethodPost:
+		h.SetMethod(fasthttp.MethodPost)
+		h.SetContentTypeBytes(mimeJSON)
+		h.Set("Accept", "application/json, text/event-stream")
+		req.SetBodyRaw(c.body)
+	case fasthttp.MethodGet:
+		h.SetMethod(fasthttp.MethodGet)
+		h.Set("Accept", "text/event-stream")
+		if c.lastEventID != "" {
+			h.SetBytesK(hdrLastEventID, c.lastEventID)
+		}
+	default:
+		h.SetMethod(c.method)
+	}
+	if c.session != "" {
+		h.SetBytesK(hdrSessionID, string(c.session))
+	}
+	if c.version != "" {
+		h.SetBytesK(hdrProtocolVersion, c.version)
+	}
+}
+
+// ownHeaders are the headers each upcall sets itself, never taken from the
+// agent's.
+var ownHeaders = []string{"Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id", "Content-Type",
+	"Content-Length", "Accept"}
+
+// reply is the answer to an upcall, read whole.
+type reply struct {
+	status int
+	class  classify.Class
+	// msg is the JSON-RPC message: a JSON body, or the data of the SSE
+	// event that answered. Owned by the reply.
+	msg []byte
+	// session is the upstream's Mcp-Session-Id header, if any.
+	session session.UpstreamID
+}
+
+// call sends c and reads and classifies its answer. An error means no
+// answer came: its class is TransportDead or Timeout.
+func (s *Server) call(c *upcall) (reply, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := upstream.AcquireResponse()
+	defer upstream.ReleaseResponse(resp)
+	s.build(req, c)
+	if err := s.do(req, resp, c.deadline); err != nil {
+		return reply{class: failClass(err)}, err
+	}
+	rep := reply{status: resp.StatusCode(), session: session.UpstreamID(resp.Header.PeekBytes(hdrSessionID))}
+	stream := resp.IsStream()
+	var er eventRewriter
+	_, msg, err := readAnswer(resp, &er)
+	if err != nil {
+		rep.class = classify.TransportDead
+		return rep, err
+	}
+	ct := resp.Header.ContentType()
+	if stream {
+		ct = mimeJSON // msg is the answering event's data
+	}
+	rep.class = classify.Classify(rep.status, ct, msg)
+	s.count.class(rep.class)
+	rep.msg = append([]byte(nil), msg...)
+	return rep, nil
+}
+
+// failClass is the class of an exchange that got no answer.
+func failClass(err error) classify.Class {
+	if upstream.IsTimeout(err) {
+		return classify.Timeout
+	}
+	return classify.TransportDead
+}
+
+// isEventStreamCT reports whether a Content-Type is text/event-stream.
+func isEventStreamCT(ct []byte) bool { return hasMediaType(ct, mimeEventStream) }
+
+// describe says what a reply was, for an error.
+func (r *reply) describe() string {
+	return "answered " + strconv.Itoa(r.status) + " " + r.class.String()
+}
+
+// upcallID returns a JSON-RPC id (raw JSON) in mcpheal's own namespace for
+// a request of the given kind, unique in the process.
+func (s *Server) upcallID(kind string) string {
+	return `"mcpheal-` + kind + `-` + strconv.FormatUint(s.kaSeq.Add(1), 10) + `"`
+}

@@ -1,0 +1,79 @@
+package proxy
+
+import "github.com/mcpheal/mcpheal/classify"
+
+// action is what the attempt loop does with one upstream outcome.
+type action int
+
+const (
+	// actPass gives the upstream's answer to the agent as it is.
+	actPass action = iota
+	// actHeal re-creates the upstream session, then sends the request again.
+	actHeal
+	// actRetry waits (backoff, or for the session's outage probe) and sends
+	// the request again on the same upstream session.
+	actRetry
+	// actRefuse answers -32011: the request may have run and is not safe to
+	// run twice, so it is not sent again.
+	actRefuse
+	// actFail answers 503 with Retry-After: the upstream dropped the session
+	// it had just created; the agent's session stays valid.
+	actFail
+)
+
+var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail"}
+
+func (a action) String() string { return actionNames[a] }
+
+// facts are what the decision needs to know of one exchange.
+type facts struct {
+	class classify.Class
+	// dispatched: the upstream may have run the request. False only on
+	// proof that it did not: nothing written, a refused connection, a
+	// session rejection, a 5xx that is a known server refusal
+	// (classify.Refused). Any other failure after the request was written
+	// (reset, EOF, a cut SSE answer, a gateway's 502/503/504) leaves it
+	// true.
+	dispatched bool
+	// replaySafe: running the request twice does no harm (README "Replay
+	// rules": a side-effect-free method, a tool annotated readOnlyHint or
+	// idempotentHint, a tool the operator allow-listed, a notification or a
+	// response).
+	replaySafe bool
+	// session: the request belongs to an agent session mcpheal can heal
+	// (not 2026-07-28 session-less traffic).
+	session bool
+	// mayHeal: the request carries the credential the session is bound to
+	// (README "Security": only that credential may re-create it).
+	mayHeal bool
+	// healed: this request already healed the session once.
+	healed bool
+}
+
+// decide is the README's "What it does with each answer" and "Replay
+// rules" as one pure function; TestDecide is that table row by row.
+//
+// A request is sent again only if it is safe to run twice or the upstream
+// provably did not run it. A session rejection is such proof: every server
+// checks the session before it dispatches (MCP-BEHAVIOUR §5.4), so a heal
+// replays whatever the method. Everything else that fails after the request
+// was written is ambiguous, and an ambiguous request that is not replay-safe
+// is refused, never run twice.
+func decide(f facts) action {
+	switch f.class {
+	case classify.SessionGone:
+		switch {
+		case !f.session || !f.mayHeal:
+			return actPass // nothing mcpheal may heal: the agent's SDK decides
+		case f.healed:
+			return actFail // the new session was refused at once: do not loop
+		}
+		return actHeal
+	case classify.TransportDead, classify.Timeout:
+		if f.dispatched && !f.replaySafe {
+			return actRefuse
+		}
+		return actRetry
+	}
+	return actPass // OK, ToolError, Auth, Protocol: the upstream's own answer
+}

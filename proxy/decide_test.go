@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/mcpheal/mcpheal/classify"
+)
+
+// TestDecide is the README's "What it does with each answer" and "Replay
+// rules", row by row. A row that would send a request that is not
+// replay-safe a second time although it may have run is a bug by
+// definition; TestDecideNeverRunsTwice checks that over every input.
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	sess := facts{session: true, mayHeal: true}
+	with := func(f facts, mod func(*facts)) facts { mod(&f); return f }
+	tests := []struct {
+		name string
+		in   facts
+		want action
+	}{
+		// Answers that are the upstream's own.
+		{"OK passes", with(sess, func(f *facts) { f.class = classify.OK }), actPass},
+		{"tool error passes", with(sess, func(f *facts) { f.class = classify.ToolError }), actPass},
+		{"401/403 pass", with(sess, func(f *facts) { f.class = classify.Auth }), actPass},
+		{"405/406/415 pass", with(sess, func(f *facts) { f.class = classify.Protocol }), actPass},
+		{"unknown passes", with(sess, func(f *facts) { f.class = classify.Unknown }), actPass},
+
+		// Session gone: heal and replay, whatever the method.
+		{"session gone heals a tools/call", with(sess, func(f *facts) {
+			f.class, f.dispatched, f.replaySafe = classify.SessionGone, false, false
+		}), actHeal},
+		{"session gone heals a replay-safe request", with(sess, func(f *facts) {
+			f.class, f.replaySafe = classify.SessionGone, true
+		}), actHeal},
+		{"session gone right after a heal fails 503", with(sess, func(f *facts) {
+			f.class, f.healed = classify.SessionGone, true
+		}), actFail},
+		{"session gone under another credential passes", with(sess, func(f *facts) {
+			f.class, f.mayHeal = classify.SessionGone, false
+		}), actPass},
+		{"404 on session-less traffic passes", facts{class: classify.SessionGone}, actPass},
+
+		// Transport death: retry on proof or when safe, else refuse.
+		{"refused connection retries a tools/call", with(sess, func(f *facts) {
+			f.class = classify.TransportDead
+		}), actRetry},
+		{"known server refusal (503) retries a tools/call", with(sess, func(f *facts) {
+			f.class = classify.TransportDead
+		}), actRetry},
+		{"written then reset refuses a tools/call", with(sess, func(f *facts) {
+			f.class, f.dispatched = classify.TransportDead, true
+		}), actRefuse},
+		{"gateway 503 after the write refuses a tools/call", with(sess, func(f *facts) {
+			f.class, f.dispatched = classify.TransportDead, true
+		}), actRefuse},
+		{"timeout refuses a tools/call", with(sess, func(f *facts) {
+			f.class, f.dispatched = classify.Timeout, true
+		}), actRefuse},
+		{"written then reset retries a replay-safe request", with(sess, func(f *facts) {
+			f.class, f.dispatched, f.replaySafe = classify.TransportDead, true, true
+		}), actRetry},
+		{"timeout retries a replay-safe request", with(sess, func(f *facts) {
+			f.class, f.dispatched, f.replaySafe = classify.Timeout, true, true
+		}), actRetry},
+		{"session-less traffic retries when not dispatched", facts{class: classify.TransportDead}, actRetry},
+		{"session-less tools/call refused when it may have run", facts{class: classify.TransportDead, dispatched: true}, actRefuse},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := decide(tt.in); got != tt.want {
+				t.Errorf("decide(%+v) = %v, want %v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDecideNeverRunsTwice walks every input: a request that may have run
+// and is not replay-safe is never retried; it is healed (and so replayed)
+// only on a session rejection, which is proof it did not run.
+func TestDecideNeverRunsTwice(t *testing.T) {
+	t.Parallel()
+	for c := classify.Class(0); c <= classify.Protocol+1; c++ {
+		for bits := 0; bits < 32; bits++ {
+			f := facts{class: c, dispatched: bits&1 != 0, replaySafe: bits&2 != 0,
+				session: bits&4 != 0, mayHeal: bits&8 != 0, healed: bits&16 != 0}
+			got := decide(f)
+			if got == actRetry && f.dispatched && !f.replaySafe {
+				t.Errorf("decide(%+v) = retry: a request that may have run would run twice", f)
+			}
+			if got == actHeal && c != classify.SessionGone {
+				t.Errorf("decide(%+v) = heal without a session rejection", f)
+			}
+		}
+	}
+}

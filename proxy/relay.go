@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/mcpheal/mcpheal/classify/sse"
+)
+
+// Relaying a stream line by line. Once the first event of an answer has
+// been judged, the rest of the stream goes to the agent as it arrives: a
+// line passes through untouched, with no copy, unless the eventRewriter
+// must see it whole (see mustHold). So a long data line, such as a 12 MB
+// tool result in one event, costs no buffer and no rescan, and memory per
+// stream stays bounded by the longest line held (maxEvent).
+
+// lineMode is where the relay is within the current line.
+type lineMode uint8
+
+const (
+	// lineDone: at a line boundary (the zero value); a piece that does not
+	// start a line is the LF of a CRLF split across reads.
+	lineDone lineMode = iota
+	// lineOpen: the line's first bytes are held until its field name is
+	// known.
+	lineOpen
+	lineHeld
+	linePassing
+)
+
+// startStream hands what the framer holds of an unfinished event over to
+// the line relay; out receives what of it can go to the agent now.
+func (er *eventRewriter) startStream(out []byte) ([]byte, error) {
+	rest, lines := er.fr.Handover()
+	er.lines, er.mode, er.held = lines, lineDone, er.held[:0]
+	res, aliased, err := er.stream(out, rest)
+	if aliased {
+		res = append(out, res...)
+	}
+	er.fr.Reset(64 << 10)
+	return res, err
+}
+
+// stream relays p. The output is either a prefix of p itself (aliased
+// true: nothing in it changed, and the rest of p is held), or out with the
+// output appended. err is sse.ErrTooLarge when a held line outgrows
+// maxEvent; the stream is then to be cut.
+func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err error) {
+	e := emitter{p: p, out: out, aliased: true}
+	for pos := 0; pos < len(p); {
+		n, start, ended := er.lines.Next(p[pos:])
+		if start {
+			er.mode, er.held = lineOpen, er.held[:0]
+		}
+		seg := p[pos : pos+n]
+		if er.mode == lineDone {
+			e.raw(pos, pos+n)
+			pos += n
+			continue
+		}
+		if er.mode == lineOpen {
+			er.held = append(er.held, seg...)
+			if hold, known := er.mustHold(er.held, ended); known {
+				er.mode = lineHeld
+				if !hold {
+					er.mode = linePassing
+					er.startHead()
+					if len(er.held) == n {
+						e.raw(pos, pos+n) // the whole line so far is in p
+					} else {
+						e.bytes(er.held)
+					}
+				}
+			}
+		} else if er.mode == lineHeld {
+			er.held = append(er.held, seg...)
+		} else {
+			e.raw(pos, pos+n)
+			er.addHead(seg)
+		}
+		if er.mode == lineHeld {
+			if len(er.held) > maxEvent {
+				r, _ := e.result()
+				return r, e.aliased, sse.ErrTooLarge
+			}
+			if ended {
+				line, _ := sse.NextLine(er.held)
+				if name, v, comment := sse.Field(line); !comment && string(name) == "data" && !er.answered {
+					er.answered = isResponse(v)
+				}
+				e.copyMode()
+				e.out = er.line(e.out, line)
+				e.out = append(e.out, er.held[len(line):]...) // its line ending
+				er.held = er.held[:0]
+			}
+		}
+		if ended {
+			if er.mode == linePassing {
+				er.endHead()
+			}
+			er.mode = lineDone
+		}
+		pos += n
+	}
+	r, _ := e.result()
+	return r, e.aliased, nil
+}
+
+// endStream appends to out the bytes of a line the stream ended in (the
+// agent's parser drops them, as it would without mcpheal).
+func (er *eventRewriter) endStream(out []byte) []byte {
+	if er.mode == lineOpen || er.mode == lineHeld {
+		out = append(out, er.held...)
+	}
+	er.held, er.mode = er.held[:0], lineDone
+	return out
+}
+
+// mustHold decides, from the first bytes b of a line, whether the line
+// must be seen whole: an id (rewritten), a retry (read), and a data line
+// that may carry a server→client request to renumber (from generation 2)
+// or the tools/list answer to learn from. known is false while b is too
+// short to tell.
+func (er *eventRewriter) mustHold(b []byte, ended bool) (hold, known bool) {
+	name := b
+	if i := bytes.IndexByte(b, ':'); i >= 0 {
+		name = b[:i]
+	} else if ended {
+		name, _ = sse.NextLine(b)
+	} else if len(b) < len("retry:") {
+		return false, false
+	}
+	switch string(name) {
+	case "id", "retry":
+		return true, true
+	case "data":
+		return er.gen > 1 || er.watch, true
+	}
+	return false, true
+}
+
+// emitter builds the relay's output for one piece p: as long as the output
+// is an unchanged prefix of p it stays in p (no copy); from the first
+// change on it is copied into out.
+type emitter struct {
+	p       []byte
+	out     []byte
+	aliased bool
+	end     int // aliased: the output is p[:end]
+}
+
+// raw emits p[from:to].
+func (e *emitter) raw(from, to int) {
+	if e.aliased && from == e.end {
+		e.end = to
+		return
+	}
+	e.copyMode()
+	e.out = append(e.out, e.p[from:to]...)
+}
+
+// bytes emits b, which is not in p.
+func (e *emitter) bytes(b []byte) {
+	e.copyMode()
+	e.out = append(e.out, b...)
+}
+
+func (e *emitter) copyMode() {
+	if e.aliased {
+		e.out = append(e.out, e.p[:e.end]...)
+		e.aliased = false
+	}
+}
+
+func (e *emitter) result() ([]byte, bool) {
+	if e.aliased {
+		return e.p[:e.end], true
+	}
+	return e.out, false
+}
+
+// headLen is how much of a data line passing through is kept to tell a
+// response from a notification or a request: their "method", "result" or
+// "error" member comes first after "jsonrpc" and "id" in every server's
+// output.
+const headLen = 256
+
+// startHead starts keeping the head of a line that passes through, from
+// the bytes held to decide it.
+func (er *eventRewriter) startHead() {
+	name, _, comment := sse.Field(er.held)
+	er.data = !comment && string(name) == "data"
+	er.headN = 0
+	if er.data {
+		er.headN = copy(er.head[:], er.held)
+	}
+}
+
+// addHead keeps the head of a data line that passes through.
+func (er *eventRewriter) addHead(seg []byte) {
+	if er.data && er.headN < headLen {
+		er.headN += copy(er.head[er.headN:], seg)
+	}
+}
+
+// endHead marks the stream answered when the data line that passed
+// through was a JSON-RPC response: its head has "result" or "error" and no
+// "method".
+func (er *eventRewriter) endHead() {
+	if !er.data || er.answered {
+		return
+	}
+	h := er.head[:er.headN]
+	er.answered = !bytes.Contains(h, []byte(`"method"`)) &&
+		(bytes.Contains(h, []byte(`"result"`)) || bytes.Contains(h, []byte(`"error"`)))
+}

@@ -1,0 +1,412 @@
+package proxy
+
+// Regression tests for the ways a tool could run twice or an answer be cut,
+// each against a scripted upstream that counts executions server-side (the
+// invariant: a tool that is not replay-safe runs at most once per agent
+// call). The scripted upstream decodes requests with encoding/json, as real
+// servers do: the last of duplicate keys wins.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// scripted is an MCP server on net/http whose tools misbehave on purpose:
+//
+//	lookup     readOnlyHint, answers its argument
+//	charge     runs, then answers HTTP 200 with a JSON-RPC error whose text
+//	           mentions a session (a tool's own failure, not the session's)
+//	gw503      runs, then answers 503 as Envoy does when the backend reset
+//	           after the request ("reset before headers")
+//	shutting   answers 503 "Gateway is shutting down" (supergateway) the
+//	           first time without running, then runs
+//	crash_tool runs, then cuts the connection without answering
+//	progress_crash runs, sends a progress notification as SSE, then cuts
+//	           the stream before its answer
+//
+// Sessions are "s-<n>"; Expire forgets them all.
+type scripted struct {
+	srv   *http.Server
+	ln    net.Listener
+	addr  string
+	inits atomic.Int64
+	lists atomic.Int64 // tools/list calls
+
+	mu       sync.Mutex // protects runs, sessions, shutting
+	runs     map[string]int
+	sessions map[string]bool
+	shutting bool
+
+	// initSSE answers initialize as SSE in pieces of 1000 bytes with
+	// instructions of this size (0: a small JSON answer).
+	initSSE int
+	// listSSE answers tools/list as SSE in pieces of 1000 bytes with this
+	// many extra tools.
+	listSSE int
+}
+
+func startScripted(t testing.TB, mod func(*scripted)) *scripted {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &scripted{ln: ln, addr: ln.Addr().String(), runs: map[string]int{}, sessions: map[string]bool{}, shutting: true}
+	if mod != nil {
+		mod(sc)
+	}
+	sc.srv = &http.Server{Handler: sc, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = sc.srv.Serve(ln) }()
+	t.Cleanup(func() { _ = sc.srv.Close() })
+	return sc
+}
+
+func (sc *scripted) URL() string { return "http://" + sc.addr + "/mcp" }
+
+// Runs returns how many times tool ran.
+func (sc *scripted) Runs(tool string) int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.runs[tool]
+}
+
+// Expire forgets every session: the next request on one gets 404.
+func (sc *scripted) Expire() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	clear(sc.sessions)
+}
+
+// Stop closes the listener and every connection: dials are refused.
+func (sc *scripted) Stop() { _ = sc.srv.Close() }
+
+func (sc *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name      string         `json:"name"`
+			Arguments map[string]any `json:"arguments"`
+		} `json:"params"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&msg); err != nil {
+		http.Error(w, "bad json", http.StatusBadRequest)
+		return
+	}
+	if msg.Method == "initialize" {
+		sc.initialize(w, msg.ID)
+		return
+	}
+	sc.mu.Lock()
+	live := sc.sessions[r.Header.Get("Mcp-Session-Id")]
+	sc.mu.Unlock()
+	if !live {
+		http.Error(w, "session not found", http.StatusNotFound)
+		return
+	}
+	switch msg.Method {
+	case "notifications/initialized":
+		w.WriteHeader(http.StatusAccepted)
+	case "ping":
+		writeJSON(w, msg.ID, `{}`)
+	case "tools/list":
+		sc.toolsList(w, msg.ID)
+	case "tools/call":
+		sc.call(w, msg.ID, msg.Params.Name, fmt.Sprint(msg.Params.Arguments["q"]))
+	default:
+		writeJSON(w, msg.ID, `{}`)
+	}
+}
+
+func (sc *scripted) initialize(w http.ResponseWriter, id json.RawMessage) {
+	n := sc.inits.Add(1)
+	sid := fmt.Sprintf("s-%d", n)
+	sc.mu.Lock()
+	sc.sessions[sid] = true
+	sc.mu.Unlock()
+	w.Header().Set("Mcp-Session-Id", sid)
+	result := `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"scripted","version":"1"},"instructions":"` +
+		strings.Repeat("i", sc.initSSE) + `"}`
+	if sc.initSSE == 0 {
+		writeJSON(w, id, result)
+		return
+	}
+	writeSSE(w, id, result)
+}
+
+func (sc *scripted) toolsList(w http.ResponseWriter, id json.RawMessage) {
+	sc.lists.Add(1)
+	tools := []string{
+		`{"name":"lookup","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}`,
+		`{"name":"charge","inputSchema":{"type":"object"}}`,
+		`{"name":"crash_tool","inputSchema":{"type":"object"}}`,
+	}
+	for i := range sc.listSSE {
+		tools = append(tools, fmt.Sprintf(`{"name":"extra_%d","description":"%s","inputSchema":{"type":"object"}}`,
+			i, strings.Repeat("d", 200)))
+	}
+	result := `{"tools":[` + strings.Join(tools, ",") + `]}`
+	if sc.listSSE == 0 {
+		writeJSON(w, id, result)
+		return
+	}
+	writeSSE(w, id, result)
+}
+
+func (sc *scripted) call(w http.ResponseWriter, id json.RawMessage, tool, q string) {
+	sc.mu.Lock()
+	if tool == "shutting" && sc.shutting {
+		sc.shutting = false
+		sc.mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("Gateway is shutting down"))
+		return
+	}
+	sc.runs[tool]++
+	sc.mu.Unlock()
+	switch tool {
+	case "charge":
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32000,"message":"charged $20 but payment gateway session expired"}}`, id)
+	case "gw503":
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("upstream connect error or disconnect/reset before headers. reset reason: connection termination"))
+	case "crash_tool":
+		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = c.Close()
+		}
+	case "progress_crash":
+		// A progress notification, then the server dies mid-answer.
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n")
+		_ = http.NewResponseController(w).Flush()
+		time.Sleep(20 * time.Millisecond)
+		panic(http.ErrAbortHandler) // cuts the chunked answer without its end
+	default:
+		writeJSON(w, id, `{"content":[{"type":"text","text":`+fmt.Sprintf("%q", tool+":"+q)+`}]}`)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, id json.RawMessage, result string) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`, id, result)
+}
+
+// writeSSE answers as a TS SDK server does without an event store: a
+// notification first, then the response event, in flushed pieces of 1000
+// bytes so that no read upstream sees a whole event.
+func writeSSE(w http.ResponseWriter, id json.RawMessage, result string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	stream := "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"hi\"}}\n\n" +
+		"event: message\ndata: " + fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":%s}`, id, result) + "\n\n"
+	rc := http.NewResponseController(w)
+	for i := 0; i < len(stream); i += 1000 {
+		_, _ = w.Write([]byte(stream[i:min(i+1000, len(stream))]))
+		_ = rc.Flush()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// callTool sends a tools/call through the proxy and returns the status and
+// the JSON-RPC answer.
+func callTool(t testing.TB, url, sid, tool string) (int, gjson.Result) {
+	t.Helper()
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":%q,"arguments":{"q":"x"}}}`, tool)
+	resp, raw := peerRawPost(t, url, sid, body)
+	return resp.StatusCode, rpcAnswer(raw)
+}
+
+// TestToolErrorMentioningSessionNotReplayed: a tool's own JSON-RPC error
+// whose text mentions a session ("payment gateway session expired", HTTP
+// 200) is the tool's answer, not the session's death: it passes through
+// and the tool ran once.
+func TestToolErrorMentioningSessionNotReplayed(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	status, ans := callTool(t, url, sid, "charge")
+	if status != http.StatusOK || !strings.Contains(ans.Get("error.message").Str, "payment gateway session expired") {
+		t.Fatalf("charge: %d %s; want the tool's own error", status, ans.Raw)
+	}
+	if n := up.Runs("charge"); n != 1 {
+		t.Fatalf("charge ran %d times, want 1", n)
+	}
+	if n := up.inits.Load(); n != 1 {
+		t.Fatalf("%d initializes, want 1: nothing was healed", n)
+	}
+}
+
+// TestGateway503AfterRunNotReplayed: a gateway's 503 after the tool ran
+// (Envoy's "reset before headers") is no proof that it did not run: the
+// agent gets -32011 and the tool ran once, not once per backoff step.
+func TestGateway503AfterRunNotReplayed(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.HealTimeout = 2 * time.Second })
+	sid := peerRawInitialize(t, url)
+	status, ans := callTool(t, url, sid, "gw503")
+	if status != http.StatusOK || ans.Get("error.code").Int() != codeMaybeExecuted {
+		t.Fatalf("gw503: %d %s; want 200 with -32011", status, ans.Raw)
+	}
+	if n := up.Runs("gw503"); n != 1 {
+		t.Fatalf("gw503 ran %d times, want 1", n)
+	}
+}
+
+// TestServerRefusal503Retried: supergateway's 503 "Gateway is shutting
+// down" is the server refusing before dispatch: the call is retried and
+// runs once.
+func TestServerRefusal503Retried(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	status, ans := callTool(t, url, sid, "shutting")
+	if status != http.StatusOK || ans.Get("result.content.0.text").Str != "shutting:x" {
+		t.Fatalf("shutting: %d %s; want the tool's result", status, ans.Raw)
+	}
+	if n := up.Runs("shutting"); n != 1 {
+		t.Fatalf("shutting ran %d times, want 1", n)
+	}
+}
+
+// TestDuplicateKeysRefused: with duplicate keys mcpheal would judge one
+// value and the server run the other (servers keep the last): judged
+// read-only as "lookup", run as "crash_tool", replayed. Such a request is
+// refused with 400 and reaches no tool.
+func TestDuplicateKeysRefused(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","name":"crash_tool"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"crash_tool"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"},"params":{"name":"crash_tool"}}`,
+		`{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"crash_tool"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","na\u006de":"crash_tool"}}`,
+	} {
+		resp, raw := peerRawPost(t, url, sid, body)
+		if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != codeInvalidRequest {
+			t.Errorf("%s: %d %s; want 400 -32600", body, resp.StatusCode, raw)
+		}
+	}
+	if n := up.Runs("crash_tool") + up.Runs("lookup"); n != 0 {
+		t.Fatalf("tools ran %d times, want 0", n)
+	}
+}
+
+// TestLargeSSEInitialize: an initialize answered as SSE with 12 KB of
+// instructions (fastmcp; the TS SDK without an event store), arriving in
+// 1000-byte pieces, reaches the agent whole, and a heal reads it whole.
+func TestLargeSSEInitialize(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, func(sc *scripted) { sc.initSSE = 12 << 10 })
+	_, url := startProxy(t, up.URL(), nil)
+	resp, raw := peerRawPost(t, url, "",
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	ins := rpcAnswer(raw).Get("result.instructions").Str
+	if resp.StatusCode != http.StatusOK || len(ins) != 12<<10 {
+		t.Fatalf("initialize: %d, %d bytes of instructions (body %d bytes); want 200 and %d", resp.StatusCode, len(ins), len(raw), 12<<10)
+	}
+	sid := resp.Header.Get("Mcp-Session-Id")
+	up.Expire()
+	status, ans := callTool(t, url, sid, "lookup")
+	if status != http.StatusOK || ans.Get("result.content.0.text").Str != "lookup:x" {
+		t.Fatalf("after expiry: %d %s; want a healed call", status, ans.Raw)
+	}
+	if n := up.inits.Load(); n != 2 {
+		t.Fatalf("%d initializes, want 2 (one heal)", n)
+	}
+}
+
+// TestLargeSSEToolsListAcrossHeal: a tools/list answered as SSE and larger
+// than any read (40 tools, ~10 KB in 1000-byte pieces) is read whole after
+// a heal, so an unchanged list is not reported as changed.
+func TestLargeSSEToolsListAcrossHeal(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, func(sc *scripted) { sc.listSSE = 40 })
+	_, url, logs := startProxyLog(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if n := len(rpcAnswer(raw).Get("result.tools").Array()); resp.StatusCode != http.StatusOK || n != 43 {
+		t.Fatalf("tools/list: %d, %d tools; want 43", resp.StatusCode, n)
+	}
+	up.Expire()
+	if status, ans := callTool(t, url, sid, "lookup"); status != http.StatusOK || ans.Get("error").Exists() {
+		t.Fatalf("after expiry: %d %s", status, ans.Raw)
+	}
+	peerWait(t, "the tools/list after the heal", func() bool { return up.lists.Load() == 2 })
+	time.Sleep(50 * time.Millisecond) // checkTools compares in the background
+	if l := logs.String(); strings.Contains(l, "tool list changed") {
+		t.Fatalf("an unchanged tool list was reported as changed:\n%s", l)
+	}
+}
+
+// TestStaleConnectionToolRunsOnce: a tools/call that is not replay-safe,
+// sent after the pooled connection idled past the stale threshold, on a
+// server that runs it and dies. It must run once: never resent on a fresh
+// connection (the old stale-connection resend), and not replayed after the
+// heal when that resend's dial was refused.
+func TestStaleConnectionToolRunsOnce(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.HealTimeout = time.Second })
+	sid := peerRawInitialize(t, url)
+	if status, _ := callTool(t, url, sid, "lookup"); status != http.StatusOK {
+		t.Fatalf("warm-up call: %d", status)
+	}
+	time.Sleep(1200 * time.Millisecond) // past upstream's stale threshold (1 s)
+	status, ans := callTool(t, url, sid, "crash_tool")
+	if status != http.StatusOK || ans.Get("error.code").Int() != codeMaybeExecuted {
+		t.Fatalf("crash_tool: %d %s; want 200 with -32011", status, ans.Raw)
+	}
+	if n := up.Runs("crash_tool"); n != 1 {
+		t.Fatalf("crash_tool ran %d times, want 1", n)
+	}
+}
+
+// TestStreamCutBeforeAnswer: a tools/call answered as SSE whose stream is
+// cut after a progress notification and before the response. The agent
+// has already received the notification, so the answer is on its way: it
+// ends with mcpheal's -32011 event instead of leaving the call to the
+// agent's timeout, and the tool ran once.
+func TestStreamCutBeforeAnswer(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	start := time.Now()
+	resp, raw := peerRawPost(t, url, sid,
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"progress_crash","arguments":{}}}`)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), "notifications/progress") {
+		t.Fatalf("progress_crash: %d %q; want the progress notification relayed", resp.StatusCode, raw)
+	}
+	ans := rpcAnswer(raw)
+	if ans.Get("error.code").Int() != codeMaybeExecuted || ans.Get("id").Raw != "7" {
+		t.Fatalf("answer %s (stream %q); want -32011 for id 7", ans.Raw, raw)
+	}
+	if n := up.Runs("progress_crash"); n != 1 {
+		t.Fatalf("progress_crash ran %d times, want 1", n)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("took %v: the agent waited for the cut stream", el)
+	}
+}
