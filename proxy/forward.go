@@ -27,6 +27,9 @@ type attempt struct {
 	// decided once, before the first send.
 	replaySafe bool
 	healed     bool      // this request healed the session once
+	// mayHaveRun: an exchange of this request may have reached the
+	// upstream's dispatcher (see facts.dispatched).
+	mayHaveRun bool
 	budget     time.Time // end of the heal budget; zero until the first failure
 	delay      time.Duration
 	// probing: this request is its session's probe of an outage (see
@@ -105,6 +108,7 @@ func (a *attempt) loop() outcome {
 		}
 		err := a.send()
 		f := a.judge(err)
+		a.mayHaveRun = a.mayHaveRun || f.dispatched
 		a.s.count.class(f.class)
 		a.s.recordHealth(f.class)
 		switch decide(f) {
@@ -135,6 +139,13 @@ func (a *attempt) loop() outcome {
 // DoOnce: never resent by the client, never on a connection whose
 // liveness is in doubt.
 func (a *attempt) send() error {
+	if a.mayHaveRun && !a.replaySafe {
+		// decide never lets this happen; count it so that every test can
+		// assert it did not.
+		a.s.count.unsafeResends.Add(1)
+		a.s.log.Error().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).
+			Msg("BUG: a request that may have run is sent again")
+	}
 	setSessionHeader(a.req, a.up)
 	a.s.count.bytesIn.Add(uint64(len(a.req.Body())))
 	deadline := time.Now().Add(a.s.cfg.ResponseTimeout)

@@ -71,6 +71,9 @@ func startProxyLog(t testing.TB, upstream string, mod func(*Config)) (*Server, s
 		defer cancel()
 		_ = s.Shutdown(ctx)
 		<-done
+		if n := s.Stats().UnsafeResends; n != 0 {
+			t.Errorf("INVARIANT: %d requests that are not replay-safe were sent again after they may have run", n)
+		}
 		if t.Failed() {
 			t.Logf("proxy log:\n%s", logs.String())
 		}

@@ -102,6 +102,10 @@ type counters struct {
 	journal        [2]atomic.Uint64 // state replayed after a re-init: [outcomeOK], [outcomeFailed]
 	replays        atomic.Uint64    // requests sent again after a failure
 	replaysRefused atomic.Uint64    // ambiguous failures not replayed
+	// unsafeResends counts requests that are not replay-safe sent again
+	// after an exchange that may have run them. decide forbids it, so it
+	// stays 0: tests assert it as an invariant.
+	unsafeResends atomic.Uint64
 	upstreamInits  atomic.Uint64    // initialize requests sent upstream (agent's and re-inits)
 	upstreamDown   atomic.Uint64    // 503 answers after the heal budget
 	panics         atomic.Uint64
@@ -148,7 +152,10 @@ type Stats struct {
 	HealFailures   uint64
 	Replays        uint64
 	ReplaysRefused uint64
-	UpstreamDown   uint64
+	// UnsafeResends counts requests that are not replay-safe sent again
+	// although they may have run: always 0 unless mcpheal has a bug.
+	UnsafeResends uint64
+	UpstreamDown  uint64
 	Panics         uint64
 	Sessions       int
 	Classes        map[classify.Class]uint64
@@ -161,6 +168,7 @@ func (s *Server) Stats() Stats {
 		UpstreamInits:  c.upstreamInits.Load(),
 		Replays:        c.replays.Load(),
 		ReplaysRefused: c.replaysRefused.Load(),
+		UnsafeResends:  c.unsafeResends.Load(),
 		UpstreamDown:   c.upstreamDown.Load(),
 		Panics:         c.panics.Load(),
 		Sessions:       s.store.Len(),

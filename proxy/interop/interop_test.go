@@ -1,0 +1,364 @@
+//go:build unix
+
+package interop
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// codeMayHaveRun is the JSON-RPC error code mcpheal answers a tools/call
+// that may or may not have run and that it will not replay (README, "Replay
+// rules").
+const codeMayHaveRun = -32011
+
+// sameAsDirect checks that what an agent saw through mcpheal (got) is what
+// the same client saw talking to the server directly (want).
+func sameAsDirect(t *testing.T, got, want result) {
+	t.Helper()
+	if !want.OK {
+		t.Fatalf("directly: %v", want)
+	}
+	if !got.OK {
+		t.Fatalf("through mcpheal: %v; directly it worked", got)
+	}
+	switch want.Op {
+	case "connect":
+		if got.ServerName != want.ServerName || got.InstructionsLen != want.InstructionsLen || got.InstructionsSha256 != want.InstructionsSha256 {
+			t.Errorf("initialize through mcpheal: server %q, instructions %d bytes sha256 %.12s; directly: %q, %d bytes sha256 %.12s",
+				got.ServerName, got.InstructionsLen, got.InstructionsSha256, want.ServerName, want.InstructionsLen, want.InstructionsSha256)
+		}
+	case "list":
+		if got.Count != want.Count || strings.Join(got.Names, ",") != strings.Join(want.Names, ",") {
+			t.Errorf("tools/list through mcpheal: %d tools %v; directly: %d tools %v", got.Count, got.Names, want.Count, want.Names)
+		}
+	case "call":
+		if got.IsError != want.IsError || got.TextLen != want.TextLen || got.TextSha256 != want.TextSha256 {
+			t.Errorf("tools/call through mcpheal: isError %v, %d bytes sha256 %.12s (%.40q); directly: isError %v, %d bytes sha256 %.12s (%.40q)",
+				got.IsError, got.TextLen, got.TextSha256, got.TextHead, want.IsError, want.TextLen, want.TextSha256, want.TextHead)
+		}
+	}
+}
+
+// pair is one client flavour connected to a server twice: directly and
+// through mcpheal.
+type pair struct{ direct, proxied agent }
+
+func newPair(t *testing.T, flavour, serverURL, proxyURL string) pair {
+	t.Helper()
+	return pair{
+		direct:  newAgent(t, flavour, serverURL, "direct-"+flavour),
+		proxied: newAgent(t, flavour, proxyURL, "proxied-"+flavour),
+	}
+}
+
+// both runs op on both agents, compares, and returns the proxied result.
+func (p pair) both(t *testing.T, op func(agent) result) result {
+	t.Helper()
+	want, got := op(p.direct), op(p.proxied)
+	sameAsDirect(t, got, want)
+	return got
+}
+
+func connect(a agent) result { return a.connect() }
+func list(a agent) result    { return a.list() }
+
+// TestPlainUse: each real client works through mcpheal exactly as it does
+// directly against each real server: the same initialize, the same tools,
+// the same tool result.
+func TestPlainUse(t *testing.T) {
+	t.Parallel()
+	servers := []struct {
+		name      string
+		start     func(*testing.T) *server
+		tool      string
+		args      map[string]any
+		wantTools int // 0: whatever the server lists directly to that client
+	}{
+		{"ts-sdk-v1-server", func(t *testing.T) *server { return startV1Server(t, v1Opts{}) }, "echo", map[string]any{"text": "plain use"}, 3},
+		{"server-everything", func(t *testing.T) *server { return startEverything(t) }, "echo", map[string]any{"message": "plain use"}, 0},
+		{"fastmcp", func(t *testing.T) *server { return startFastMCP(t) }, "echo", map[string]any{"text": "plain use"}, 2},
+	}
+	for _, sv := range servers {
+		t.Run(sv.name, func(t *testing.T) {
+			t.Parallel()
+			srv := sv.start(t)
+			proxyURL := startProxy(t, srv.url())
+			for _, flavour := range flavours {
+				t.Run(flavour, func(t *testing.T) {
+					t.Parallel()
+					p := newPair(t, flavour, srv.url(), proxyURL)
+					p.both(t, connect)
+					l := p.both(t, list)
+					if sv.wantTools != 0 && l.Count != sv.wantTools {
+						t.Errorf("tools/list: %d tools, want %d", l.Count, sv.wantTools)
+					}
+					c := p.both(t, func(a agent) result { return a.call(sv.tool, sv.args) })
+					if c.IsError || !strings.Contains(c.TextHead, "plain use") {
+						t.Errorf("tools/call %s: isError %v, text %q, want it to echo %q", sv.tool, c.IsError, c.TextHead, "plain use")
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestInitializeOver4KiB: an initialize answered as one SSE event of more
+// than 4 KiB (12 KB of instructions, multi-byte UTF-8 included) reaches every
+// client whole. mcpheal once cut such answers at 4096 bytes; mcp-remote then
+// waited 30 s for its initialize and gave up.
+func TestInitializeOver4KiB(t *testing.T) {
+	t.Parallel()
+	srv := startV1Server(t, v1Opts{instructions: 12288})
+	ct, body := rawInitialize(t, srv.url())
+	checkBigEvent(t, "initialize", ct, body)
+	proxyURL := startProxy(t, srv.url())
+	for _, flavour := range flavours {
+		t.Run(flavour, func(t *testing.T) {
+			t.Parallel()
+			p := newPair(t, flavour, srv.url(), proxyURL)
+			c := p.both(t, connect)
+			if c.InstructionsLen != 12288 {
+				t.Errorf("instructions: %d bytes, want 12288", c.InstructionsLen)
+			}
+		})
+	}
+}
+
+// TestToolsListOver4KiB: a tools/list answered as one SSE event of more than
+// 4 KiB (server-everything's 13+ tools, about 8 KB; the TS v1 server's 43
+// tools) lists as many tools through mcpheal as directly.
+func TestToolsListOver4KiB(t *testing.T) {
+	t.Parallel()
+	servers := []struct {
+		name  string
+		start func(*testing.T) *server
+	}{
+		{"server-everything", func(t *testing.T) *server { return startEverything(t) }},
+		{"ts-sdk-v1-server", func(t *testing.T) *server { return startV1Server(t, v1Opts{fillers: 40}) }},
+	}
+	for _, sv := range servers {
+		t.Run(sv.name, func(t *testing.T) {
+			t.Parallel()
+			srv := sv.start(t)
+			ct, body := rawToolsList(t, srv.url())
+			checkBigEvent(t, "tools/list", ct, body)
+			proxyURL := startProxy(t, srv.url())
+			for _, flavour := range flavours {
+				t.Run(flavour, func(t *testing.T) {
+					t.Parallel()
+					p := newPair(t, flavour, srv.url(), proxyURL)
+					p.both(t, connect)
+					if l := p.both(t, list); l.Count < 10 {
+						t.Errorf("tools/list: %d tools, want the server's full list", l.Count)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestUpstreamRestart: the server restarts (SIGKILL, then the same port)
+// between two calls. Through mcpheal the client's next call works, after
+// exactly one new upstream session; the same client talking to the server
+// directly fails (it resends the dead session id), which shows that mcpheal
+// is what heals.
+func TestUpstreamRestart(t *testing.T) {
+	t.Parallel()
+	for _, flavour := range flavours {
+		t.Run(flavour, func(t *testing.T) {
+			t.Parallel()
+			srv := startV1Server(t, v1Opts{restartable: true})
+			proxyURL := startProxy(t, srv.url())
+			p := newPair(t, flavour, srv.url(), proxyURL)
+			p.both(t, connect)
+			p.both(t, list)
+			p.both(t, func(a agent) result { return a.call("echo", map[string]any{"text": "before"}) })
+
+			srv.restart()
+
+			for _, text := range []string{"after restart", "and again"} {
+				r := p.proxied.call("echo", map[string]any{"text": text})
+				if !r.OK || r.IsError || r.TextHead != text {
+					t.Fatalf("through mcpheal after the restart: %v, text %q; want %q", r, r.TextHead, text)
+				}
+			}
+			// mcp-remote appends " (via mcp-remote 0.15.1)" to the clientInfo
+			// name, and opens a session of its own ("mcp-remote-fallback-test").
+			name := "INITIALIZE proxied-" + flavour
+			if n := srv.proc.out.count(func(l string) bool { return l == name || strings.HasPrefix(l, name+" (via ") }); n != 1 {
+				t.Errorf("the restarted server saw %d initialize from mcpheal, want 1 (one heal)", n)
+			}
+
+			// None of these clients heals by itself: each resends the dead
+			// session id (the server answers 400 "No valid session ID").
+			if direct := p.direct.call("echo", map[string]any{"text": "after restart"}); direct.OK {
+				t.Errorf("directly after the restart %s got %q: it healed by itself, so this test no longer shows that mcpheal is what heals", flavour, direct.TextHead)
+			} else {
+				t.Logf("directly after the restart %s: %v", flavour, direct)
+			}
+		})
+	}
+}
+
+// TestToolCallInFlightWhenServerDies: the server dies (SIGKILL) while a tool
+// without annotations runs, and comes back on the same port. The tool must
+// not run a second time: mcpheal answers JSON-RPC -32011 ("may or may not
+// have run") instead of replaying, and the agent's session keeps working.
+// The server dies after its SSE answer's head, either before any event or
+// after a first event (a log notification the tool sends as it starts).
+func TestToolCallInFlightWhenServerDies(t *testing.T) {
+	t.Parallel()
+	for _, flavour := range flavours {
+		for _, notify := range []bool{false, true} {
+			name := flavour + "/no-event-yet"
+			if notify {
+				name = flavour + "/after-first-event"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				countFile := filepath.Join(t.TempDir(), "work.count")
+				srv := startV1Server(t, v1Opts{countFile: countFile, restartable: true})
+				a := newAgent(t, flavour, startProxy(t, srv.url()), "proxied-"+flavour)
+				if r := a.connect(); !r.OK {
+					t.Fatalf("through mcpheal: %v", r)
+				}
+				if r := a.list(); !r.OK {
+					t.Fatalf("through mcpheal: %v", r) // mcpheal learns the tools' annotations here
+				}
+
+				wait := a.callAsync("work", map[string]any{"tag": flavour, "ms": 3000, "notify": notify})
+				if !waitForLines(countFile, 1, 10*time.Second) {
+					t.Fatalf("the work tool did not start within 10 s; client says %v", wait())
+				}
+				time.Sleep(300 * time.Millisecond) // let the notification, if any, reach mcpheal
+				srv.restart()
+				r := wait()
+				if !r.hasCode(codeMayHaveRun) {
+					t.Errorf("tools/call in flight when the server died: %v (text %q); want JSON-RPC error %d", r, r.TextHead, codeMayHaveRun)
+				}
+
+				after := a.call("echo", map[string]any{"text": "still here"})
+				if !after.OK || after.TextHead != "still here" {
+					t.Errorf("the next call through mcpheal: %v, text %q; want the session to work", after, after.TextHead)
+				}
+				time.Sleep(500 * time.Millisecond) // a late replay would have started by now
+				if n := countLines(countFile); n != 1 {
+					t.Errorf("the work tool ran %d times across both server lives, want exactly 1", n)
+				}
+			})
+		}
+	}
+}
+
+// TestLargeSingleEventResult: a 12 MiB tool result, one SSE event, reaches
+// every client whole and byte-identical to what the client gets directly.
+func TestLargeSingleEventResult(t *testing.T) {
+	t.Parallel()
+	const size = 12 << 20
+	srv := startV1Server(t, v1Opts{})
+	proxyURL := startProxy(t, srv.url())
+	// One flavour at a time: three 12 MiB answers at once from one node
+	// process on a 2-core machine would test the machine.
+	for _, flavour := range flavours {
+		t.Run(flavour, func(t *testing.T) {
+			p := newPair(t, flavour, srv.url(), proxyURL)
+			p.both(t, connect)
+			var took []time.Duration // directly, through mcpheal
+			defer func() { t.Logf("12 MiB tool result took %v (directly, through mcpheal)", took) }()
+			c := p.both(t, func(a agent) result {
+				start := time.Now()
+				defer func() { took = append(took, time.Since(start).Round(time.Millisecond)) }()
+				return a.call("big", map[string]any{"bytes": size})
+			})
+			if c.TextLen != size {
+				t.Errorf("big result: %d bytes, want %d", c.TextLen, size)
+			}
+		})
+	}
+}
+
+// checkBigEvent checks that a fixture answers what its scenario is about: an
+// SSE answer holding one event over 4 KiB.
+func checkBigEvent(t *testing.T, what, contentType string, body []byte) {
+	t.Helper()
+	var sizes []int
+	for ev := range strings.SplitSeq(strings.ReplaceAll(string(body), "\r\n", "\n"), "\n\n") {
+		if ev != "" {
+			sizes = append(sizes, len(ev))
+		}
+	}
+	t.Logf("fixture: %s answered %q, %d bytes, event sizes %v", what, contentType, len(body), sizes)
+	if !strings.HasPrefix(contentType, "text/event-stream") || len(sizes) == 0 || slices.Max(sizes) <= 4096 {
+		t.Fatalf("fixture: %s is not answered as an SSE event over 4096 bytes", what)
+	}
+}
+
+// waitForLines waits until file has at least n lines.
+func waitForLines(file string, n int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if countLines(file) >= n {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func countLines(file string) int {
+	b, _ := os.ReadFile(file)
+	return bytes.Count(b, []byte("\n"))
+}
+
+// rawPost sends one JSON-RPC message as the TS SDK client does and returns
+// the answer's content type, session id and body.
+func rawPost(t *testing.T, url, session, body string) (string, string, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := (&http.Client{Timeout: opTimeout}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Get("Content-Type"), resp.Header.Get("Mcp-Session-Id"), b
+}
+
+const rawInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+// rawInitialize is the server's own answer to an initialize, to check that
+// a fixture answers the way its scenario needs.
+func rawInitialize(t *testing.T, url string) (string, []byte) {
+	t.Helper()
+	ct, _, body := rawPost(t, url, "", rawInit)
+	return ct, body
+}
+
+// rawToolsList is the server's own answer to a tools/list.
+func rawToolsList(t *testing.T, url string) (string, []byte) {
+	t.Helper()
+	_, sid, _ := rawPost(t, url, "", rawInit)
+	rawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	ct, _, body := rawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	return ct, body
+}

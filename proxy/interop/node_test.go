@@ -1,0 +1,419 @@
+//go:build unix
+
+package interop
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/mcpheal/mcpheal/proxy"
+)
+
+// testdata is the absolute path of the npm fixtures; node runs there.
+var testdata string
+
+const (
+	// startTimeout bounds a node server's start (module loading included).
+	startTimeout = 20 * time.Second
+	// opTimeout bounds every client operation. mcp-remote gives up on an
+	// unanswered initialize after 30 s; a proxy that loses an answer must
+	// fail the test well before that, with a readable message.
+	opTimeout = 15 * time.Second
+	// sdkTimeout is the TS SDK clients' own request timeout, under opTimeout
+	// so that the SDK reports a lost answer itself.
+	sdkTimeout = 10 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	if err := setup(); err != nil {
+		fmt.Fprintf(os.Stderr, "proxy/interop: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// setup finds node and installs the pinned npm fixtures when node_modules is
+// missing or does not hold the versions package.json pins. A machine without
+// node or npm fails here, loudly: these tests are never skipped.
+func setup() error {
+	dir, err := filepath.Abs("testdata")
+	if err != nil {
+		return err
+	}
+	testdata = dir
+	if _, err := exec.LookPath("node"); err != nil {
+		return fmt.Errorf("node (20 or later) is needed to run the npm MCP clients and servers in %s: %w", dir, err)
+	}
+	why := fixturesStale(dir)
+	if why == "" {
+		return nil
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return fmt.Errorf("%s, and npm is not on PATH to install it: %w", why, err)
+	}
+	fmt.Fprintf(os.Stderr, "proxy/interop: %s: running npm ci in %s\n", why, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("npm ci in %s failed (%w): the interop tests need the npm packages pinned in package.json and package-lock.json", dir, err)
+	}
+	if why := fixturesStale(dir); why != "" {
+		return fmt.Errorf("after npm ci in %s: %s", dir, why)
+	}
+	return nil
+}
+
+// fixturesStale says why node_modules does not match package.json, or "".
+func fixturesStale(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err != nil {
+		return err.Error()
+	}
+	var pkg struct{ Dependencies map[string]string }
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		return fmt.Sprintf("package.json: %v", err)
+	}
+	for name, want := range pkg.Dependencies {
+		b, err := os.ReadFile(filepath.Join(dir, "node_modules", name, "package.json"))
+		if err != nil {
+			return fmt.Sprintf("node_modules/%s is missing", name)
+		}
+		var got struct{ Version string }
+		if err := json.Unmarshal(b, &got); err != nil || got.Version != want {
+			return fmt.Sprintf("node_modules/%s is %q, package.json pins %q", name, got.Version, want)
+		}
+	}
+	return ""
+}
+
+// tail keeps the last max bytes written to it (a process's stderr, the
+// proxy's log) to show when a test fails.
+type tail struct {
+	mu  sync.Mutex // protects b
+	b   []byte
+	max int
+}
+
+func (w *tail) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if len(w.b) > 2*w.max {
+		w.b = append(w.b[:0], w.b[len(w.b)-w.max:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tail) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.b) > w.max {
+		return "…" + string(w.b[len(w.b)-w.max:])
+	}
+	return string(w.b)
+}
+
+// lineLog collects a process's stdout lines and lets a test wait for one.
+type lineLog struct {
+	mu      sync.Mutex    // protects lines, eof, changed
+	lines   []string      // every line, without its newline
+	eof     bool          // stdout ended
+	changed chan struct{} // closed and replaced on every change
+}
+
+func newLineLog() *lineLog { return &lineLog{changed: make(chan struct{})} }
+
+func (l *lineLog) add(line string, eof bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !eof {
+		l.lines = append(l.lines, line)
+	}
+	l.eof = l.eof || eof
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// waitFor returns the index and text of the first line at or after from that
+// match says yes to; ok is false when stdout ended or d passed first.
+func (l *lineLog) waitFor(from int, d time.Duration, match func(string) bool) (int, string, bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		for i := from; i < len(l.lines); i++ {
+			if line := l.lines[i]; match(line) {
+				l.mu.Unlock()
+				return i, line, true
+			}
+		}
+		from = max(from, len(l.lines))
+		eof, changed := l.eof, l.changed
+		l.mu.Unlock()
+		if eof {
+			return 0, "", false
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return 0, "", false
+		}
+	}
+}
+
+// count says how many lines match.
+func (l *lineLog) count(match func(string) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.lines {
+		if match(s) {
+			n++
+		}
+	}
+	return n
+}
+
+// nodeProc is one node process in its own process group.
+type nodeProc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *lineLog
+	stderr *tail
+	exited chan struct{}
+	once   sync.Once
+}
+
+// startNode runs node with args in testdata. It is killed (with its process
+// group) in cleanup; stdin stays open until then, which is what keeps the
+// guard.mjs servers alive.
+func startNode(t testing.TB, name string, env []string, args ...string) *nodeProc {
+	t.Helper()
+	cmd := exec.Command("node", args...)
+	cmd.Dir = testdata
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := &nodeProc{name: name, cmd: cmd, out: newLineLog(), stderr: &tail{max: 16 << 10}, exited: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		defer close(p.exited)
+		r := bufio.NewReaderSize(stdout, 1<<20)
+		for {
+			line, err := r.ReadString('\n')
+			if line != "" {
+				p.out.add(strings.TrimRight(line, "\r\n"), false)
+			}
+			if err != nil {
+				break
+			}
+		}
+		p.out.add("", true)
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s stderr (tail):\n%s", name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// send writes one line to the process's stdin.
+func (p *nodeProc) send(t testing.TB, line []byte) {
+	t.Helper()
+	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
+		t.Fatalf("write to %s: %v", p.name, err)
+	}
+}
+
+// kill ends the process group at once (SIGKILL, as a crash or an OOM kill
+// does) and waits until the process is gone.
+func (p *nodeProc) kill() {
+	p.once.Do(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = p.stdin.Close()
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+		}
+	})
+}
+
+// server is an MCP server run by node on 127.0.0.1, restartable on its port.
+type server struct {
+	t    testing.TB
+	name string
+	env  []string
+	args []string
+	port int
+	proc *nodeProc
+}
+
+// startServer runs a node server script (through guard.mjs) on port, 0
+// meaning any free port.
+func startServer(t testing.TB, name string, port int, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, name: name, env: env, args: args}
+	s.start(port)
+	return s
+}
+
+func (s *server) start(port int) {
+	s.t.Helper()
+	env := append(append([]string{}, s.env...), "PORT="+strconv.Itoa(port))
+	s.proc = startNode(s.t, s.name, env, append([]string{"--import", "./guard.mjs"}, s.args...)...)
+	_, line, ok := s.proc.out.waitFor(0, startTimeout, func(l string) bool { return strings.HasPrefix(l, "LISTENING ") })
+	if !ok {
+		s.t.Fatalf("%s did not start listening within %v; stderr:\n%s", s.name, startTimeout, s.proc.stderr.String())
+	}
+	got, err := strconv.Atoi(strings.TrimPrefix(line, "LISTENING "))
+	if err != nil || (port != 0 && got != port) {
+		s.t.Fatalf("%s: %q, want port %d", s.name, line, port)
+	}
+	s.port = got
+}
+
+// url is the server's MCP endpoint.
+func (s *server) url() string { return fmt.Sprintf("http://127.0.0.1:%d/mcp", s.port) }
+
+// restart kills the server (SIGKILL) and starts it again on the same port:
+// every session it held is gone, as after a crash or a redeploy.
+func (s *server) restart() {
+	s.t.Helper()
+	s.proc.kill()
+	s.start(s.port)
+}
+
+// v1Opts shapes one testdata/v1server.mjs (TS SDK v1) for one scenario, so
+// that each scenario meets only the trouble it is about.
+type v1Opts struct {
+	// countFile, if set, receives one line per execution of the "work" tool.
+	countFile string
+	// restartable picks a port the kernel never hands out as an ephemeral
+	// one, so that a restart on the same port cannot find it taken by
+	// another test's connection.
+	restartable bool
+	// instructions is the size of the initialize answer's instructions in
+	// bytes; zero means 200.
+	instructions int
+	// fillers is how many filler tools it lists besides work, big and echo.
+	fillers int
+}
+
+func startV1Server(t testing.TB, o v1Opts) *server {
+	t.Helper()
+	port := 0
+	if o.restartable {
+		port = freeFixedPort(t)
+	}
+	if o.instructions == 0 {
+		o.instructions = 200
+	}
+	env := []string{
+		"COUNT_FILE=" + o.countFile,
+		"INSTRUCTIONS_BYTES=" + strconv.Itoa(o.instructions),
+		"FILLER_TOOLS=" + strconv.Itoa(o.fillers),
+	}
+	return startServer(t, "v1server", port, env, "v1server.mjs")
+}
+
+// startEverything runs @modelcontextprotocol/server-everything in
+// streamableHttp mode.
+func startEverything(t testing.TB) *server {
+	t.Helper()
+	return startServer(t, "server-everything", 0, nil,
+		"node_modules/@modelcontextprotocol/server-everything/dist/index.js", "streamableHttp")
+}
+
+// startFastMCP runs testdata/fastmcp.mjs (npm fastmcp, httpStream).
+func startFastMCP(t testing.TB) *server {
+	t.Helper()
+	return startServer(t, "fastmcp", 0, nil, "fastmcp.mjs")
+}
+
+// freeFixedPort returns a free 127.0.0.1 port below Linux's default
+// ephemeral range (32768-60999).
+func freeFixedPort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(10000)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			_ = ln.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port in 20000-29999")
+	return 0
+}
+
+// startProxy serves mcpheal in front of upstream on a 127.0.0.1 port and
+// returns the URL agents use. Its log is shown if the test fails.
+func startProxy(t testing.TB, upstream string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &tail{max: 32 << 10}
+	s, err := proxy.New(proxy.Config{
+		Upstream:    upstream,
+		Listen:      ln.Addr().String(),
+		HealTimeout: 5 * time.Second,
+	}, zerolog.New(logs).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+			t.Logf("proxy Serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+		<-done
+		if t.Failed() {
+			t.Logf("mcpheal log (tail):\n%s", logs.String())
+		}
+	})
+	return "http://" + ln.Addr().String() + "/mcp"
+}
