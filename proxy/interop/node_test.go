@@ -411,6 +411,9 @@ func startProxy(t testing.TB, upstream string) string {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 		<-done
+		if n := s.Stats().UnsafeResends; n != 0 {
+			t.Errorf("INVARIANT: %d requests that are not replay-safe were sent again after they may have run", n)
+		}
 		if t.Failed() {
 			t.Logf("mcpheal log (tail):\n%s", logs.String())
 		}
