@@ -9,13 +9,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 )
 
 // Recipe is what re-creates an upstream session. It is written once when the
 // session is created and read-only afterwards.
 type Recipe struct {
-	// InitBody is the agent's initialize request, verbatim.
-	InitBody []byte
+	// InitBody is the agent's initialize request, verbatim. Identical
+	// bodies (every session of one agent build) share one copy: see Intern.
+	InitBody string
 	// ProtocolVersion is the version the upstream negotiated.
 	ProtocolVersion string
 	// Credential is a keyed fingerprint of the credential that created the
@@ -28,6 +30,11 @@ type Recipe struct {
 	// Rebind replaces it with the rotated credential's request headers.
 	Header [][2]string
 }
+
+// Intern returns body as a string shared with every other live recipe of
+// the same bytes (unique.Make): agents of one build send the same
+// initialize, so a thousand sessions keep one copy.
+func Intern(body []byte) string { return unique.Make(string(body)).Value() }
 
 // InitFunc creates a new upstream session and returns its id. ctx carries the
 // heal budget. It runs at most once per generation.
@@ -46,6 +53,9 @@ type Session struct {
 	lastUsed atomic.Int64 // unix nanoseconds of the last request
 	lastPing atomic.Int64 // unix nanoseconds of the last keepalive probe
 	removed  atomic.Bool  // dropped by the agent or the store
+	used     atomic.Bool  // the upstream accepted a request beyond initialize (Store.Used)
+	counted  atomic.Bool  // holds a place under its credential in the store
+	created  time.Time    // written once, by New
 
 	mu       sync.Mutex // protects everything below
 	upstream UpstreamID
@@ -76,7 +86,8 @@ type healCall struct {
 
 // New returns a session for a freshly initialized upstream session.
 func New(id ClientID, r Recipe, up UpstreamID) *Session {
-	s := &Session{ID: id, Recipe: r, upstream: up, gen: 1, born: now(), cred: r.Credential, hdr: r.Header}
+	t := now()
+	s := &Session{ID: id, Recipe: r, upstream: up, gen: 1, born: t, created: t, cred: r.Credential, hdr: r.Header}
 	s.touch()
 	return s
 }
