@@ -34,24 +34,38 @@ type settings struct {
 	MaxStreams               int
 	MaxSessionsPerCredential int
 	MaxHeaderBytes           int
+	MaxJSONDepth             int
+	MaxInitBody              int
+	MaxAnswer                int
+	MaxSSELine               int
+	WriteTimeout             time.Duration
 }
 
-// builtin holds the defaults used when neither flags nor file set a value.
-// They match proxy.Config's zero-value defaults.
-var builtin = settings{
-	HealTimeout:              15 * time.Second,
-	ResponseTimeout:          5 * time.Minute,
-	SessionTTL:               24 * time.Hour,
-	MaxIdleConn:              30 * time.Second,
-	Keepalive:                120 * time.Second,
-	StreamKeepalive:          15 * time.Second,
-	ReadTimeout:              30 * time.Second,
-	MaxSessions:              100_000,
-	MaxBody:                  4 << 20,
-	MaxStreams:               1,
-	MaxSessionsPerCredential: 1000,
-	MaxHeaderBytes:           16 << 10,
-}
+// builtin holds the defaults used when neither flags nor file set a value:
+// proxy.Config's zero-value defaults, taken from the proxy itself (the
+// session store's and upstream client's, which it does not define, aside).
+var builtin = func() settings {
+	d := proxy.Defaults()
+	return settings{
+		HealTimeout:              d.HealTimeout,
+		ResponseTimeout:          d.ResponseTimeout,
+		SessionTTL:               24 * time.Hour,
+		MaxIdleConn:              30 * time.Second,
+		Keepalive:                d.Keepalive,
+		StreamKeepalive:          d.StreamKeepalive,
+		ReadTimeout:              d.ReadTimeout,
+		MaxSessions:              100_000,
+		MaxBody:                  d.MaxBody,
+		MaxStreams:               d.MaxStreams,
+		MaxSessionsPerCredential: d.MaxSessionsPerCredential,
+		MaxHeaderBytes:           d.MaxHeaderBytes,
+		MaxJSONDepth:             d.MaxJSONDepth,
+		MaxInitBody:              d.MaxInitBody,
+		MaxAnswer:                d.MaxAnswer,
+		MaxSSELine:               d.MaxSSELine,
+		WriteTimeout:             d.WriteTimeout,
+	}
+}()
 
 // or returns s with each unset field taken from base.
 func (s settings) or(base settings) settings {
@@ -80,6 +94,11 @@ func (s settings) or(base settings) settings {
 		MaxStreams:               pickInt(s.MaxStreams, base.MaxStreams),
 		MaxSessionsPerCredential: pickInt(s.MaxSessionsPerCredential, base.MaxSessionsPerCredential),
 		MaxHeaderBytes:           pickInt(s.MaxHeaderBytes, base.MaxHeaderBytes),
+		MaxJSONDepth:             pickInt(s.MaxJSONDepth, base.MaxJSONDepth),
+		MaxInitBody:              pickInt(s.MaxInitBody, base.MaxInitBody),
+		MaxAnswer:                pickInt(s.MaxAnswer, base.MaxAnswer),
+		MaxSSELine:               pickInt(s.MaxSSELine, base.MaxSSELine),
+		WriteTimeout:             pick(s.WriteTimeout, base.WriteTimeout),
 	}
 }
 
@@ -104,6 +123,7 @@ type upstreamConfig struct {
 type fileConfig struct {
 	File           string
 	Listen         string
+	AdminListen    string // "" unset (the default), "off" disabled
 	InsecureListen bool
 	AuthTokens     []string // inbound bearer tokens, for every upstream
 	LogLevel       string
@@ -131,6 +151,7 @@ func (f *fileConfig) proxyConfigs(creds func(*credSpec) upstream.Credentials) []
 			Keepalive:                s.Keepalive,
 			StreamKeepalive:          s.StreamKeepalive,
 			Listen:                   f.Listen,
+			AdminListen:              f.AdminListen,
 			Path:                     u.Path,
 			AllowedHosts:             slices.Clone(f.AllowHosts),
 			MaxBody:                  s.MaxBody,
@@ -146,6 +167,11 @@ func (f *fileConfig) proxyConfigs(creds func(*credSpec) upstream.Credentials) []
 			MaxSessionsPerCredential: s.MaxSessionsPerCredential,
 			ReadTimeout:              s.ReadTimeout,
 			MaxHeaderBytes:           s.MaxHeaderBytes,
+			MaxJSONDepth:             s.MaxJSONDepth,
+			MaxInitBody:              s.MaxInitBody,
+			MaxAnswer:                s.MaxAnswer,
+			MaxSSELine:               s.MaxSSELine,
+			WriteTimeout:             s.WriteTimeout,
 		}
 		if u.Credentials != nil && creds != nil {
 			c.Credentials = creds(u.Credentials)
@@ -216,6 +242,7 @@ func (p *parser) crossCheck(root *yaml.Node, f *fileConfig) {
 // fileShadow mirrors the schema for the strict (KnownFields) decoder.
 type fileShadow struct {
 	Listen         string            `yaml:"listen"`
+	AdminListen    string            `yaml:"admin_listen"`
 	InsecureListen bool              `yaml:"insecure_listen"`
 	AuthTokens     any               `yaml:"auth_tokens"`
 	Log            map[string]string `yaml:"log"`
@@ -255,4 +282,9 @@ type shadowSettings struct {
 	MaxStreams               int    `yaml:"max_streams"`
 	MaxSessionsPerCredential int    `yaml:"max_sessions_per_credential"`
 	MaxHeaderBytes           int    `yaml:"max_header_bytes"`
+	MaxJSONDepth             int    `yaml:"max_json_depth"`
+	MaxInitBody              int    `yaml:"max_init_body"`
+	MaxAnswer                int    `yaml:"max_answer"`
+	MaxSSELine               int    `yaml:"max_sse_line"`
+	WriteTimeout             string `yaml:"write_timeout"`
 }

@@ -92,11 +92,12 @@ func editDistance(a, b string) int {
 }
 
 var (
-	topKeys     = []string{"listen", "insecure_listen", "auth_tokens", "log", "allow_hosts", "defaults", "upstreams"}
+	topKeys     = []string{"listen", "admin_listen", "insecure_listen", "auth_tokens", "log", "allow_hosts", "defaults", "upstreams"}
 	logKeys     = []string{"level", "format"}
 	settingKeys = []string{"heal_timeout", "response_timeout", "session_ttl", "max_idle_conn", "keepalive",
 		"stream_keepalive", "read_timeout", "max_sessions", "max_body", "max_streams",
-		"max_sessions_per_credential", "max_header_bytes"}
+		"max_sessions_per_credential", "max_header_bytes", "max_json_depth", "max_init_body", "max_answer",
+		"max_sse_line", "write_timeout"}
 	upstreamKeys = append([]string{"url", "path", "headers", "credentials", "auth_tokens", "replay_tools"}, settingKeys...)
 	credKeys     = []string{"header", "value", "oauth"}
 	oauthKeys    = []string{"token_url", "client_id", "client_secret", "refresh_token", "scopes"}
@@ -104,6 +105,7 @@ var (
 )
 
 func (p *parser) top(n *yaml.Node, f *fileConfig) {
+	var admin *yaml.Node
 	p.mapping(n, "", topKeys, func(key string, _, v *yaml.Node) {
 		switch key {
 		case "listen":
@@ -111,6 +113,8 @@ func (p *parser) top(n *yaml.Node, f *fileConfig) {
 			if _, _, err := net.SplitHostPort(f.Listen); err != nil {
 				p.errorf(v, key, "want host:port, got %q", f.Listen)
 			}
+		case "admin_listen":
+			admin, f.AdminListen = v, p.adminListen(v, key)
 		case "insecure_listen":
 			f.InsecureListen = p.boolean(v, key)
 		case "auth_tokens":
@@ -131,6 +135,25 @@ func (p *parser) top(n *yaml.Node, f *fileConfig) {
 			})
 		}
 	})
+	if admin != nil && f.AdminListen == f.Listen {
+		p.errorf(admin, "admin_listen", "%s is also listen: give operations their own port", f.Listen)
+	}
+}
+
+// adminListen reads admin_listen: host:port, or "off" (or empty) to serve no
+// operations endpoints.
+func (p *parser) adminListen(v *yaml.Node, key string) string {
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return "off"
+	}
+	s := p.str(v, key)
+	if s == "" || s == "off" {
+		return "off"
+	}
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		p.errorf(v, key, "want host:port, or off, got %q", s)
+	}
+	return s
 }
 
 func (p *parser) logKey(k string, v *yaml.Node, f *fileConfig) {
@@ -270,6 +293,16 @@ func (p *parser) setting(s *settings, path, key string, v *yaml.Node) {
 		s.MaxSessionsPerCredential = p.positive(v, path)
 	case "max_header_bytes":
 		s.MaxHeaderBytes = p.positive(v, path)
+	case "max_json_depth":
+		s.MaxJSONDepth = p.positive(v, path)
+	case "max_init_body":
+		s.MaxInitBody = p.positive(v, path)
+	case "max_answer":
+		s.MaxAnswer = p.positive(v, path)
+	case "max_sse_line":
+		s.MaxSSELine = p.positive(v, path)
+	case "write_timeout":
+		s.WriteTimeout = p.duration(v, path, false)
 	}
 }
 

@@ -36,6 +36,7 @@ func TestParseConfigGood(t *testing.T) {
 	t.Parallel()
 	const file = `
 listen: 127.0.0.1:9000
+admin_listen: 127.0.0.1:9001
 insecure_listen: true
 auth_tokens: ["${MCPHEAL_TOKEN}"]
 log: {level: debug, format: json}
@@ -45,6 +46,8 @@ defaults:
   keepalive: off
   max_sessions: 50
   max_streams: 2
+  max_json_depth: 16
+  write_timeout: 10s
 upstreams:
   wordpress:
     url: https://mcp.example.com/mcp?site=${EMPTY}x
@@ -61,6 +64,9 @@ upstreams:
     max_body: 1024
     auth_tokens: []
     read_timeout: 5s
+    max_init_body: 2048
+    max_answer: 1048576
+    max_sse_line: 65536
     credentials:
       oauth: {token_url: "https://auth.example.com/token", client_id: me, client_secret: "${CRM_CLIENT_SECRET}", scopes: [a, b]}
 `
@@ -77,6 +83,8 @@ upstreams:
 		StreamKeepalive: builtin.StreamKeepalive, ReadTimeout: builtin.ReadTimeout, MaxSessions: 50, MaxStreams: 2,
 		MaxSessionsPerCredential: builtin.MaxSessionsPerCredential, MaxHeaderBytes: builtin.MaxHeaderBytes,
 		MaxBody: builtin.MaxBody, HealTimeout: 20 * time.Second, Keepalive: -1,
+		AdminListen: "127.0.0.1:9001", MaxJSONDepth: 16, WriteTimeout: 10 * time.Second,
+		MaxInitBody: builtin.MaxInitBody, MaxAnswer: builtin.MaxAnswer, MaxSSELine: builtin.MaxSSELine,
 	}
 	wp, local := base, base
 	wp.Name, wp.Upstream, wp.Path = "wordpress", "https://mcp.example.com/mcp?site=x", "/wordpress/mcp"
@@ -86,6 +94,7 @@ upstreams:
 	wp.AuthTokens = []string{"0123456789abcdef-inbound"}
 	local.Name, local.Upstream, local.Path = "local", "http://user:pw@127.0.0.1:3000/mcp", "/"
 	local.MaxBody, local.ReadTimeout, local.AuthTokens = 1024, 5*time.Second, []string{}
+	local.MaxInitBody, local.MaxAnswer, local.MaxSSELine = 2048, 1<<20, 64<<10
 	want := []proxy.Config{wp, local}
 	got := f.proxyConfigs(nil)
 	if len(got) != len(want) {
@@ -154,6 +163,14 @@ func TestParseConfigBad(t *testing.T) {
 		{"max_sessions not a number", up + "    max_sessions: lots\n", `^bad.yaml:4: upstreams\.a\.max_sessions: want a whole number`},
 		{"max_body zero", up + "    max_body: 0\n", `^bad.yaml:4: upstreams\.a\.max_body: want a positive whole number`},
 		{"bad listen", "listen: 8787\n" + up, `^bad.yaml:1: listen: want host:port`},
+		{"bad admin_listen", "admin_listen: 8788\n" + up, `^bad.yaml:1: admin_listen: want host:port, or off`},
+		{"admin_listen is listen", "listen: 127.0.0.1:9000\nadmin_listen: 127.0.0.1:9000\n" + up,
+			`^bad.yaml:2: admin_listen: 127.0.0.1:9000 is also listen`},
+		{"max_json_depth zero", up + "    max_json_depth: 0\n", `^bad.yaml:4: upstreams\.a\.max_json_depth: want a positive whole number`},
+		{"max_init_body not a number", "defaults:\n  max_init_body: 64KiB\n" + up, `^bad.yaml:2: defaults\.max_init_body: want a whole number`},
+		{"max_answer negative", up + "    max_answer: -1\n", `^bad.yaml:4: upstreams\.a\.max_answer: want a positive whole number`},
+		{"max_sse_line list", up + "    max_sse_line: [1]\n", `^bad.yaml:4: upstreams\.a\.max_sse_line: want a whole number`},
+		{"write_timeout without unit", up + "    write_timeout: 30\n", `^bad.yaml:4: upstreams\.a\.write_timeout: bad duration "30" \(a unit is required`},
 		{"bad log level", "log: {level: loud}\n" + up, `^bad.yaml:1: log\.level: want debug, info, warn or error`},
 		{"upstream not a map", "upstreams:\n  a: http://127.0.0.1:1/mcp\n", `^bad.yaml:2: upstreams\.a: want a map with at least url`},
 		{"list instead of value", "listen: [a, b]\n" + up, `^bad.yaml:1: listen: want a single value, got a list`},
@@ -273,6 +290,64 @@ func TestResolveFlags(t *testing.T) {
 	if len(rc.ups) != 1 || c.Name != "default" || c.Path != "/mcp" || rc.listen != "127.0.0.1:8787" ||
 		c.HealTimeout != builtin.HealTimeout || c.Keepalive != builtin.Keepalive || c.MaxBody != builtin.MaxBody {
 		t.Errorf("--upstream alone: %+v", rc)
+	}
+}
+
+// TestResolveAdminAndLimits: the admin listen address and the body, answer
+// and write limits come from flags or the file like the other settings;
+// an empty --admin-listen turns the admin listener off; unset, each takes
+// the proxy's own default.
+func TestResolveAdminAndLimits(t *testing.T) {
+	t.Parallel()
+	d := proxy.Defaults()
+	if d.AdminListen != "127.0.0.1:8788" || d.MaxJSONDepth != 64 || d.MaxInitBody != 64<<10 ||
+		d.MaxAnswer != 32<<20 || d.MaxSSELine != 32<<20 || d.WriteTimeout != 30*time.Second {
+		t.Errorf("proxy.Defaults() = %+v", d)
+	}
+	if builtin.MaxJSONDepth != d.MaxJSONDepth || builtin.WriteTimeout != d.WriteTimeout || builtin.MaxAnswer != d.MaxAnswer {
+		t.Errorf("builtin %+v does not take the proxy's defaults", builtin)
+	}
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	writeFile(t, cfg, "admin_listen: 127.0.0.1:9100\ndefaults: {max_answer: 1000, write_timeout: 3s}\n"+
+		"upstreams:\n  a: {url: http://127.0.0.1:1/mcp, max_sse_line: 500}\n  b: {url: http://127.0.0.1:2/mcp}\n")
+	cases := []struct {
+		name  string
+		args  []string
+		admin string
+		check func(c proxy.Config) bool
+	}{
+		{"upstream alone", []string{"--upstream", "http://127.0.0.1:1/mcp"}, d.AdminListen, func(c proxy.Config) bool {
+			return c.AdminListen == d.AdminListen && c.MaxJSONDepth == d.MaxJSONDepth && c.MaxInitBody == d.MaxInitBody &&
+				c.MaxAnswer == d.MaxAnswer && c.MaxSSELine == d.MaxSSELine && c.WriteTimeout == d.WriteTimeout
+		}},
+		{"upstream, flags", []string{"--upstream", "http://127.0.0.1:1/mcp", "--admin-listen", "", "--max-json-depth", "8",
+			"--max-init-body", "100", "--max-answer", "200", "--max-sse-line", "300", "--write-timeout", "4s"}, "off",
+			func(c proxy.Config) bool {
+				return c.AdminListen == "off" && c.MaxJSONDepth == 8 && c.MaxInitBody == 100 && c.MaxAnswer == 200 &&
+					c.MaxSSELine == 300 && c.WriteTimeout == 4*time.Second
+			}},
+		{"file", []string{"--config", cfg}, "127.0.0.1:9100", func(c proxy.Config) bool {
+			return c.AdminListen == "127.0.0.1:9100" && c.MaxAnswer == 1000 && c.WriteTimeout == 3*time.Second &&
+				c.MaxJSONDepth == d.MaxJSONDepth && (c.Name == "a") == (c.MaxSSELine == 500)
+		}},
+		{"file, flags", []string{"--config", cfg, "--admin-listen", "off", "--max-answer", "7", "--write-timeout", "1s"}, "off",
+			func(c proxy.Config) bool {
+				return c.AdminListen == "off" && c.MaxAnswer == 7 && c.WriteTimeout == time.Second
+			}},
+	}
+	for _, tc := range cases {
+		rc, err := resolve(parseFlags(t, tc.args...), testEnv, newCredCache())
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if rc.admin != tc.admin {
+			t.Errorf("%s: admin %q, want %q", tc.name, rc.admin, tc.admin)
+		}
+		for _, c := range rc.ups {
+			if !tc.check(c) {
+				t.Errorf("%s: upstream %s: %+v", tc.name, c.Name, c)
+			}
+		}
 	}
 }
 

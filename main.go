@@ -82,6 +82,7 @@ func (l *listFlag) Set(v string) error {
 type options struct {
 	config, checkConfig string
 	upstream, listen    string
+	adminListen         string
 	path                string
 	logLevel, logFormat string
 	shutdownTimeout     time.Duration
@@ -99,6 +100,8 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.config, "config", "", "YAML config file with several upstreams (see config.example.yaml); SIGHUP reloads it")
 	fs.StringVar(&o.checkConfig, "check-config", "", "validate this config file and exit: 0 valid, 1 not")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8787", "address to serve agents on")
+	fs.StringVar(&o.adminListen, "admin-listen", proxy.Defaults().AdminListen,
+		"address to serve /metrics, /readyz and /healthz on, for operators only; empty or off disables")
 	fs.StringVar(&o.path, "path", "/mcp", "URL path agents use (with --upstream)")
 	fs.DurationVar(&o.s.HealTimeout, "heal-timeout", builtin.HealTimeout, "most a request may spend healing before it gets 503")
 	fs.DurationVar(&o.s.ResponseTimeout, "response-timeout", builtin.ResponseTimeout, "wait for the head of an upstream answer")
@@ -107,6 +110,11 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.s.MaxBody, "max-body", builtin.MaxBody, "largest agent request body in bytes (413 beyond)")
 	fs.DurationVar(&o.s.MaxIdleConn, "max-idle-conn", builtin.MaxIdleConn, "close pooled upstream connections idle this long")
 	fs.DurationVar(&o.s.Keepalive, "keepalive", builtin.Keepalive, "ping a quiet session's upstream this often; 0 disables")
+	fs.IntVar(&o.s.MaxJSONDepth, "max-json-depth", builtin.MaxJSONDepth, "deepest nesting of an agent's JSON body (400 beyond)")
+	fs.IntVar(&o.s.MaxInitBody, "max-init-body", builtin.MaxInitBody, "largest agent initialize body in bytes (413 beyond)")
+	fs.IntVar(&o.s.MaxAnswer, "max-answer", builtin.MaxAnswer, "largest upstream answer in bytes that mcpheal reads whole")
+	fs.IntVar(&o.s.MaxSSELine, "max-sse-line", builtin.MaxSSELine, "longest SSE line in bytes that mcpheal holds whole while relaying")
+	fs.DurationVar(&o.s.WriteTimeout, "write-timeout", builtin.WriteTimeout, "a single write to an agent taking longer ends its connection")
 	fs.Var(&o.hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
 	fs.Var(&o.tools, "replay-tool", "tool safe to run twice although not annotated so (repeatable)")
 	fs.Var(&o.tokenEnvs, "auth-token-env", "environment variable holding a bearer token agents must present (repeatable; ≥ 16 characters)")
@@ -184,7 +192,11 @@ func checkConfig(o *options, stdout io.Writer) error {
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
-	fmt.Fprintf(stdout, "%s: ok, listen %s\n", o.checkConfig, rc.listen)
+	admin := "off"
+	if rc.admin != "off" {
+		admin = orDefault(rc.admin, proxy.Defaults().AdminListen)
+	}
+	fmt.Fprintf(stdout, "%s: ok, listen %s, admin %s\n", o.checkConfig, rc.listen, admin)
 	for _, c := range rc.ups {
 		fmt.Fprintf(stdout, "  %-12s %s → %s\n", c.Name, agentURL(rc.listen, c.Path), redact(c.Upstream))
 	}
@@ -194,6 +206,7 @@ func checkConfig(o *options, stdout io.Writer) error {
 // resolved is the effective configuration: file, then flags on top.
 type resolved struct {
 	listen              string
+	admin               string // "" the default, "off" disabled
 	logLevel, logFormat string
 	ups                 []proxy.Config
 }
@@ -212,13 +225,18 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 	if err != nil {
 		return nil, err
 	}
+	admin := o.adminListen
+	if admin == "" {
+		admin = "off"
+	}
 	if o.config == "" {
-		rc := &resolved{listen: o.listen, logLevel: o.logLevel, logFormat: o.logFormat, ups: []proxy.Config{{
-			Name: "default", Upstream: o.upstream, Path: o.path, Listen: o.listen,
+		rc := &resolved{listen: o.listen, admin: admin, logLevel: o.logLevel, logFormat: o.logFormat, ups: []proxy.Config{{
+			Name: "default", Upstream: o.upstream, Path: o.path, Listen: o.listen, AdminListen: admin,
 			AllowedHosts: o.hosts, ReplayTools: o.tools, AuthTokens: tokens, InsecureListen: o.insecureListen,
 			HealTimeout: flagS.HealTimeout, ResponseTimeout: flagS.ResponseTimeout, SessionTTL: flagS.SessionTTL,
 			MaxSessions: flagS.MaxSessions, MaxBody: flagS.MaxBody, MaxIdleConn: flagS.MaxIdleConn,
-			Keepalive: flagS.Keepalive,
+			Keepalive: flagS.Keepalive, MaxJSONDepth: flagS.MaxJSONDepth, MaxInitBody: flagS.MaxInitBody,
+			MaxAnswer: flagS.MaxAnswer, MaxSSELine: flagS.MaxSSELine, WriteTimeout: flagS.WriteTimeout,
 		}}}
 		return rc, rc.checkExposure("")
 	}
@@ -229,17 +247,18 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 	if (o.set["upstream"] || o.set["path"]) && len(f.Upstreams) != 1 {
 		return nil, fmt.Errorf("--upstream and --path need a config file with exactly one upstream; %s has %d", o.config, len(f.Upstreams))
 	}
-	rc := &resolved{listen: f.Listen, logLevel: orDefault(f.LogLevel, "info"), logFormat: orDefault(f.LogFormat, "auto")}
+	rc := &resolved{listen: f.Listen, admin: f.AdminListen, logLevel: orDefault(f.LogLevel, "info"), logFormat: orDefault(f.LogFormat, "auto")}
 	over := func(name string, dst *string, v string) {
 		if o.set[name] {
 			*dst = v
 		}
 	}
 	over("listen", &rc.listen, o.listen)
+	over("admin-listen", &rc.admin, admin)
 	over("log-level", &rc.logLevel, o.logLevel)
 	over("log-format", &rc.logFormat, o.logFormat)
 	for _, c := range f.proxyConfigs(creds.get) {
-		c.Listen = rc.listen
+		c.Listen, c.AdminListen = rc.listen, rc.admin
 		over("upstream", &c.Upstream, o.upstream)
 		over("path", &c.Path, o.path)
 		overrideSettings(&c, o.set, flagS)
@@ -316,17 +335,28 @@ func overrideSettings(c *proxy.Config, set map[string]bool, s settings) {
 		"session-ttl":      {&c.SessionTTL, s.SessionTTL},
 		"max-idle-conn":    {&c.MaxIdleConn, s.MaxIdleConn},
 		"keepalive":        {&c.Keepalive, s.Keepalive},
+		"write-timeout":    {&c.WriteTimeout, s.WriteTimeout},
 	}
 	for name, d := range durs {
 		if set[name] {
 			*d.dst = d.v
 		}
 	}
-	if set["max-sessions"] {
-		c.MaxSessions = s.MaxSessions
+	ints := map[string]struct {
+		dst *int
+		v   int
+	}{
+		"max-sessions":   {&c.MaxSessions, s.MaxSessions},
+		"max-body":       {&c.MaxBody, s.MaxBody},
+		"max-json-depth": {&c.MaxJSONDepth, s.MaxJSONDepth},
+		"max-init-body":  {&c.MaxInitBody, s.MaxInitBody},
+		"max-answer":     {&c.MaxAnswer, s.MaxAnswer},
+		"max-sse-line":   {&c.MaxSSELine, s.MaxSSELine},
 	}
-	if set["max-body"] {
-		c.MaxBody = s.MaxBody
+	for name, n := range ints {
+		if set[name] {
+			*n.dst = n.v
+		}
 	}
 }
 
@@ -347,31 +377,76 @@ func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	ln, err := net.Listen("tcp", rc.listen)
+	lns, err := listen(rc.listen, r.AdminAddr())
 	if err != nil {
 		_ = r.Shutdown(context.Background())
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- r.Serve(ln) }()
-	announce(log, rc)
+	errc := make(chan error, len(lns))
+	go func() { errc <- r.Serve(lns[0]) }()
+	if len(lns) > 1 {
+		go func() { errc <- r.ServeAdmin(lns[1]) }()
+	}
+	// stop ends both listeners; closing them also stops a Serve that had
+	// not taken its listener yet when Shutdown ran.
+	stop := func(ctx context.Context, first error) error {
+		err := r.Shutdown(ctx)
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+		for range len(lns) - btoi(first != nil) {
+			<-errc
+		}
+		return errors.Join(first, err)
+	}
+	announce(log, rc, r.AdminAddr())
 	for {
 		select {
 		case err := <-errc:
-			_ = r.Shutdown(context.Background())
-			return err
+			return stop(context.Background(), fmt.Errorf("serve: %w", orClosed(err)))
 		case <-hup:
 			reload(o, rc, r, creds, log)
 		case <-ctx.Done():
 			log.Info().Dur("timeout", o.shutdownTimeout).Msg("shutting down: finishing in-flight requests")
 			sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 			defer cancel()
-			err := r.Shutdown(sctx)
-			<-errc
+			err := stop(sctx, nil)
 			log.Info().Msg("stopped")
 			return err
 		}
 	}
+}
+
+// listen opens the agent listener and, unless admin is "", the admin one.
+func listen(agents, admin string) ([]net.Listener, error) {
+	ln, err := net.Listen("tcp", agents)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if admin == "" {
+		return []net.Listener{ln}, nil
+	}
+	aln, err := net.Listen("tcp", admin)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin listen (--admin-listen, admin_listen; off disables it): %w", err)
+	}
+	return []net.Listener{ln, aln}, nil
+}
+
+// orClosed names a listener that stopped without saying why.
+func orClosed(err error) error {
+	if err == nil {
+		return errors.New("a listener stopped")
+	}
+	return err
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // reload re-reads the config file. A bad file is logged and the running
@@ -382,6 +457,13 @@ func reload(o *options, cur *resolved, r *proxy.Router, creds *credCache, log ze
 		return
 	}
 	next, err := resolve(o, os.LookupEnv, creds)
+	if err == nil && next.admin != cur.admin {
+		log.Warn().Str("admin_listen", cur.admin).Str("file", next.admin).Msg("an admin listen change applies at restart only")
+		next.admin = cur.admin
+		for i := range next.ups {
+			next.ups[i].AdminListen = cur.admin
+		}
+	}
 	if err == nil && next.listen != cur.listen {
 		log.Warn().Str("listen", cur.listen).Str("file", next.listen).Msg("a listen change applies at restart only")
 		next.listen = cur.listen // a running listener cannot move
@@ -403,11 +485,17 @@ func reload(o *options, cur *resolved, r *proxy.Router, creds *credCache, log ze
 	announceUpstreams(log, cur)
 }
 
-// announce logs the listen URL and, per upstream, the URL agents use.
-func announce(log zerolog.Logger, rc *resolved) {
-	log.Info().Str("listen", "http://"+rc.listen).Int("upstreams", len(rc.ups)).
-		Str("health", agentURL(rc.listen, "/healthz")).Str("metrics", agentURL(rc.listen, "/metrics")).
-		Msg("mcpheal serving")
+// announce logs the listen URL, the operations URLs (admin is "" when the
+// admin listener is off) and, per upstream, the URL agents use.
+func announce(log zerolog.Logger, rc *resolved, admin string) {
+	ev := log.Info().Str("listen", "http://"+rc.listen).Int("upstreams", len(rc.ups)).
+		Str("health", agentURL(rc.listen, "/healthz"))
+	if admin != "" {
+		ev = ev.Str("metrics", agentURL(admin, "/metrics")).Str("ready", agentURL(admin, "/readyz"))
+	} else {
+		ev = ev.Str("admin", "off")
+	}
+	ev.Msg("mcpheal serving")
 	announceUpstreams(log, rc)
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,9 +111,13 @@ func freeAddr(t *testing.T) string {
 }
 
 // startRun runs the proxy command with args until the test ends, waits for
-// /healthz, and checks that it then stops cleanly.
+// /healthz, and checks that it then stops cleanly. Without --admin-listen in
+// args the admin listener takes a free port, not the shared default.
 func startRun(t *testing.T, addr string, args ...string) *syncBuf {
 	t.Helper()
+	if !slices.Contains(args, "--admin-listen") {
+		args = append(args, "--admin-listen", freeAddr(t))
+	}
 	logs := &syncBuf{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -220,6 +225,56 @@ func TestRunConfigReload(t *testing.T) {
 	}
 	if a.calls.Load() != 2 || b.calls.Load() < 2 {
 		t.Errorf("tool calls a=%d b=%d, want 2 and ≥2: each path reaches its own upstream", a.calls.Load(), b.calls.Load())
+	}
+}
+
+// TestRunAdminListener: /metrics and /readyz are served on --admin-listen
+// only, with readiness details there; the agent listener answers /healthz
+// with "ok" and nothing else, whatever the Host; `mcpheal healthcheck`
+// keeps working against it; an empty --admin-listen turns it off.
+func TestRunAdminListener(t *testing.T) {
+	up := startMCPServer(t, "adm")
+	addr, admin := freeAddr(t), freeAddr(t)
+	logs := startRun(t, addr, "--upstream", up.URL, "--admin-listen", admin)
+	get := func(url, host string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("http://"+admin+"/metrics", ""); code != 200 || !strings.Contains(body, "mcpheal_sessions") {
+		t.Errorf("admin /metrics: %d %.200q", code, body)
+	}
+	if code, body := get("http://"+admin+"/readyz", ""); code != 200 {
+		t.Errorf("admin /readyz: %d %q", code, body)
+	}
+	for _, path := range []string{"/metrics", "/readyz"} {
+		if code, body := get("http://"+addr+path, ""); code != 404 {
+			t.Errorf("agent listener %s: %d %.200q, want 404", path, code, body)
+		}
+	}
+	if code, body := get("http://"+addr+"/healthz", "evil.example"); code != 200 || body != "ok\n" {
+		t.Errorf("agent /healthz: %d %q, want 200 ok", code, body)
+	}
+	if code := cli(context.Background(), []string{"healthcheck", "http://" + addr + "/healthz"}, io.Discard, io.Discard); code != 0 {
+		t.Errorf("healthcheck: exit %d", code)
+	}
+	if !strings.Contains(logs.String(), `"metrics":"http://`+admin+`/metrics"`) {
+		t.Errorf("startup log does not name the metrics URL:\n%s", logs)
+	}
+
+	off := freeAddr(t)
+	logs = startRun(t, off, "--upstream", up.URL, "--admin-listen", "")
+	if !strings.Contains(logs.String(), `"admin":"off"`) {
+		t.Errorf("--admin-listen '' did not turn the admin listener off:\n%s", logs)
 	}
 }
 

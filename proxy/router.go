@@ -22,12 +22,16 @@ import (
 )
 
 // Router serves several upstreams on one listener, each at its own path,
-// plus /healthz, /readyz and /metrics. Reload swaps the set of upstreams
-// while serving.
+// plus /healthz ("ok", nothing more). The operations endpoints /metrics and
+// /readyz, which name upstreams and say why one is down, are served only on
+// the admin listener (Config.AdminListen), never to agents. Reload swaps the
+// set of upstreams while serving.
 type Router struct {
 	listen  string
+	admin   string // Config.AdminListen of every upstream, or adminOff
 	log     zerolog.Logger
 	srv     *fasthttp.Server
+	adm     *fasthttp.Server // the admin listener's
 	reg     *prometheus.Registry
 	metrics fasthttp.RequestHandler
 	routes  atomic.Pointer[routeTable]
@@ -44,24 +48,47 @@ type routeTable struct {
 	// changed their upstream's settings (new sessions use the new server).
 	retired map[string][]*Server
 	configs map[string]Config // by name
+	// adminGuard is the admin listener's DNS-rebinding check.
+	adminGuard hostGuard
 }
 
 // NewRouter builds servers for ups (each needs a distinct Name and Path)
-// listening on listen.
+// listening on listen, with the admin listener at their AdminListen (unset
+// on all of them: the default; set on several: the same value). It listens
+// on nothing yet: see Serve, ServeAdmin and ListenAndServe.
 func NewRouter(listen string, ups []Config, log zerolog.Logger) (*Router, error) {
 	r := &Router{listen: orStr(listen, "127.0.0.1:8787"), log: log, reg: prometheus.NewRegistry()}
+	for _, c := range ups {
+		if c.AdminListen != "" && r.admin != "" && c.AdminListen != r.admin {
+			return nil, fmt.Errorf("upstreams disagree on the admin listen address (%s, %s): there is one per process",
+				r.admin, c.AdminListen)
+		}
+		r.admin = orStr(r.admin, c.AdminListen)
+	}
 	r.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
 	r.reg.MustRegister(collector{r})
 	t, err := r.build(ups, &routeTable{})
 	if err != nil {
 		return nil, err
 	}
+	for _, c := range t.configs {
+		r.admin = c.AdminListen // normalized: the same in each
+		break
+	}
+	if _, port, _ := net.SplitHostPort(r.admin); r.admin == r.listen && port != "0" {
+		for _, s := range t.servers() {
+			s.Close()
+		}
+		return nil, fmt.Errorf("admin listen %s is the agent listen address: give operations their own port", r.listen)
+	}
+	t.adminGuard = r.newAdminGuard(t)
 	r.routes.Store(t)
 	var l listenerLimits
 	for _, s := range t.byPath {
 		l.add(&s.cfg)
 	}
 	r.srv = newFastHTTPServer(r.Handler, log, l)
+	r.adm = newFastHTTPServer(r.AdminHandler, log, listenerLimits{maxBody: 1 << 10, maxHeader: l.maxHeader, readTimeout: l.readTimeout})
 	return r, nil
 }
 
@@ -81,6 +108,9 @@ func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
 	}
 	for _, c := range ups {
 		c.Listen = r.listen
+		if r.admin != "" {
+			c.AdminListen = r.admin // the running one: a listener cannot move
+		}
 		if err := c.normalize(); err != nil {
 			return fail(err)
 		}
@@ -150,6 +180,7 @@ func (r *Router) Reload(ups []Config) error {
 			drop = append(drop, s) // removed
 		}
 	}
+	t.adminGuard = r.newAdminGuard(t)
 	r.routes.Store(t)
 	for _, s := range drop {
 		go s.drain(30 * time.Second)
@@ -167,8 +198,10 @@ func (t *routeTable) names() []string {
 	return n
 }
 
-// Handler routes a request to its upstream's server or an operations
-// endpoint.
+// Handler routes an agent's request to its upstream's server. Besides the
+// upstreams it serves /healthz, which says "ok" and nothing else, so that
+// it needs no guard (a kubelet probe or `mcpheal healthcheck` send any
+// Host); /metrics and /readyz are on the admin listener only.
 func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	t := r.routes.Load()
 	path := ctx.Path()
@@ -183,10 +216,39 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		r.wellKnown(ctx, t, p)
 		return
 	}
-	switch string(path) {
+	if string(path) == "/healthz" {
+		healthy(ctx)
+		return
+	}
+	ctx.Error("not found\n", fasthttp.StatusNotFound)
+}
+
+func healthy(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.SetBodyString("ok\n")
+}
+
+// AdminHandler serves the admin listener: /metrics, /readyz (naming the
+// upstreams that are not ready, and why) and /healthz. It is for operators
+// and their tools, on loopback by default; like the agent listener it
+// refuses DNS rebinding: Host must be an IP address, localhost, the admin
+// listen host or an allowed host, and a browser's Origin one of those names.
+func (r *Router) AdminHandler(ctx *fasthttp.RequestCtx) {
+	t := r.routes.Load()
+	host := ctx.Request.Header.Host()
+	hostOK := t.adminGuard.allowHost(host) || isIPHost(host)
+	if !hostOK || !t.adminGuard.allowOrigin(ctx.Request.Header.PeekBytes(hdrOrigin)) {
+		ctx.Error("forbidden: Host or Origin not allowed\n", fasthttp.StatusForbidden)
+		return
+	}
+	if !ctx.IsGet() && !ctx.IsHead() {
+		ctx.Response.Header.Set("Allow", "GET, HEAD")
+		ctx.Error("method not allowed\n", fasthttp.StatusMethodNotAllowed)
+		return
+	}
+	switch string(ctx.Path()) {
 	case "/healthz":
-		ctx.SetContentType("text/plain; charset=utf-8")
-		ctx.SetBodyString("ok\n")
+		healthy(ctx)
 	case "/readyz":
 		r.ready(ctx, t)
 	case "/metrics":
@@ -194,6 +256,27 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	default:
 		ctx.Error("not found\n", fasthttp.StatusNotFound)
 	}
+}
+
+// newAdminGuard accepts the admin listen host, the localhost forms and
+// every upstream's allowed hosts.
+func (r *Router) newAdminGuard(t *routeTable) hostGuard {
+	var extra []string
+	for _, c := range t.configs {
+		extra = append(extra, c.AllowedHosts...)
+	}
+	listen := r.admin
+	if listen == adminOff {
+		listen = ""
+	}
+	return newHostGuard(listen, extra)
+}
+
+// isIPHost reports whether a Host value is an IP address (with or without
+// port). DNS rebinding needs a name, so an address is safe to accept: it is
+// how Prometheus and the kubelet reach a pod.
+func isIPHost(h []byte) bool {
+	return len(h) > 0 && net.ParseIP(hostname(b2s(h))) != nil
 }
 
 // wellKnown routes OAuth discovery to the upstream whose path ends it
@@ -261,14 +344,38 @@ func (r *Router) URLs() map[string]string {
 	return out
 }
 
-// Serve answers on ln until Shutdown.
+// Serve answers agents on ln until Shutdown.
 func (r *Router) Serve(ln net.Listener) error { return r.srv.Serve(ln) }
 
-// ListenAndServe listens on the router's address and serves.
+// ServeAdmin answers the operations endpoints on ln until Shutdown.
+func (r *Router) ServeAdmin(ln net.Listener) error { return r.adm.Serve(ln) }
+
+// AdminAddr is the admin listener's address, or "" when it is off.
+func (r *Router) AdminAddr() string {
+	if r.admin == adminOff {
+		return ""
+	}
+	return r.admin
+}
+
+// ListenAndServe listens on the router's address, and on the admin address
+// unless it is off, and serves both until Shutdown.
 func (r *Router) ListenAndServe() error {
 	ln, err := net.Listen("tcp", r.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	if a := r.AdminAddr(); a != "" {
+		aln, err := net.Listen("tcp", a)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listen: %w", err)
+		}
+		go func() {
+			if err := r.ServeAdmin(aln); err != nil {
+				r.log.Error().Err(err).Msg("admin listener stopped")
+			}
+		}()
 	}
 	return r.Serve(ln)
 }
@@ -283,7 +390,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	for _, s := range t.servers() {
 		s.streams.stopAll() // held-open GET streams would stall the drain
 	}
-	err := r.srv.ShutdownWithContext(ctx)
+	err := errors.Join(r.srv.ShutdownWithContext(ctx), r.adm.ShutdownWithContext(ctx))
 	var wg sync.WaitGroup
 	for _, list := range append([][]*Server{t.servers()}, valuesOf(t.retired)...) {
 		for _, s := range list {

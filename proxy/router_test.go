@@ -17,27 +17,44 @@ import (
 // base URL.
 func startRouter(t *testing.T, ups []Config) (*Router, string) {
 	t.Helper()
+	r, base, _, _ := startRouterAdmin(t, ups)
+	return r, base
+}
+
+// startRouterAdmin is startRouter that also serves the admin listener on
+// another 127.0.0.1 port, and returns its base URL and the router's log.
+func startRouterAdmin(t *testing.T, ups []Config) (r *Router, base, admin string, logs *testLog) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &testLog{t: t}
-	r, err := NewRouter(ln.Addr().String(), ups, zeroLog(logs))
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); r.Serve(ln) }()
+	for i := range ups {
+		ups[i].AdminListen = aln.Addr().String()
+	}
+	logs = &testLog{t: t}
+	r, err = NewRouter(ln.Addr().String(), ups, zeroLog(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{}, 2)
+	go func() { r.Serve(ln); done <- struct{}{} }()
+	go func() { r.ServeAdmin(aln); done <- struct{}{} }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		r.Shutdown(ctx)
 		<-done
+		<-done
 		if t.Failed() {
 			t.Logf("router log:\n%s", logs.String())
 		}
 	})
-	return r, "http://" + ln.Addr().String()
+	return r, "http://" + ln.Addr().String(), "http://" + aln.Addr().String(), logs
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -70,21 +87,23 @@ func TestRouterTwoUpstreams(t *testing.T) {
 	}
 }
 
-// TestReadyz: ready while every upstream is reachable; 503 naming the one
-// that is down.
+// TestReadyz: on the admin listener, ready while every upstream is
+// reachable; 503 naming the one that is down.
 func TestReadyz(t *testing.T) {
 	t.Parallel()
 	a, b := startGoSDK(t, goSDKOpts{}), startGoSDK(t, goSDKOpts{})
-	_, base := startRouter(t, []Config{{Name: "alpha", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "beta", Upstream: b.URL(), Path: "/b/mcp"}})
-	if code, body := get(t, base+"/readyz"); code != 200 {
+	_, base, admin, _ := startRouterAdmin(t, []Config{{Name: "alpha", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "beta", Upstream: b.URL(), Path: "/b/mcp"}})
+	if code, body := get(t, admin+"/readyz"); code != 200 {
 		t.Fatalf("readyz: %d %q", code, body)
 	}
-	if code, _ := get(t, base+"/healthz"); code != 200 {
-		t.Fatal("healthz")
+	for _, u := range []string{base + "/healthz", admin + "/healthz"} {
+		if code, _ := get(t, u); code != 200 {
+			t.Fatalf("%s: %d", u, code)
+		}
 	}
 	b.Stop()
 	peerWait(t, "readyz to notice", func() bool {
-		code, body := get(t, base+"/readyz")
+		code, body := get(t, admin+"/readyz")
 		return code == 503 && strings.Contains(body, "beta") && !strings.Contains(body, "alpha")
 	})
 }
@@ -94,7 +113,7 @@ func TestReadyz(t *testing.T) {
 func TestMetricsAfterHeal(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	_, base := startRouter(t, []Config{{Name: "gosdk", Upstream: up.URL(), Path: "/mcp"}})
+	_, base, admin, _ := startRouterAdmin(t, []Config{{Name: "gosdk", Upstream: up.URL(), Path: "/mcp"}})
 	sid := peerRawInitialize(t, base+"/mcp")
 	call := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"m"}}}`
 	peerRawPost(t, base+"/mcp", sid, call)
@@ -102,7 +121,7 @@ func TestMetricsAfterHeal(t *testing.T) {
 	if resp, body := peerRawPost(t, base+"/mcp", sid, call); resp.StatusCode != 200 {
 		t.Fatalf("call after expiry: %d %q", resp.StatusCode, body)
 	}
-	code, text := get(t, base+"/metrics")
+	code, text := get(t, admin+"/metrics")
 	if code != 200 {
 		t.Fatalf("metrics: %d", code)
 	}

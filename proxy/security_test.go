@@ -428,6 +428,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 		{Name: "pass", Upstream: up.url, Path: "/mcp"},
 		{Name: "owned", Upstream: up.url, Path: "/owned/mcp", Credentials: creds},
 		{Name: "inbound", Upstream: up.url, Path: "/in/mcp", AuthTokens: []string{"inbound-secret-0123456789"}},
+		{Name: "broken", Upstream: startBrokenUpstream(t), Path: "/broken/mcp", HealTimeout: time.Second},
 	}, zeroLog(logs))
 	if err != nil {
 		t.Fatal(err)
@@ -446,12 +447,31 @@ func TestSecretsNeverLogged(t *testing.T) {
 	sids = append(sids, osid)
 	authPost(t, base+"/in/mcp", "", "wrong-inbound-secret-00", secInitBody)
 	authPost(t, base+"/mcp", sid, "log-victim-token-1", `{"jsonrpc":"2.0","id":9,`) // malformed
+	// Malformed requests fasthttp rejects before the handler: its error
+	// message would quote the request head.
+	for _, head := range []string{
+		"POST /mcp HTTP/1.1\r\n" + rawSecretHeaders,                                                      // no Host
+		"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" + rawSecretHeaders + "Cookie RAW-SECRET-TOKEN-x\r\n", // header line without a colon
+		"GARBAGE\x01 /mcp?x HTTP/9\r\nHost: 127.0.0.1\r\n" + rawSecretHeaders,                            // garbage request line
+	} {
+		rawExchange(t, ln.Addr().String(), head+"Content-Length: 2\r\n\r\n{}")
+	}
+	// An upstream answer whose head does not parse and quotes the upstream
+	// session id: logged (the call was refused), but without header values.
+	bsid := peerRawInitialize(t, base+"/broken/mcp")
+	sids = append(sids, bsid)
+	peerRawPost(t, base+"/broken/mcp", bsid, echoCall)
+	peerRawPost(t, base+"/broken/mcp", bsid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
 	out := logs.String()
+	if !strings.Contains(out, "error when serving connection") || !strings.Contains(out, "not replayed") {
+		t.Fatalf("the malformed requests or the broken upstream answer were not logged; log:\n%s", out)
+	}
 	if !strings.Contains(out, "session healed") {
 		t.Fatalf("the scenarios did not heal; log:\n%s", out)
 	}
 	secrets := []string{"log-victim-token-1", "stolen-attempt-token", "agent-secret-abc123", "owned-token-0001",
-		"client-secret-xyz", "inbound-secret-0123456789", "wrong-inbound-secret", "secret-answer"}
+		"client-secret-xyz", "inbound-secret-0123456789", "wrong-inbound-secret", "secret-answer",
+		"RAW-SECRET-TOKEN", "RAW-SECRET-SID", "UPSTREAM-SECRET"}
 	secrets = append(secrets, sids...)
 	for _, s := range secrets {
 		if strings.Contains(out, s) {
@@ -470,4 +490,70 @@ func TestSecretsNeverLogged(t *testing.T) {
 		t.Fatal("no log lines")
 	}
 	_ = errors.New
+}
+
+// rawSecretHeaders are the credential and session id a malformed raw
+// request carries.
+const rawSecretHeaders = "Authorization: Bearer RAW-SECRET-TOKEN-0123456789\r\n" +
+	"Mcp-Session-Id: RAW-SECRET-SID-0123456789\r\nContent-Type: application/json\r\n"
+
+// rawExchange writes req on a new connection and reads until the proxy
+// closes it or a second passes.
+func rawExchange(t *testing.T, addr, req string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+// startBrokenUpstream is a raw TCP MCP server: initialize gets a good answer
+// with session id UPSTREAM-SECRET-SID-…, notifications 202, and every other
+// request an answer whose head is broken (a line without a colon) and
+// quotes the session id again.
+func startBrokenUpstream(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	const sid = "UPSTREAM-SECRET-SID-0123456789"
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					switch {
+					case strings.Contains(string(body), `"initialize"`):
+						ans := `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"broken","version":"1"}}}`
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n%s", sid, len(ans), ans)
+					case strings.Contains(string(body), `"notifications/`):
+						io.WriteString(c, "HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+					default:
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nMcp-Session-Id: %s\r\nX-Secret UPSTREAM-SECRET-HEADER\r\nContent-Type: application/json\r\n\r\n", sid)
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/mcp"
 }

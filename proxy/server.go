@@ -95,7 +95,32 @@ type Config struct {
 	// MaxHeaderBytes caps the request head; zero means 16 KiB. Beyond it the
 	// agent gets 431.
 	MaxHeaderBytes int
+	// MaxJSONDepth is the deepest nesting of arrays and objects an agent's
+	// JSON body may have; zero means 64. Deeper → 400.
+	MaxJSONDepth int
+	// MaxInitBody caps an agent's initialize body; zero means 64 KiB.
+	// Larger → 413.
+	MaxInitBody int
+	// MaxAnswer caps an upstream answer mcpheal reads whole (a JSON body, or
+	// an SSE answer mcpheal reads itself rather than relays); zero means
+	// 32 MiB.
+	MaxAnswer int
+	// MaxSSELine caps the longest SSE line mcpheal holds whole while
+	// relaying; zero means 32 MiB.
+	MaxSSELine int
+	// WriteTimeout bounds a single write to an agent: one that takes longer
+	// (a slow or stalled reader) ends that agent's connection; zero means
+	// 30 s. It is per write, not per response, so long SSE streams live on.
+	WriteTimeout time.Duration
+	// AdminListen is the operations listener's address: /metrics, /readyz
+	// (with which upstream is down and why) and /healthz. Zero means
+	// 127.0.0.1:8788; "off" disables it. It belongs to the process, not the
+	// upstream: a Router takes it from its upstreams, which must agree.
+	AdminListen string
 }
+
+// adminOff is the AdminListen value that disables the operations listener.
+const adminOff = "off"
 
 func (c *Config) normalize() error {
 	if c.Upstream == "" {
@@ -112,6 +137,17 @@ func (c *Config) normalize() error {
 	c.MaxSessionsPerCredential = orInt(c.MaxSessionsPerCredential, 1000)
 	c.ReadTimeout = orDur(c.ReadTimeout, 30*time.Second)
 	c.MaxHeaderBytes = orInt(c.MaxHeaderBytes, 16<<10)
+	c.MaxJSONDepth = orInt(c.MaxJSONDepth, 64)
+	c.MaxInitBody = orInt(c.MaxInitBody, 64<<10)
+	c.MaxAnswer = orInt(c.MaxAnswer, 32<<20)
+	c.MaxSSELine = orInt(c.MaxSSELine, 32<<20)
+	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
+	c.AdminListen = orStr(c.AdminListen, "127.0.0.1:8788")
+	if c.AdminListen != adminOff {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			return fmt.Errorf("admin listen %q: want host:port or %q", c.AdminListen, adminOff)
+		}
+	}
 	if len(c.AuthTokens) == 0 && !c.InsecureListen && !isLoopback(c.Listen) {
 		return fmt.Errorf("listening on %s without inbound auth: set auth tokens, or allow it explicitly (insecure listen)", c.Listen)
 	}
@@ -175,7 +211,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	up, err := upstream.New(upstream.Config{URL: cfg.Upstream, MaxIdleConn: cfg.MaxIdleConn})
+	up, err := upstream.New(upstream.Config{URL: cfg.Upstream, MaxIdleConn: cfg.MaxIdleConn, MaxResponseBody: cfg.MaxAnswer})
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
@@ -196,8 +232,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		s.replayTools[t] = true
 	}
 	s.store, err = session.NewStore(session.StoreConfig{
-		MaxSessions: cfg.MaxSessions,
-		IdleTTL:     cfg.SessionTTL,
+		MaxSessions:      cfg.MaxSessions,
+		MaxPerCredential: cfg.MaxSessionsPerCredential,
+		IdleTTL:          cfg.SessionTTL,
 	}, s.sessionDropped)
 	if err != nil {
 		return nil, fmt.Errorf("session store: %w", err)
@@ -246,8 +283,23 @@ func newFastHTTPServer(h fasthttp.RequestHandler, log zerolog.Logger, l listener
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		// fasthttp quotes the request head (Authorization included) in its
+		// errors unless told not to; fasthttpLogger strips what remains.
+		SecureErrorLogMessage: true,
 		Logger:                fasthttpLogger{log},
+		// No WriteTimeout: fasthttp's bounds a whole response and would cut
+		// long SSE streams. Config.WriteTimeout bounds each write instead.
 	}
+}
+
+// Defaults returns the values the zero fields of a Config take, so that
+// flags and config files can show them without restating them (the
+// session store's and upstream client's own defaults aside).
+func Defaults() Config {
+	c := Config{Upstream: "http://127.0.0.1/mcp"}
+	_ = c.normalize() // a valid loopback config: no error
+	c.Upstream = ""
+	return c
 }
 
 // isLoopback reports whether a listen address only takes local connections.
@@ -400,11 +452,37 @@ func sameCredential(sess *session.Session, fp fingerprint) bool {
 }
 
 // fasthttpLogger routes fasthttp's own messages (malformed requests,
-// oversized bodies: client mistakes) to debug level.
+// oversized bodies: client mistakes) to debug level. It never prints what
+// the client sent: errors keep only their text before the first quoted
+// part, addresses and numbers pass, any other argument is redacted.
 type fasthttpLogger struct{ log zerolog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug().Msgf(format, args...)
+	safe := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case error:
+			safe[i] = safeError(v)
+		case net.Addr, int, int64, uint64, float64, time.Duration:
+			safe[i] = v
+		default:
+			safe[i] = "[redacted]"
+		}
+	}
+	l.log.Debug().Msgf(format, safe...)
+}
+
+// safeError is err's message up to the first quoted part or buffer dump:
+// fasthttp quotes offending request bytes (a header line, the request
+// line, the URI) there.
+func safeError(err error) string {
+	msg := err.Error()
+	for _, cut := range []string{`"`, "contents", "\r", "\n"} {
+		if i := strings.Index(msg, cut); i >= 0 {
+			msg = msg[:i]
+		}
+	}
+	return strings.TrimRight(msg, " :,=")
 }
 
 func orStr(s, def string) string {

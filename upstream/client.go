@@ -240,7 +240,7 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return fail("read", err)
+		return fail("read", headError(err))
 	}
 	closeConn := req.Header.ConnectionClose() || resp.Header.ConnectionClose()
 	if isEventStream(resp.Header.ContentType()) && hasBody(resp.StatusCode()) {
@@ -262,6 +262,9 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 	}
 	if hasBody(resp.StatusCode()) {
 		if err := resp.ReadBody(cn.br, c.maxBody); err != nil {
+			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				err = &TooLargeError{Limit: c.maxBody}
+			}
 			return fail("read", err)
 		}
 	}
@@ -271,6 +274,29 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 		c.pool.put(cn)
 	}
 	return nil
+}
+
+// TooLargeError is the error of a JSON answer larger than
+// Config.MaxResponseBody. The upstream answered: it is no transport death.
+type TooLargeError struct{ Limit int }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("answer larger than the %d-byte limit", e.Limit)
+}
+
+// ErrMalformedHead is the error of an answer whose head could not be
+// parsed.
+var ErrMalformedHead = errors.New("malformed response head")
+
+// headError keeps what a network error says and drops what fasthttp's
+// parse errors quote of the head itself: header values such as an upstream
+// Mcp-Session-Id or a cookie, which must never reach a log.
+func headError(err error) error {
+	var ne net.Error
+	if IsTimeout(err) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return err
+	}
+	return ErrMalformedHead
 }
 
 // hasBody reports whether a response with this status may carry a body

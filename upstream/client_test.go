@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -542,5 +543,76 @@ func TestReusedAtOnceThenDiesIsDelivered(t *testing.T) {
 				t.Errorf("upstream accepted %d connections, want 1 (no resend)", n)
 			}
 		})
+	}
+}
+
+// TestMalformedHeadQuotesNothing: an upstream answering a head that does
+// not parse gets an error that quotes none of it (its header values, such
+// as an upstream session id, must never reach a log).
+func TestMalformedHeadQuotesNothing(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4096)
+		_, _ = c.Read(buf)
+		_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nMcp-Session-Id: UPSTREAM-SECRET-SID\r\nNoColon UPSTREAM-SECRET-HDR\r\n\r\n"))
+	}()
+	c, err := New(Config{URL: "http://" + ln.Addr().String() + "/mcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetBodyString(`{}`)
+	resp := AcquireResponse()
+	defer ReleaseResponse(resp)
+	err = c.Do(req, resp, time.Now().Add(5*time.Second))
+	if !errors.Is(err, ErrMalformedHead) || strings.Contains(err.Error(), "SECRET") {
+		t.Fatalf("err = %v; want ErrMalformedHead quoting nothing of the head", err)
+	}
+	if !Delivered(err) {
+		t.Fatal("the request was written: it may have run")
+	}
+}
+
+// TestAnswerTooLarge: a JSON answer past MaxResponseBody is a
+// TooLargeError naming the limit, not a lost connection.
+func TestAnswerTooLarge(t *testing.T) {
+	t.Parallel()
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(bytes.Repeat([]byte("x"), 4096))
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+	c, err := New(Config{URL: "http://" + ln.Addr().String() + "/mcp", MaxResponseBody: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	resp := AcquireResponse()
+	defer ReleaseResponse(resp)
+	err = c.Do(req, resp, time.Now().Add(5*time.Second))
+	var tl *TooLargeError
+	if !errors.As(err, &tl) || tl.Limit != 1024 {
+		t.Fatalf("err = %v, want a TooLargeError with limit 1024", err)
 	}
 }
