@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"time"
 
@@ -44,6 +46,8 @@ const (
 	// outEndResumption: an empty event stream for a GET resuming a dead
 	// session's events.
 	outEndResumption
+	// outTooLarge: 502, the upstream's answer passed max_answer.
+	outTooLarge
 )
 
 // answer writes the agent's answer for out and counts it. It reports
@@ -55,6 +59,9 @@ func (a *attempt) answer(out outcome) bool {
 		c.request(&a.msg, out.class)
 		if out.class == classify.OK && a.sess != nil {
 			a.accepted()
+			if a.msg.isRequest() {
+				a.s.store.Used(a.sess) // the upstream took a call: admission keeps it
+			}
 		}
 		return a.s.respond(a)
 	case outRefused:
@@ -82,6 +89,12 @@ func (a *attempt) answer(out outcome) bool {
 	case outEndResumption:
 		c.request(&a.msg, classify.OK)
 		endResumption(a.ctx)
+	case outTooLarge:
+		c.request(&a.msg, out.class)
+		a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Err(out.err).
+			Msg("upstream answer too large; not relayed")
+		writeError(a.ctx, fasthttp.StatusBadGateway, codeTooLarge, a.msg.idOrNull(),
+			"upstream answer larger than mcpheal's max_answer limit ("+out.err.Error()+")")
 	}
 	return false
 }
@@ -119,6 +132,21 @@ func (a *attempt) accepted() {
 		a.sess.Rebind(fp.String(), recipeHeaders(&a.req.Header))
 		a.s.log.Info().Str(logSession, a.sess.ID.Short()).Msg("session credential rotated")
 	}
+}
+
+// armWrite bounds the next write to the agent by Config.WriteTimeout: an
+// agent that stops reading its answer (or never started) loses its
+// connection instead of pinning the answer in memory. Streams re-arm before
+// each write; fasthttp writes a buffered answer right after the handler.
+func (s *Server) armWrite(c net.Conn) {
+	if c == nil {
+		return
+	}
+	// A RequestCtx made by Init (tests, fasthttp.TimeoutHandler) has a
+	// stand-in connection whose methods panic.
+	defer func() { _ = recover() }()
+	err := c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	println("armWrite", s.cfg.WriteTimeout.String(), fmt.Sprintf("%T %v", c, err))
 }
 
 // respond writes the upstream answer to the agent: status and headers
@@ -163,7 +191,7 @@ func (s *Server) respond(a *attempt) bool {
 		s.count.bytesOut.Add(uint64(len(a.out)))
 		return false
 	}
-	a.outPos = 0
+	a.outPos, a.conn = 0, ctx.Conn()
 	ctx.Response.SetBodyStream((*sseBody)(a), -1)
 	return true
 }
@@ -203,7 +231,7 @@ func (a *attempt) finish() bool {
 			break
 		}
 		if a.eof {
-			return true // cut: an event past maxEvent
+			return true // cut: a line past max_sse_line
 		}
 	}
 	// The server keeps the stream open after the response: stream the
@@ -224,7 +252,7 @@ func (a *attempt) relay(out, p []byte, rerr error) []byte {
 }
 
 // settle finishes the relay of one read: it sets a.eof when the answer is
-// over (the upstream stream ended or broke, or a line passed maxEvent) and
+// over (the upstream stream ended or broke, or a line passed max_sse_line) and
 // learns the tools of a tools/list answer once its response has passed.
 func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 	if serr == nil && rerr == nil {
@@ -245,7 +273,7 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 	switch {
 	case serr != nil:
 		code, why = codeTooLarge, "upstream answer has an SSE line larger than mcpheal's limit of "+
-			strconv.Itoa(maxEvent)+" bytes; the answer was cut"
+			strconv.Itoa(a.rw.max)+" bytes (max_sse_line); the answer was cut"
 	case !a.replaySafe:
 		a.s.count.replaysRefused.Add(1)
 		code, why = codeMaybeExecuted, "upstream connection lost after the request was sent; "+a.msg.method+
@@ -328,6 +356,7 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 		if len(p) == 0 {
 			return nil
 		}
+		a.s.armWrite(a.conn)
 		n, err := w.Write(p)
 		total += int64(n)
 		a.s.count.bytesOut.Add(uint64(n))
@@ -370,6 +399,7 @@ const relayBuf = 64 << 10
 // left early) and the attempt.
 func (b *sseBody) Close() error {
 	a := (*attempt)(b)
+	a.s.armWrite(a.conn) // the chunked answer's end is written after Close
 	upstream.ReleaseResponse(a.resp)
 	a.release()
 	return nil

@@ -105,7 +105,7 @@ func (s *Server) call(c *upcall) (reply, error) {
 	rep := reply{status: resp.StatusCode(), session: session.UpstreamID(resp.Header.PeekBytes(hdrSessionID))}
 	stream := resp.IsStream()
 	var er eventRewriter
-	_, msg, err := readAnswer(resp, &er)
+	_, msg, err := readAnswer(resp, &er, s.cfg.MaxAnswer)
 	if err != nil {
 		rep.class = classify.TransportDead
 		return rep, err

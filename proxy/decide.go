@@ -19,9 +19,13 @@ const (
 	// actFail answers 503 with Retry-After: the upstream dropped the session
 	// it had just created; the agent's session stays valid.
 	actFail
+	// actTooLarge answers 502 with -32016: the upstream's answer passed
+	// mcpheal's cap. The upstream answered, so it is neither retried nor a
+	// transport failure.
+	actTooLarge
 )
 
-var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail"}
+var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too large"}
 
 func (a action) String() string { return actionNames[a] }
 
@@ -48,6 +52,8 @@ type facts struct {
 	mayHeal bool
 	// healed: this request already healed the session once.
 	healed bool
+	// tooLarge: the answer passed max_answer and was not read.
+	tooLarge bool
 }
 
 // decide is the README's "What it does with each answer" and "Replay
@@ -60,6 +66,9 @@ type facts struct {
 // was written is ambiguous, and an ambiguous request that is not replay-safe
 // is refused, never run twice.
 func decide(f facts) action {
+	if f.tooLarge {
+		return actTooLarge // never replayed: it ran, and would be as large again
+	}
 	switch f.class {
 	case classify.SessionGone:
 		switch {

@@ -65,6 +65,11 @@ func TestDecide(t *testing.T) {
 		}), actRetry},
 		{"session-less traffic retries when not dispatched", facts{class: classify.TransportDead}, actRetry},
 		{"session-less tools/call refused when it may have run", facts{class: classify.TransportDead, dispatched: true}, actRefuse},
+
+		// An answer past max_answer: mcpheal's 502, never a retry.
+		{"answer too large, replay-safe", with(sess, func(f *facts) {
+			f.class, f.tooLarge, f.replaySafe, f.dispatched = classify.Protocol, true, true, true
+		}), actTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,9 +86,9 @@ func TestDecide(t *testing.T) {
 func TestDecideNeverRunsTwice(t *testing.T) {
 	t.Parallel()
 	for c := classify.Class(0); c <= classify.Protocol+1; c++ {
-		for bits := 0; bits < 32; bits++ {
+		for bits := 0; bits < 64; bits++ {
 			f := facts{class: c, dispatched: bits&1 != 0, replaySafe: bits&2 != 0,
-				session: bits&4 != 0, mayHeal: bits&8 != 0, healed: bits&16 != 0}
+				session: bits&4 != 0, mayHeal: bits&8 != 0, healed: bits&16 != 0, tooLarge: bits&32 != 0}
 			got := decide(f)
 			if got == actRetry && f.dispatched && !f.replaySafe {
 				t.Errorf("decide(%+v) = retry: a request that may have run would run twice", f)

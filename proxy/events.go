@@ -41,7 +41,8 @@ type eventRewriter struct {
 	// ends without one leaves its request unanswered).
 	answered bool
 
-	// The line relay (relay.go).
+	// The line relay (relay.go). max caps a line held whole (0: no cap).
+	max   int
 	lines sse.Lines
 	mode  lineMode
 	held  []byte // the current line, while it must be seen whole

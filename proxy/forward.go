@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"errors"
+	"net"
 	"sync"
 	"time"
 
@@ -26,7 +28,7 @@ type attempt struct {
 	// replaySafe: the request may run twice without harm (see replayable);
 	// decided once, before the first send.
 	replaySafe bool
-	healed     bool      // this request healed the session once
+	healed     bool // this request healed the session once
 	// mayHaveRun: an exchange of this request may have reached the
 	// upstream's dispatcher (see facts.dispatched).
 	mayHaveRun bool
@@ -44,8 +46,9 @@ type attempt struct {
 	out        []byte
 	outPos     int
 	first      []byte
-	firstWhole bool // first is a complete event, not a prefix past peekLimit
-	eof        bool // the upstream stream has ended
+	firstWhole bool     // first is a complete event, not a prefix past peekLimit
+	eof        bool     // the upstream stream has ended
+	conn       net.Conn // the agent's connection, while sseBody writes to it
 }
 
 var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
@@ -118,6 +121,8 @@ func (a *attempt) loop() outcome {
 			return outcome{kind: outRefused, class: f.class, err: err}
 		case actFail:
 			return outcome{kind: outDown, why: "upstream dropped the new session at once"}
+		case actTooLarge:
+			return outcome{kind: outTooLarge, class: f.class, err: err}
 		case actRetry:
 			if !a.backoff() {
 				return outcome{kind: outDown, why: "upstream unreachable"}
@@ -162,6 +167,10 @@ func (a *attempt) judge(err error) facts {
 	f := facts{replaySafe: a.replaySafe, session: a.sess != nil, healed: a.healed}
 	if err != nil {
 		f.class, f.dispatched = failClass(err), upstream.Delivered(err)
+		var tl *upstream.TooLargeError
+		if errors.As(err, &tl) {
+			f.class, f.tooLarge = classify.Protocol, true // it answered
+		}
 		return f
 	}
 	r := a.resp
@@ -171,7 +180,7 @@ func (a *attempt) judge(err error) facts {
 		// The standalone stream may stay quiet for minutes: judge the head.
 		f.class = classify.Classify(status, ct, nil)
 	case r.IsStream():
-		a.rw.gen = a.gen
+		a.rw.gen, a.rw.max = a.gen, a.s.cfg.MaxSSELine
 		a.rw.watch = a.msg.method == "tools/list" && a.sess != nil
 		var ok bool
 		a.out, a.first, a.firstWhole, ok = peekFirst(r, &a.rw, a.out[:0], a.readBuf())

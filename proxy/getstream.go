@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"net"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 // stops the pump when the agent goes away.
 type getStream struct {
 	s    *Server
+	conn net.Conn // the agent's connection: each write is bounded by WriteTimeout
 	sess *session.Session
 	hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
 	out  chan []byte             // rewritten events, pump → writer
@@ -105,6 +107,7 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	s.streams.add(sess.ID, g)
 	s.bg.Add(1)
 	go g.pump()
+	g.conn = ctx.Conn()
 	ctx.SetBodyStreamWriter(g.write)
 }
 
@@ -141,6 +144,7 @@ func (g *getStream) write(w *bufio.Writer) {
 		case <-g.quit:
 			return
 		}
+		g.s.armWrite(g.conn)
 		if _, err := w.Write(b); err != nil || w.Flush() != nil {
 			return
 		}
@@ -167,7 +171,7 @@ func (g *getStream) pump() {
 		g.mu.Lock()
 		resp, gen := g.resp, g.gen
 		g.mu.Unlock()
-		er := eventRewriter{gen: gen}
+		er := eventRewriter{gen: gen, max: g.s.cfg.MaxSSELine}
 		for {
 			n, err := resp.Read(buf)
 			out, aliased, serr := er.stream(nil, buf[:n])
@@ -178,7 +182,7 @@ func (g *getStream) pump() {
 				break
 			}
 			if err != nil || serr != nil {
-				break // ended, cut, or a line past maxEvent: reopen
+				break // ended, cut, or a line past max_sse_line: reopen
 			}
 		}
 		g.mu.Lock()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,7 +36,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 		s.count.upstreamInits.Add(1)
 		err := s.do(a.req, a.resp, time.Now().Add(s.cfg.ResponseTimeout))
 		if err == nil {
-			raw, msg, err = readAnswer(a.resp, &er)
+			raw, msg, err = readAnswer(a.resp, &er, s.cfg.MaxAnswer)
 		}
 		if err != nil || a.resp.StatusCode() >= 500 {
 			s.upFailure()
@@ -68,20 +69,27 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 		return
 	}
 	recipe := session.Recipe{
-		InitBody:        append([]byte(nil), ctx.PostBody()...),
+		InitBody:        session.Intern(ctx.PostBody()),
 		ProtocolVersion: version,
 		Credential:      s.fingerprint(ctx.Request.Header.PeekBytes(hdrAuthorization)).String(),
 		Header:          recipeHeaders(&a.req.Header),
 	}
 	sess := session.New(session.NewClientID(), recipe,
 		session.UpstreamID(r.Header.PeekBytes(hdrSessionID)))
-	if !s.admit(recipe.Credential) {
+	if err := s.store.Add(sess); err != nil {
+		// Admission never evicts a session at work (session.Store.Add).
 		s.dropMintedSession(r)
-		writeError(ctx, fasthttp.StatusTooManyRequests, codeTooMany, m.idOrNull(),
-			"Too many sessions for this credential")
+		s.log.Warn().Err(err).Int("sessions", s.store.Len()).Msg("initialize refused: session cap reached")
+		if errors.Is(err, session.ErrCredentialFull) {
+			writeError(ctx, fasthttp.StatusTooManyRequests, codeTooMany, m.idOrNull(),
+				"Too many sessions for this credential")
+		} else {
+			writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooMany, m.idOrNull(),
+				"Too many sessions: mcpheal's session cap is reached; retry later")
+		}
+		ctx.Response.Header.Set("Retry-After", "10")
 		return
 	}
-	s.store.Add(sess)
 	ctx.Response.Header.SetBytesK(hdrSessionID, string(sess.ID))
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).
 		Bool("stateful", len(r.Header.PeekBytes(hdrSessionID)) > 0).Msg("session created")
@@ -121,10 +129,10 @@ func initializedVersion(status int, msg []byte) string {
 // notifications/initialized. Failures that delivered nothing or that the
 // server called transient are returned for retry; a refusal of the recipe is
 // errRecipeRefused.
-func (s *Server) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader, initBody []byte, version string) (session.UpstreamID, error) {
+func (s *Server) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader, initBody string, version string) (session.UpstreamID, error) {
 	deadline := deadlineOf(ctx, time.Now().Add(s.cfg.HealTimeout))
 	s.count.upstreamInits.Add(1)
-	rep, err := s.call(&upcall{hdr: agent, body: withID(initBody, s.upcallID("init")), deadline: deadline})
+	rep, err := s.call(&upcall{hdr: agent, body: withID([]byte(initBody), s.upcallID("init")), deadline: deadline})
 	if err != nil {
 		return "", err
 	}

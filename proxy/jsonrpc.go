@@ -102,9 +102,34 @@ func parseMessage(body []byte) (m message) {
 	return m
 }
 
+// jsonDepthOK reports whether no array or object in b nests deeper than
+// max. It scans once, without recursion, skipping strings; it does not
+// validate (gjson.ValidBytes does that after it, with its recursion bounded
+// by max).
+func jsonDepthOK(b []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			if depth++; depth > max {
+				return false
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return true
+}
+
 // requestID returns the raw JSON id of body for error answers, or "null".
 func requestID(body []byte) string {
-	if len(body) == 0 || !gjson.ValidBytes(body) { // an id from broken JSON is no id
+	if len(body) == 0 || !jsonDepthOK(body, 128) || !gjson.ValidBytes(body) { // an id from broken JSON is no id
 		return "null"
 	}
 	id := gjson.Get(b2s(body), "id")

@@ -72,26 +72,3 @@ func (s *Server) closeSessions(ctx context.Context) {
 	wg.Wait()
 	s.Close()
 }
-
-// admit counts a new session under its creating credential; false when the
-// credential already holds MaxSessionsPerCredential.
-func (s *Server) admit(cred string) bool {
-	s.credMu.Lock()
-	defer s.credMu.Unlock()
-	if s.credCount[cred] >= s.cfg.MaxSessionsPerCredential {
-		return false
-	}
-	s.credCount[cred]++
-	return true
-}
-
-// forget releases a session's place under its creating credential.
-func (s *Server) forget(sess *session.Session) {
-	s.credMu.Lock()
-	defer s.credMu.Unlock()
-	if n := s.credCount[sess.Recipe.Credential]; n > 1 {
-		s.credCount[sess.Recipe.Credential] = n - 1
-	} else {
-		delete(s.credCount, sess.Recipe.Credential)
-	}
-}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -29,6 +30,7 @@ const statelessVersion = "2026-07-28"
 // then route by HTTP method. A panic is answered 502 and never spreads.
 func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 	defer s.recoverPanic(ctx)
+	defer s.armWrite(ctx.Conn()) // the answer is written after the handler
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
 	if len(ctx.PostBody()) > s.cfg.MaxBody {
@@ -41,6 +43,12 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !s.inboundAllowed(ctx) {
+		return
+	}
+	if len(ctx.Request.Header.PeekAll(string(hdrSessionID))) > 1 {
+		// Which one would the upstream read? Neither is forwarded.
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, requestID(ctx.PostBody()),
+			"Bad Request: more than one Mcp-Session-Id header")
 		return
 	}
 	switch {
@@ -63,6 +71,12 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 			"Unsupported Media Type: Content-Type must be application/json")
 		return
 	}
+	if !jsonDepthOK(body, s.cfg.MaxJSONDepth) {
+		// Checked first: gjson's validator recurses once per level.
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+			"Invalid Request: JSON nested deeper than "+strconv.Itoa(s.cfg.MaxJSONDepth)+" levels (max_json_depth)")
+		return
+	}
 	if !gjson.ValidBytes(body) {
 		writeError(ctx, fasthttp.StatusBadRequest, codeParseError, "null", "Parse error: body is not valid JSON")
 		return
@@ -76,6 +90,10 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 	sid := ctx.Request.Header.PeekBytes(hdrSessionID)
 	if len(sid) == 0 {
 		switch {
+		case msg.method == "initialize" && len(body) > s.cfg.MaxInitBody:
+			// A recipe is kept for the session's life: agents' are < 2 KiB.
+			writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, msg.idOrNull(),
+				"initialize body larger than "+strconv.Itoa(s.cfg.MaxInitBody)+" bytes (max_init_body)")
 		case msg.method == "initialize":
 			s.initialize(ctx, &msg)
 		case isStatelessEra(ctx, &msg):
@@ -125,7 +143,7 @@ func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	sess, ok := s.lookup(sid)
-	if !ok {
+	if !ok || !s.sameBinding(ctx, sess) {
 		s.sessionNotFound(ctx, "null")
 		return
 	}
@@ -142,16 +160,28 @@ func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
 			"Bad Request: Mcp-Session-Id header is required")
 		return
 	}
-	sess, ok := s.store.Remove(session.ClientID(b2s(sid)))
-	if !ok {
+	sess, ok := s.lookup(sid)
+	if !ok || !s.sameBinding(ctx, sess) {
 		s.sessionNotFound(ctx, "null")
 		return
 	}
-	s.forget(sess)
+	if _, ok = s.store.Remove(sess.ID); !ok {
+		s.sessionNotFound(ctx, "null") // ended meanwhile
+		return
+	}
 	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.deleteUpstream(up, ctx.Request.Header.PeekBytes(hdrAuthorization), false)
 	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// sameBinding reports whether the request carries the credential the
+// session is bound to. A GET or a DELETE under another credential (or
+// none) is answered as for an unknown session: it must neither end the
+// session nor take its stream, and learns nothing of it (README
+// "Security").
+func (s *Server) sameBinding(ctx *fasthttp.RequestCtx, sess *session.Session) bool {
+	return sameCredential(sess, s.fingerprint(ctx.Request.Header.PeekBytes(hdrAuthorization)))
 }
 
 // lookup finds the client session named by the agent's header.

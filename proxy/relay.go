@@ -11,7 +11,7 @@ import (
 // line passes through untouched, with no copy, unless the eventRewriter
 // must see it whole (see mustHold). So a long data line, such as a 12 MB
 // tool result in one event, costs no buffer and no rescan, and memory per
-// stream stays bounded by the longest line held (maxEvent).
+// stream stays bounded by the longest line held (Config.MaxSSELine).
 
 // lineMode is where the relay is within the current line.
 type lineMode uint8
@@ -43,7 +43,7 @@ func (er *eventRewriter) startStream(out []byte) ([]byte, error) {
 // stream relays p. The output is either a prefix of p itself (aliased
 // true: nothing in it changed, and the rest of p is held), or out with the
 // output appended. err is sse.ErrTooLarge when a held line outgrows
-// maxEvent; the stream is then to be cut.
+// er.max; the stream is then to be cut.
 func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err error) {
 	e := emitter{p: p, out: out, aliased: true}
 	for pos := 0; pos < len(p); {
@@ -78,7 +78,7 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 			er.addHead(seg)
 		}
 		if er.mode == lineHeld {
-			if len(er.held) > maxEvent {
+			if er.max > 0 && len(er.held) > er.max {
 				r, _ := e.result()
 				return r, e.aliased, sse.ErrTooLarge
 			}

@@ -126,7 +126,7 @@ func (sc *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "tools/list":
 		sc.toolsList(w, msg.ID)
 	case "tools/call":
-		sc.call(w, msg.ID, msg.Params.Name, fmt.Sprint(msg.Params.Arguments["q"]))
+		sc.call(w, r, msg.ID, msg.Params.Name, fmt.Sprint(msg.Params.Arguments["q"]))
 	default:
 		writeJSON(w, msg.ID, `{}`)
 	}
@@ -167,7 +167,7 @@ func (sc *scripted) toolsList(w http.ResponseWriter, id json.RawMessage) {
 	writeSSE(w, id, result)
 }
 
-func (sc *scripted) call(w http.ResponseWriter, id json.RawMessage, tool, q string) {
+func (sc *scripted) call(w http.ResponseWriter, r *http.Request, id json.RawMessage, tool, q string) {
 	sc.mu.Lock()
 	if tool == "shutting" && sc.shutting {
 		sc.shutting = false
@@ -191,6 +191,30 @@ func (sc *scripted) call(w http.ResponseWriter, id json.RawMessage, tool, q stri
 		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
 			_ = c.Close()
 		}
+	case "huge_json":
+		// A JSON answer of 16 MiB: past a small max_answer, and more than
+		// the kernel buffers for an agent that does not read.
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}`,
+			id, strings.Repeat("h", 16<<20))
+	case "dup_sid":
+		// Two Mcp-Session-Id headers: both must be replaced.
+		w.Header().Add("Mcp-Session-Id", "UPSTREAM-SECOND-ID")
+		writeJSON(w, id, `{"content":[]}`)
+	case "endless":
+		// A data line that never ends, arriving slowly.
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		_, _ = io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"id\":"+string(id)+",\"result\":{\"text\":\"")
+		chunk := strings.Repeat("e", 16<<10)
+		for i := 0; i < 64; i++ {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+			_ = rc.Flush()
+			time.Sleep(5 * time.Millisecond)
+		}
+		<-r.Context().Done()
 	case "progress_crash":
 		// A progress notification, then the server dies mid-answer.
 		w.Header().Set("Content-Type", "text/event-stream")

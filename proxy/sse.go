@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 
 	"github.com/tidwall/gjson"
@@ -24,20 +23,12 @@ import (
 // mcpheal does with it.
 const peekLimit = 64 << 10
 
-// maxAnswer caps an answer read whole for a request mcpheal makes itself
-// (initialize, journal, tools/list, keepalive) and for the agent's
-// initialize.
-const maxAnswer = 32 << 20
-
-// maxEvent caps one event of an SSE answer relayed to the agent.
-const maxEvent = 32 << 20
-
 // errNoEvent: the stream ended before any event with data, so the request
 // got no answer (a server that died or dropped the session mid-call).
 var errNoEvent = errors.New("stream ended before an answer")
 
-// errAnswerTooLarge: an answer read whole passed maxAnswer.
-var errAnswerTooLarge = fmt.Errorf("answer larger than %d bytes", maxAnswer)
+// errAnswerTooLarge: an SSE answer read whole passed Config.MaxAnswer.
+var errAnswerTooLarge = errors.New("SSE answer larger than max_answer")
 
 // readBuf is the size of one read from an upstream stream.
 const readBuf = 16 << 10
@@ -90,8 +81,10 @@ func isResponse(msg []byte) bool {
 // response (events before it, such as progress notifications, are read
 // past; the stream is closed after it). raw is the answer as the agent
 // would get it: the JSON body, or for SSE the events up to the response,
-// rewritten by er. Both are valid until r is reset or er reused.
-func readAnswer(r *upstream.Response, er *eventRewriter) (raw, msg []byte, err error) {
+// rewritten by er. Both are valid until r is reset or er reused. An SSE
+// answer past limit bytes is errAnswerTooLarge (a JSON body is capped by
+// the upstream client).
+func readAnswer(r *upstream.Response, er *eventRewriter, limit int) (raw, msg []byte, err error) {
 	if !r.IsStream() {
 		return r.Body(), r.Body(), nil
 	}
@@ -114,7 +107,7 @@ func readAnswer(r *upstream.Response, er *eventRewriter) (raw, msg []byte, err e
 				return raw, msg, nil
 			}
 		}
-		if er.fr.Buffered()+len(raw) > maxAnswer {
+		if er.fr.Buffered()+len(raw) > limit {
 			return nil, nil, errAnswerTooLarge
 		}
 		n, rerr := r.Read(buf)

@@ -106,11 +106,11 @@ type counters struct {
 	// after an exchange that may have run them. decide forbids it, so it
 	// stays 0: tests assert it as an invariant.
 	unsafeResends atomic.Uint64
-	upstreamInits  atomic.Uint64    // initialize requests sent upstream (agent's and re-inits)
-	upstreamDown   atomic.Uint64    // 503 answers after the heal budget
-	panics         atomic.Uint64
-	bytesIn        atomic.Uint64 // request bodies sent upstream
-	bytesOut       atomic.Uint64 // response bodies returned to agents
+	upstreamInits atomic.Uint64 // initialize requests sent upstream (agent's and re-inits)
+	upstreamDown  atomic.Uint64 // 503 answers after the heal budget
+	panics        atomic.Uint64
+	bytesIn       atomic.Uint64 // request bodies sent upstream
+	bytesOut      atomic.Uint64 // response bodies returned to agents
 
 	healDuration prometheus.Histogram // seconds from first failure to a usable session
 	sessionAge   prometheus.Histogram // seconds an upstream session lived before it died
@@ -156,9 +156,9 @@ type Stats struct {
 	// although they may have run: always 0 unless mcpheal has a bug.
 	UnsafeResends uint64
 	UpstreamDown  uint64
-	Panics         uint64
-	Sessions       int
-	Classes        map[classify.Class]uint64
+	Panics        uint64
+	Sessions      int
+	Classes       map[classify.Class]uint64
 }
 
 // Stats returns a snapshot of the counters.

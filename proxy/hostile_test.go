@@ -1,0 +1,264 @@
+package proxy
+
+// Hostile input: what an agent or an upstream can send to take memory,
+// CPU or another agent's session. Each test names the attack it guards.
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// TestNestedJSONBounded: a 4 MB body of '[' (gjson's validator recursed
+// once per level: ~330 MB for one such request) is refused with 400 at
+// small cost, before any session is looked up.
+func TestNestedJSONBounded(t *testing.T) {
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	body := strings.Repeat("[", 4<<20)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	resp, raw := peerRawPost(t, url, "", body)
+	runtime.ReadMemStats(&after)
+	if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != codeInvalidRequest ||
+		!strings.Contains(string(raw), "max_json_depth") {
+		t.Fatalf("4 MB of '[': %d %s; want 400 naming max_json_depth", resp.StatusCode, raw)
+	}
+	// The body itself is read into memory a few times (client, server);
+	// the validator must add nothing in proportion to the depth.
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Fatalf("one nested body allocated %d MB", grew>>20)
+	}
+	if !jsonDepthOK([]byte(`{"a":"[[[[[[[[","b":[{"c":"\"]]]]"}]}`), 3) {
+		t.Fatal("brackets inside strings counted as nesting")
+	}
+}
+
+// TestInitializeBodyCapped: an initialize body past max_init_body is
+// refused with 413 (each session keeps its initialize for the session's
+// life), and identical ones are kept once.
+func TestInitializeBodyCapped(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	s, url := startProxy(t, up.URL(), func(c *Config) { c.MaxInitBody = 4 << 10 })
+	fat := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"` +
+		strings.Repeat("f", 8<<10) + `","version":"1"}}}`
+	resp, raw := peerRawPost(t, url, "", fat)
+	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusRequestEntityTooLarge || code != codeInvalidRequest ||
+		!strings.Contains(msg, "max_init_body") {
+		t.Fatalf("8 KiB initialize: %d %s; want 413 naming max_init_body", resp.StatusCode, raw)
+	}
+	if n := up.inits.Load(); n != 0 {
+		t.Fatalf("the upstream saw %d initializes, want 0", n)
+	}
+	peerRawInitialize(t, url)
+	peerRawInitialize(t, url)
+	ss := s.store.Sessions()
+	if len(ss) != 2 || unsafe.StringData(ss[0].Recipe.InitBody) != unsafe.StringData(ss[1].Recipe.InitBody) {
+		t.Fatal("two identical initialize bodies are kept twice")
+	}
+}
+
+// TestFloodKeepsSessionsAtWork: with the session cap reached by a flood of
+// bare initializes, a session at work is never evicted to admit more (it
+// once was: LRU), and the flood gets 503 naming the cap.
+func TestFloodKeepsSessionsAtWork(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxSessions = 10 })
+	victim := peerRawInitialize(t, url)
+	if status, _ := callTool(t, url, victim, "lookup"); status != http.StatusOK {
+		t.Fatalf("victim's first call: %d", status)
+	}
+	refused := 0
+	for range 30 {
+		resp, raw := peerRawPost(t, url, "",
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"junk","version":"1"}}}`)
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			if code, _, _ := rpcError(t, raw); code != codeTooMany || resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("refused initialize: %s", raw)
+			}
+			refused++
+		}
+	}
+	if refused != 21 {
+		t.Fatalf("%d of 30 junk initializes refused, want 21 (cap 10, the victim holds one)", refused)
+	}
+	if status, ans := callTool(t, url, victim, "lookup"); status != http.StatusOK || ans.Get("error").Exists() {
+		t.Fatalf("victim after the flood: %d %s; want its session intact", status, ans.Raw)
+	}
+}
+
+// TestSessionHeaderTwice: a request with two Mcp-Session-Id headers is
+// refused with 400; the upstream sees neither.
+func TestSessionHeaderTwice(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"lookup"}}`)
+	req.Header.Add("Mcp-Session-Id", "another")
+	resp, raw := peerRawDo(t, req)
+	if code, _, id := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != codeInvalidRequest || id != "3" {
+		t.Fatalf("two session headers: %d %s; want 400 -32600 with id 3", resp.StatusCode, raw)
+	}
+	if n := up.Runs("lookup"); n != 0 {
+		t.Fatalf("lookup ran %d times", n)
+	}
+}
+
+// TestUpstreamSessionIDTwice: an upstream that sends Mcp-Session-Id twice
+// leaks neither copy: the agent sees its own id, once.
+func TestUpstreamSessionIDTwice(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	resp, _ := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"dup_sid"}}`)
+	if got := resp.Header.Values("Mcp-Session-Id"); len(got) != 1 || got[0] != sid {
+		t.Fatalf("Mcp-Session-Id = %q, want only the agent's %q", got, sid)
+	}
+}
+
+// TestOversizedAnswerNotReplayed: a JSON answer past max_answer is the
+// upstream's answer, too large: the agent gets 502 -32016 naming the cap,
+// the tool ran once although --replay-tool names it, and nothing counts as
+// an outage (it once opened the breaker for every session).
+func TestOversizedAnswerNotReplayed(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	s, url := startProxy(t, up.URL(), func(c *Config) {
+		c.MaxAnswer = 1 << 20
+		c.ReplayTools = []string{"huge_json"}
+	})
+	sid := peerRawInitialize(t, url)
+	for range 3 {
+		resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
+		if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadGateway || code != codeTooLarge ||
+			!strings.Contains(msg, "max_answer") {
+			t.Fatalf("huge_json: %d %s; want 502 -32016 naming max_answer", resp.StatusCode, raw)
+		}
+	}
+	if n := up.Runs("huge_json"); n != 3 {
+		t.Fatalf("huge_json ran %d times for 3 calls, want 3", n)
+	}
+	if st := s.Stats(); st.UpstreamDown != 0 || st.Heals != 0 || s.breakerState() != 0 {
+		t.Fatalf("stats %+v, breaker %d: an answer too large is no outage", st, s.breakerState())
+	}
+}
+
+// TestEndlessSSELineStreams: an upstream event that never ends (no line
+// end, no blank line) no longer pins a core and grows memory: the agent
+// gets the answer's head and the bytes as they come, and mcpheal holds one
+// read buffer.
+func TestEndlessSSELineStreams(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"endless"}}`)
+	start := time.Now()
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || time.Since(start) > 2*time.Second {
+		t.Fatalf("head: %d after %v", resp.StatusCode, time.Since(start))
+	}
+	n, _ := io.CopyN(io.Discard, resp.Body, 512<<10)
+	if n != 512<<10 {
+		t.Fatalf("relayed %d bytes of the endless line, want 512 KiB as they come", n)
+	}
+}
+
+// TestSlowAgentLetGo: an agent that never reads its answer loses its
+// connection after write_timeout, instead of pinning the answer in memory
+// (it once held it until the agent went away, and longer).
+func TestSlowAgentLetGo(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	s, url := startProxy(t, up.URL(), func(c *Config) {
+		c.WriteTimeout = 300 * time.Millisecond
+		c.MaxAnswer = 64 << 20
+	})
+	sid := peerRawInitialize(t, url)
+	peerRawClient.CloseIdleConnections()
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+	peerWait(t, "no connection open", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	body := `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"huge_json"}}`
+	req := "POST /mcp HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\n" +
+		"Accept: application/json, text/event-stream\r\nMcp-Session-Id: " + sid + "\r\nMcp-Protocol-Version: 2025-11-25\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	peerWait(t, "the huge answer", func() bool { return up.Runs("huge_json") == 1 })
+	// The agent reads nothing: past write_timeout, mcpheal lets go of the
+	// connection and the 16 MiB answer it could not write.
+	peerWait(t, "the stalled connection closed", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
+}
+
+// TestDeleteAndGetNeedTheSessionsCredential: a DELETE or a GET of a session
+// id under no credential or another one is answered as for an unknown
+// session: it neither ends the victim's session nor takes its GET stream
+// (both once happened before the upstream could refuse).
+func TestDeleteAndGetNeedTheSessionsCredential(t *testing.T) {
+	t.Parallel()
+	up := startAuthServer(t, map[string]string{"victim-token-0001": "alice", "attacker-token-01": "mallory"})
+	s, url := startProxy(t, up.url, nil)
+	sid := authInit(t, url, "victim-token-0001")
+	stream := openAuthGet(t, url, sid, "victim-token-0001")
+	defer stream.Body.Close()
+	peerWait(t, "the victim's stream", func() bool { return s.streams.count(session.ClientID(sid)) == 1 })
+	for _, tok := range []string{"", "attacker-token-01"} {
+		for _, method := range []string{http.MethodDelete, http.MethodGet} {
+			req, _ := http.NewRequest(method, url, nil)
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Accept", "text/event-stream")
+			if tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			if resp, raw := peerRawDo(t, req); resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("%s under %q: %d %s; want 404", method, tok, resp.StatusCode, raw)
+			}
+		}
+	}
+	if n := s.streams.count(session.ClientID(sid)); n != 1 {
+		t.Fatalf("the victim's GET streams: %d, want its own 1", n)
+	}
+	resp, body := authPost(t, url, sid, "victim-token-0001", echoCall)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "secret-answer") {
+		t.Fatalf("victim after the attempts: %d %s", resp.StatusCode, body)
+	}
+}
+
+// openAuthGet opens the agent's GET stream under a bearer token.
+func openAuthGet(t *testing.T, url, sid, token string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := peerRawClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("victim's GET: %v %v", resp, err)
+	}
+	return resp
+}
