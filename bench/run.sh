@@ -4,9 +4,13 @@
 #
 #   bench/run.sh           full run (~25 min): installs nginx from Debian when
 #                          missing, writes bench/RESULTS.md and bench/latency.svg
-#   bench/run.sh --smoke   CI: one short round per target, heal and storm;
-#                          checks every answer, not speed; uses nginx only if
-#                          already installed
+#   bench/run.sh --smoke   CI: one short round per target, heal and storm,
+#                          one 1 MB SSE event; checks every answer, not speed;
+#                          uses nginx only if already installed
+#   bench/run.sh -only large [-out F]
+#                          only the large-SSE-event section (1 and 12 MB, ~1
+#                          min): installs nginx like a full run; writes no
+#                          results file unless -out is given
 #
 # Other arguments are passed to mcpbench (see `go run ./bench/cmd/mcpbench -h`).
 set -euo pipefail
@@ -14,12 +18,16 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
 smoke=0
+only=""
+prev=""
 args=()
 for a in "$@"; do
 	case "$a" in
 	--smoke | -smoke) smoke=1; args+=("-smoke") ;;
-	*) args+=("$a") ;;
+	-only=* | --only=*) only="${a#*=}"; args+=("$a") ;;
+	*) args+=("$a"); case "$prev" in -only | --only) only="$a" ;; esac ;;
 	esac
+	prev="$a"
 done
 
 have_nginx() { command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; }
@@ -39,9 +47,15 @@ fi
 
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
+rc=0
+if [ "$only" = large ]; then # the large-SSE-event section needs no vegeta
+	echo "building mcpbench"
+	go build -o "$bin/mcpbench" ./bench/cmd/mcpbench
+	"$bin/mcpbench" "${args[@]}" || rc=$?
+	exit "$rc"
+fi
 echo "building mcpbench and vegeta v12.12.0"
 go build -o "$bin/mcpbench" ./bench/cmd/mcpbench
 (cd bench/tools && go build -o "$bin/vegeta" github.com/tsenart/vegeta/v12)
-rc=0
 "$bin/mcpbench" -vegeta "$bin/vegeta" "${args[@]}" || rc=$?
 exit "$rc"

@@ -29,16 +29,18 @@ const readyLine = "ready"
 type upstreamStats struct {
 	Initializes int64 `json:"initializes"`
 	Sessions    int64 `json:"sessions"`
+	CPUus       int64 `json:"cpu_us,omitempty"` // mode large: the process's CPU time so far (getrusage)
 }
 
 // runUpstream is the "upstream" subcommand: the Go SDK echo server (JSON or
-// SSE answers) or the stub, on -listen, until SIGTERM, when it shuts down
-// gracefully as a restarted server would. /admin/stats and /admin/expire
-// serve the harness.
+// SSE answers), the stub, or the large-event server (large.go), on -listen,
+// until SIGTERM, when it shuts down gracefully as a restarted server would.
+// /admin/stats and /admin/expire serve the harness.
 func runUpstream(args []string) error {
 	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
-	mode := fs.String("mode", "json", "json, sse or stub")
+	mode := fs.String("mode", "json", "json, sse, stub or large")
+	size := fs.Int("size", 12<<20, "mode large: bytes of tool-result text in the one SSE event of every tools/call answer")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,8 +61,14 @@ func runUpstream(args []string) error {
 		mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, upstreamStats{Initializes: int64(stub.Sessions())})
 		})
+	case "large":
+		up := &largeUpstream{ev: newLargeEvent(*size)}
+		mux.Handle("/mcp", up)
+		mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, upstreamStats{Initializes: up.inits.Load(), CPUus: selfCPU().Microseconds()})
+		})
 	default:
-		return fmt.Errorf("upstream -mode %q: want json, sse or stub", *mode)
+		return fmt.Errorf("upstream -mode %q: want json, sse, stub or large", *mode)
 	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

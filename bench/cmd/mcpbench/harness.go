@@ -23,14 +23,16 @@ type harness struct {
 	note   []string
 	ids    atomic.Uint64 // JSON-RPC ids handed out
 
-	runs    []*runResult
-	heals   []*healResult
-	storms  []*stormResult
-	memory  *memResult
-	gobench []benchLine
-	profile *profileResult
-	failed  []string // correctness failures
-	started time.Time
+	runs      []*runResult
+	heals     []*healResult
+	storms    []*stormResult
+	memory    *memResult
+	large     []*largeResult
+	largeSecs []*largeSection
+	gobench   []benchLine
+	profile   *profileResult
+	failed    []string // correctness failures
+	started   time.Time
 }
 
 func newHarness(ctx context.Context, cfg config) (*harness, error) {
@@ -40,6 +42,10 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 		cfg.nice = 0
 	}
 	niceLevel = cfg.nice
+	nginxBufferKB = cfg.nginxBufKB
+	if cfg.nginxBufKB > 0 {
+		h.note = append(h.note, fmt.Sprintf("nginx ran with proxy_buffer_size %dk and proxy_buffers 4 %dk (-nginx-buffer-kb), not its default of one page.", cfg.nginxBufKB, cfg.nginxBufKB))
+	}
 	var err error
 	if h.root, err = repoRoot(); err != nil {
 		return nil, err
@@ -56,7 +62,7 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 		return nil, err
 	}
 	h.logf("work directory %s", h.dir)
-	if h.vegeta = cfg.vegeta; h.vegeta == "" {
+	if h.vegeta = cfg.vegeta; h.vegeta == "" && cfg.only != "large" { // the large section needs no vegeta
 		h.vegeta = filepath.Join(h.dir, "vegeta")
 		h.logf("building the pinned vegeta (bench/tools/go.mod)")
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", h.vegeta, "github.com/tsenart/vegeta/v12")
@@ -117,6 +123,11 @@ func (h *harness) run(ctx context.Context) error {
 	for _, v := range h.cfg.variants {
 		if err := h.runVariant(ctx, v); err != nil {
 			return fmt.Errorf("variant %s: %w", v, err)
+		}
+	}
+	for _, size := range h.cfg.largeSizeBytes() {
+		if err := h.largeRun(ctx, size); err != nil {
+			return fmt.Errorf("large SSE event: %w", err)
 		}
 	}
 	if h.cfg.memSessions > 0 {

@@ -1,13 +1,15 @@
 // Command mcpbench measures mcpheal against a direct connection and nginx in
 // one run, all on 127.0.0.1: a Go SDK echo upstream (JSON and SSE answers),
 // vegeta open-model runs at fixed rates alternating the targets, a
-// closed-model saturation run, heal under load, an expiry storm, memory per
-// idle session, the Go micro-benchmarks and a CPU and allocation profile.
+// closed-model saturation run, heal under load, an expiry storm, one large
+// SSE event (1 and 12 MB) relayed by each target, memory per idle session,
+// the Go micro-benchmarks and a CPU and allocation profile.
 // It writes bench/RESULTS.md and a latency plot, and prints PASS or MISS for
 // every target of issue 3.
 //
 //	bench/run.sh            # the full run (~25 min); installs nginx and vegeta
 //	bench/run.sh --smoke    # CI: 2 s per target, one rate, correctness only
+//	bench/run.sh -only large  # the large-SSE-event section alone (~1 min)
 //
 // The same binary is its own upstream and proxy processes (subcommands
 // "upstream" and "proxy"), so that each has its own CPU and memory figures.
@@ -47,39 +49,45 @@ func main() {
 
 // config is what one harness run does; zero-cost defaults are the full run.
 type config struct {
-	smoke       bool
-	variants    []string
-	rates       []int
-	rounds      int
-	duration    time.Duration
-	warmup      time.Duration
-	satDuration time.Duration // 0 skips the saturation run
-	satRounds   int
-	satWorkers  int
-	stealMax    float64 // percent; a run above it is repeated
-	foreignMax  float64 // percent of machine CPU used by others; a run above it is repeated
-	nice        int
-	proxyEnv    []string // extra environment of the mcpheal processes (experiments)
-	alt         string   // a second mcpbench binary whose proxy is measured as mcpheal-alt
-	healRate    int      // 0 skips heal under load
-	healFor     time.Duration
-	healAt      time.Duration
-	healDown    time.Duration
-	storm       int // sessions; 0 skips the expiry storm
-	memSessions int // 0 skips the memory run
-	goBench     bool
-	profile     bool
-	out         string // RESULTS.md; "" writes none
-	plot        string
-	vegeta      string
-	nginx       string // "auto", "off" or a path
-	dir         string
-	timeout     time.Duration
+	smoke        bool
+	variants     []string
+	rates        []int
+	rounds       int
+	duration     time.Duration
+	warmup       time.Duration
+	satDuration  time.Duration // 0 skips the saturation run
+	satRounds    int
+	satWorkers   int
+	stealMax     float64 // percent; a run above it is repeated
+	foreignMax   float64 // percent of machine CPU used by others; a run above it is repeated
+	nice         int
+	proxyEnv     []string // extra environment of the mcpheal processes (experiments)
+	alt          string   // a second mcpbench binary whose proxy is measured as mcpheal-alt
+	healRate     int      // 0 skips heal under load
+	healFor      time.Duration
+	healAt       time.Duration
+	healDown     time.Duration
+	storm        int // sessions; 0 skips the expiry storm
+	memSessions  int // 0 skips the memory run
+	goBench      bool
+	profile      bool
+	largeSizes   []int // MiB of the large-SSE-event section; none skips it
+	largeRounds  int
+	largeCalls   int    // calls per target per round, at least
+	largeRoundMB int    // and at least this many MiB of answers per target per round
+	only         string // "large": only the large-SSE-event section
+	out          string // RESULTS.md; "" writes none
+	plot         string
+	vegeta       string
+	nginx        string // "auto", "off" or a path
+	nginxBufKB   int    // proxy_buffer_size in KiB; 0: nginx\'s default (one page)
+	dir          string
+	timeout      time.Duration
 }
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var variants, rates, proxyEnv string
+	var variants, rates, proxyEnv, largeSizes string
 	fs := flag.NewFlagSet("mcpbench", flag.ContinueOnError)
 	fs.BoolVar(&c.smoke, "smoke", false, "CI mode: one round of 2 s per target at one rate, short heal and storm, correctness only")
 	fs.StringVar(&variants, "variants", "json,sse", "upstream answer variants")
@@ -103,16 +111,32 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.memSessions, "mem-sessions", 100_000, "idle sessions for the memory run (0 skips)")
 	fs.BoolVar(&c.goBench, "gobench", true, "run the Go micro-benchmarks")
 	fs.BoolVar(&c.profile, "profile", true, "take pprof CPU and alloc profiles of mcpheal at 2000 req/s")
+	fs.StringVar(&largeSizes, "large-sizes", "1,12", "large-SSE-event section: sizes of the one event's text, MiB (\"\" skips the section)")
+	fs.IntVar(&c.largeRounds, "large-rounds", 7, "large-SSE-event rounds (target order rotates each round)")
+	fs.IntVar(&c.largeCalls, "large-calls", 20, "large-SSE-event calls per target per round, at least")
+	fs.IntVar(&c.largeRoundMB, "large-round-mb", 240, "large-SSE-event: at least this many MiB of answers per target per round (the relay's CPU is read in 10 ms ticks)")
+	fs.StringVar(&c.only, "only", "", "run only one section: \"large\" (the large SSE event; writes no results file or plot unless -out/-plot are given)")
 	fs.StringVar(&c.out, "out", "bench/RESULTS.md", "results file (\"\" writes none)")
 	fs.StringVar(&c.plot, "plot", "bench/latency.svg", "latency plot (SVG)")
 	fs.StringVar(&c.vegeta, "vegeta", "", "vegeta binary (default: build bench/tools' pinned vegeta)")
 	fs.StringVar(&c.nginx, "nginx", "auto", "nginx binary, auto (use it if installed) or off")
+	fs.IntVar(&c.nginxBufKB, "nginx-buffer-kb", 0, "nginx proxy_buffer_size in KiB (proxy_buffers 4 of it); 0 keeps nginx's default of one page (an experiment: it changes how nginx relays large answers)")
 	fs.StringVar(&c.dir, "dir", "", "work directory for logs and results (default: a temp dir)")
 	fs.DurationVar(&c.timeout, "timeout", 45*time.Minute, "stop everything after this long")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	c.variants = strings.Split(variants, ",")
+	for _, m := range strings.Split(largeSizes, ",") {
+		if m = strings.TrimSpace(m); m == "" {
+			continue
+		}
+		n, err := strconv.Atoi(m)
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("-large-sizes: %q is not a positive number of MiB", m)
+		}
+		c.largeSizes = append(c.largeSizes, n)
+	}
 	if proxyEnv != "" {
 		c.proxyEnv = strings.Split(proxyEnv, ",")
 	}
@@ -126,7 +150,33 @@ func parseFlags(args []string) (config, error) {
 	if c.smoke {
 		c.smokeDefaults(fs)
 	}
+	switch c.only {
+	case "":
+	case "large":
+		c.onlyLarge(fs)
+	default:
+		return c, fmt.Errorf("-only %q: the only section that runs alone is \"large\"", c.only)
+	}
 	return c, nil
+}
+
+// onlyLarge switches every other section off. The results file and the
+// plot are written only when asked for explicitly, so that a partial run
+// does not replace bench/RESULTS.md.
+func (c *config) onlyLarge(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c.variants, c.satDuration, c.healRate, c.storm, c.memSessions = nil, 0, 0, 0, 0
+	c.goBench, c.profile = false, false
+	if !set["out"] {
+		c.out = ""
+	}
+	if !set["plot"] {
+		c.plot = ""
+	}
+	if len(c.largeSizes) == 0 {
+		c.largeSizes = []int{1, 12}
+	}
 }
 
 // smokeDefaults shrinks the run to what CI needs to prove the harness works,
@@ -151,6 +201,9 @@ func (c *config) smokeDefaults(fs *flag.FlagSet) {
 	def("mem-sessions", func() { c.memSessions = 0 })
 	def("gobench", func() { c.goBench = false })
 	def("profile", func() { c.profile = false })
+	def("large-sizes", func() { c.largeSizes = []int{1} })
+	def("large-rounds", func() { c.largeRounds = 1 })
+	def("large-round-mb", func() { c.largeRoundMB = 0 })
 	def("out", func() { c.out = "" })
 	def("plot", func() { c.plot = "" })
 	def("steal-max", func() { c.stealMax = 101 })

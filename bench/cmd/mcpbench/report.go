@@ -43,6 +43,7 @@ func (h *harness) writeResults(path string) error {
 	}
 	h.writeSaturation(w)
 	h.writeHealStorm(w)
+	h.writeLarge(w)
 	h.writeMemory(w)
 	h.writeGoBench(w)
 	h.writeProfile(w)

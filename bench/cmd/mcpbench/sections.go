@@ -134,18 +134,32 @@ func (h *harness) writeValidity(w writer) {
 			heavy++
 		}
 	}
-	w("- %d measured runs; vegeta's achieved rate was within 1 %% of the requested rate in %d", len(h.runs), len(h.runs)-off)
-	if off > 0 {
-		w(" (off: %s)", strings.Join(offs, "; "))
+	if len(h.runs) > 0 {
+		w("- %d measured runs; vegeta's achieved rate was within 1 %% of the requested rate in %d", len(h.runs), len(h.runs)-off)
+		if off > 0 {
+			w(" (off: %s)", strings.Join(offs, "; "))
+		}
+		w(".\n- Hypervisor steal (`/proc/stat`) and foreign load are in the tables per cell; a round with a run above %.0f %% steal or %.0f %% foreign load was repeated (at most %d times per rate), and its %d runs left out of the medians.\n", h.cfg.stealMax, h.cfg.foreignMax, maxRepeats(h.cfg.rounds), heavy)
 	}
-	w(".\n- Hypervisor steal (`/proc/stat`) and foreign load are in the tables per cell; a round with a run above %.0f %% steal or %.0f %% foreign load was repeated (at most %d times per rate), and its %d runs left out of the medians.\n", h.cfg.stealMax, h.cfg.foreignMax, maxRepeats(h.cfg.rounds), heavy)
+	if len(h.large) > 0 {
+		rep := 0
+		for _, sec := range h.largeSecs {
+			rep += sec.Repeated
+		}
+		w("- Large SSE event: %d target-rounds; %d rounds repeated for steal or foreign load and left out of the medians; the foreign load of the counted ones is in the table.\n", len(h.large), rep)
+	}
 	if h.cfg.nice != 0 {
 		w("- This machine is shared: every process the harness started (upstream, nginx, mcpheal, vegeta, `go test`) ran at nice %d, the same for all targets, so that other people's builds wait behind the measurement instead of in front of it.\n", h.cfg.nice)
 	}
 	if len(h.failed) > 0 {
 		w("- **Correctness failures**: %s\n", strings.Join(h.failed, "; "))
 	} else {
-		w("- Every answer of every run was checked to be the echo of its own request (unique JSON-RPC id, `bench-<id>` text); none failed.\n")
+		if len(h.runs) > 0 {
+			w("- Every answer of every run was checked to be the echo of its own request (unique JSON-RPC id, `bench-<id>` text); none failed.\n")
+		}
+		if len(h.large) > 0 {
+			w("- Every large-event answer was checked whole and byte-identical (length, start with its own id, SHA-256 of the rest); none failed.\n")
+		}
 	}
 	w("\n")
 }

@@ -199,6 +199,7 @@ func (h *harness) finish() (int, error) {
 		fmt.Printf("%-4s %-55s %-32s %s%s\n", v.Status, v.Name, v.Value, v.Limit, s)
 	}
 	h.printValidity()
+	h.printLarge()
 	if h.cfg.plot != "" {
 		if err := h.writePlot(h.cfg.plot); err != nil {
 			return 0, err
@@ -218,7 +219,7 @@ func (h *harness) finish() (int, error) {
 		}
 		return 1, nil
 	}
-	fmt.Printf("\nall answers verified (%d runs); total %s\n", len(h.runs), time.Since(h.started).Round(time.Second))
+	fmt.Printf("\nall answers verified (%d runs, %d large-event rounds); total %s\n", len(h.runs), len(h.large), time.Since(h.started).Round(time.Second))
 	return 0, nil
 }
 
