@@ -38,6 +38,7 @@ type settings struct {
 	MaxInitBody              int
 	MaxAnswer                int
 	MaxSSELine               int
+	MemoryBudget             int
 	WriteTimeout             time.Duration
 }
 
@@ -63,6 +64,7 @@ var builtin = func() settings {
 		MaxInitBody:              d.MaxInitBody,
 		MaxAnswer:                d.MaxAnswer,
 		MaxSSELine:               d.MaxSSELine,
+		MemoryBudget:             d.MemoryBudget,
 		WriteTimeout:             d.WriteTimeout,
 	}
 }()
@@ -98,6 +100,7 @@ func (s settings) or(base settings) settings {
 		MaxInitBody:              pickInt(s.MaxInitBody, base.MaxInitBody),
 		MaxAnswer:                pickInt(s.MaxAnswer, base.MaxAnswer),
 		MaxSSELine:               pickInt(s.MaxSSELine, base.MaxSSELine),
+		MemoryBudget:             pickInt(s.MemoryBudget, base.MemoryBudget),
 		WriteTimeout:             pick(s.WriteTimeout, base.WriteTimeout),
 	}
 }
@@ -171,6 +174,7 @@ func (f *fileConfig) proxyConfigs(creds func(*credSpec) upstream.Credentials) []
 			MaxInitBody:              s.MaxInitBody,
 			MaxAnswer:                s.MaxAnswer,
 			MaxSSELine:               s.MaxSSELine,
+			MemoryBudget:             s.MemoryBudget,
 			WriteTimeout:             s.WriteTimeout,
 		}
 		if u.Credentials != nil && creds != nil {
@@ -286,5 +290,6 @@ type shadowSettings struct {
 	MaxInitBody              int    `yaml:"max_init_body"`
 	MaxAnswer                int    `yaml:"max_answer"`
 	MaxSSELine               int    `yaml:"max_sse_line"`
+	MemoryBudget             int    `yaml:"memory_budget"`
 	WriteTimeout             string `yaml:"write_timeout"`
 }

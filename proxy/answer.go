@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -145,8 +144,7 @@ func (s *Server) armWrite(c net.Conn) {
 	// A RequestCtx made by Init (tests, fasthttp.TimeoutHandler) has a
 	// stand-in connection whose methods panic.
 	defer func() { _ = recover() }()
-	err := c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	println("armWrite", s.cfg.WriteTimeout.String(), fmt.Sprintf("%T %v", c, err))
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 }
 
 // respond writes the upstream answer to the agent: status and headers
@@ -168,6 +166,17 @@ func (s *Server) respond(a *attempt) bool {
 		s.dropMintedSession(r)
 	}
 	if !r.IsStream() {
+		// The body now exists twice (upstream's, agent's) until the
+		// handler ends: count it against the budget.
+		n := 2 * int64(len(r.Body()))
+		if !s.mem.take(n) {
+			s.log.Warn().Int("bytes", len(r.Body())).Int64("budget", s.mem.limit).Msg("answer not buffered: memory budget")
+			writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, a.msg.idOrNull(),
+				"upstream answer of "+strconv.Itoa(len(r.Body()))+" bytes not relayed: mcpheal's memory_budget is reached; retry later")
+			ctx.Response.Header.Set("Retry-After", "1")
+			return false
+		}
+		a.charged = n
 		if a.msg.method == "tools/list" && a.sess != nil {
 			learnTools(a.sess, r.Body())
 		}

@@ -49,6 +49,7 @@ type attempt struct {
 	firstWhole bool     // first is a complete event, not a prefix past peekLimit
 	eof        bool     // the upstream stream has ended
 	conn       net.Conn // the agent's connection, while sseBody writes to it
+	charged    int64    // taken from the memory budget for a buffered answer
 }
 
 var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
@@ -74,6 +75,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg me
 		return
 	}
 	upstream.ReleaseResponse(a.resp)
+	a.s.mem.give(a.charged)
 	a.release()
 }
 

@@ -94,6 +94,13 @@ func FuzzProxy(f *testing.F) {
 		{"POST", "evil.example", jsonCT, both, "http://evil.example", 2, `{"id":1}`},
 		{"POST", host, "text/plain; charset=utf-8", both, "", 2, "\xef\xbb\xbf{\"id\":\x00}"},
 		{"PATCH", host, jsonCT, "*/*", "null", 3, `{"jsonrpc":"2.0","id":{"a":[1,2]},"method":"logging/setLevel","params":{"level":"debug"}}`},
+		// Hostile agents (README "Under attack").
+		{"POST", host, jsonCT, both, "", 2, strings.Repeat("[", 100<<10)},
+		{"POST", host, jsonCT, both, "", 2, strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70)},
+		{"POST", host, jsonCT, both, "", 2, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","name":"counter"}}`},
+		{"POST", host, jsonCT, both, "", 2, `{"jsonrpc":"2.0","id":9,"method":"tools/list","method":"tools/call","params":{"name":"counter"}}`},
+		{"POST", host, jsonCT, both, "", 0, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"` + strings.Repeat("x", 70<<10) + `"}}}`},
+		{"POST", host, jsonCT, both, "", 2, `{"jsonrpc":"2.0","id":"\"]]]]","method":"ping","params":{"s":"[[[[\\"}}`},
 	}
 	for _, sd := range seeds {
 		f.Add(sd.method, sd.host, sd.ct, sd.accept, sd.origin, sd.sid, []byte(sd.body))
@@ -133,6 +140,17 @@ func FuzzProxy(f *testing.F) {
 // freshSession creates a session of the fuzz input's own.
 func (s *Server) freshSession(t *testing.T) string {
 	t.Helper()
+	// Admission never evicts a session at its cap, so the harness ends old
+	// ones itself (an agent would DELETE them), keeping the victim.
+	if s.store.Len() > 1000 {
+		for _, sess := range s.store.Sessions()[:500] {
+			if sess.Recipe.InitBody != "" && !strings.Contains(sess.Recipe.InitBody, `"victim"`) {
+				if _, ok := s.store.Remove(sess.ID); ok {
+					s.mem.give(sessionCost(sess))
+				}
+			}
+		}
+	}
 	status, body, _ := handle(s, "POST", "127.0.0.1:8787", "application/json", "application/json, text/event-stream", "", "",
 		[]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"f","version":"1"}}}`))
 	if status != 200 {

@@ -41,7 +41,9 @@ func (a *attempt) heal(reason int) (out outcome, ok bool) {
 		case errors.As(err, &bo):
 			return outcome{kind: outBreakerOpen, wait: bo.wait}, false
 		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
-			a.s.store.Remove(a.sess.ID)
+			if _, ok := a.s.store.Remove(a.sess.ID); ok {
+				a.s.mem.give(sessionCost(a.sess))
+			}
 			return outcome{kind: outGone}, false
 		}
 		return outcome{kind: outDown, why: "upstream unreachable while re-initializing the session"}, false
@@ -186,6 +188,7 @@ func (s *Server) deleteNow(up session.UpstreamID, auth []byte, deadline time.Tim
 
 // sessionDropped runs when the store expires or evicts a session.
 func (s *Server) sessionDropped(sess *session.Session) {
+	s.mem.give(sessionCost(sess))
 	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")

@@ -262,3 +262,58 @@ func openAuthGet(t *testing.T, url, sid, token string) *http.Response {
 	}
 	return resp
 }
+
+// TestMemoryBudget: fat sessions (150 with initialize bodies near
+// max_init_body once took RSS from 12 MB to 632 MB) stop at the memory
+// budget with 503 naming it, the sessions already admitted keep working,
+// and the budget comes back as sessions end. A buffered answer that would
+// pass the budget is refused, not held.
+func TestMemoryBudget(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	s, url := startProxy(t, up.URL(), func(c *Config) {
+		c.MemoryBudget = 8 << 20
+		c.MaxAnswer = 64 << 20
+	})
+	admitted, refused := []string{}, 0
+	for i := range 150 {
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"` +
+			strings.Repeat(string(rune('a'+i%26)), 60<<10) + strconv.Itoa(i) + `","version":"1"}}}`
+		resp, raw := peerRawPost(t, url, "", body)
+		switch resp.StatusCode {
+		case http.StatusOK:
+			admitted = append(admitted, resp.Header.Get("Mcp-Session-Id"))
+		case http.StatusServiceUnavailable:
+			if !strings.Contains(string(raw), "memory_budget") {
+				t.Fatalf("refused initialize: %s", raw)
+			}
+			refused++
+		default:
+			t.Fatalf("initialize %d: %d %s", i, resp.StatusCode, raw)
+		}
+	}
+	// 8 MiB / (60 KiB + overhead) is ~130 sessions.
+	if len(admitted) < 120 || len(admitted) > 136 || refused != 150-len(admitted) {
+		t.Fatalf("%d admitted, %d refused; want about 130 admitted under an 8 MiB budget", len(admitted), refused)
+	}
+	if used := s.mem.used.Load(); used > 8<<20 {
+		t.Fatalf("budget used %d, over its limit", used)
+	}
+	if status, _ := callTool(t, url, admitted[0], "lookup"); status != http.StatusOK {
+		t.Fatalf("an admitted session at the budget: %d", status)
+	}
+	// A 16 MiB answer cannot be buffered under an 8 MiB budget.
+	resp, raw := peerRawPost(t, url, admitted[0], `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
+	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusServiceUnavailable || code != codeBudget ||
+		!strings.Contains(msg, "memory_budget") {
+		t.Fatalf("huge answer at the budget: %d %.200s", resp.StatusCode, raw)
+	}
+	for _, sid := range admitted[:20] {
+		req, _ := http.NewRequest(http.MethodDelete, url, nil)
+		req.Header.Set("Mcp-Session-Id", sid)
+		peerRawDo(t, req)
+	}
+	if resp, _ := peerRawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"late","version":"1"}}}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("initialize after 20 sessions ended: %d; the budget must come back", resp.StatusCode)
+	}
+}

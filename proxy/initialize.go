@@ -76,7 +76,16 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 	}
 	sess := session.New(session.NewClientID(), recipe,
 		session.UpstreamID(r.Header.PeekBytes(hdrSessionID)))
+	if !s.mem.take(sessionCost(sess)) {
+		s.dropMintedSession(r)
+		s.log.Warn().Int64("budget", s.mem.limit).Int("sessions", s.store.Len()).Msg("initialize refused: memory budget")
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooMany, m.idOrNull(),
+			"Too many sessions: mcpheal's memory_budget for this upstream is reached; retry later")
+		ctx.Response.Header.Set("Retry-After", "10")
+		return
+	}
 	if err := s.store.Add(sess); err != nil {
+		s.mem.give(sessionCost(sess))
 		// Admission never evicts a session at work (session.Store.Add).
 		s.dropMintedSession(r)
 		s.log.Warn().Err(err).Int("sessions", s.store.Len()).Msg("initialize refused: session cap reached")

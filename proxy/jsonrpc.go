@@ -33,6 +33,9 @@ const (
 	// codeTooLarge: an upstream answer passed one of mcpheal's size caps;
 	// the answer was cut and ends with this error.
 	codeTooLarge = -32016
+	// codeBudget: buffering an upstream answer would pass the upstream's
+	// memory_budget; HTTP 503 with Retry-After.
+	codeBudget = -32017
 )
 
 // message is what the proxy needs to know of one agent POST body. Fields are

@@ -169,6 +169,7 @@ func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
 		s.sessionNotFound(ctx, "null") // ended meanwhile
 		return
 	}
+	s.mem.give(sessionCost(sess))
 	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.deleteUpstream(up, ctx.Request.Header.PeekBytes(hdrAuthorization), false)

@@ -108,6 +108,9 @@ type Config struct {
 	// MaxSSELine caps the longest SSE line mcpheal holds whole while
 	// relaying; zero means 32 MiB.
 	MaxSSELine int
+	// MemoryBudget caps the bytes of session state and buffered answers the
+	// upstream's sessions may hold (see budget); zero means 512 MiB.
+	MemoryBudget int
 	// WriteTimeout bounds a single write to an agent: one that takes longer
 	// (a slow or stalled reader) ends that agent's connection; zero means
 	// 30 s. It is per write, not per response, so long SSE streams live on.
@@ -141,6 +144,7 @@ func (c *Config) normalize() error {
 	c.MaxInitBody = orInt(c.MaxInitBody, 64<<10)
 	c.MaxAnswer = orInt(c.MaxAnswer, 32<<20)
 	c.MaxSSELine = orInt(c.MaxSSELine, 32<<20)
+	c.MemoryBudget = orInt(c.MemoryBudget, 512<<20)
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
 	c.AdminListen = orStr(c.AdminListen, "127.0.0.1:8788")
 	if c.AdminListen != adminOff {
@@ -176,6 +180,7 @@ type Server struct {
 	macs        sync.Pool // of hash.Hash: HMAC-SHA256 under fpKey
 	replayTools map[string]bool
 	count       counters
+	mem         budget // Config.MemoryBudget
 	breaker     *upstream.Breaker
 	streams     streamSet
 	inflight    atomic.Int64 // ServeMCP calls running
@@ -240,6 +245,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("session store: %w", err)
 	}
 	s.count.init(cfg.Name)
+	s.mem.limit = int64(cfg.MemoryBudget)
 	bc := cfg.Breaker
 	bc.OnChange = func(from, to upstream.BreakerState, cooldown time.Duration) {
 		log.Warn().Str("from", from.String()).Str("to", to.String()).Dur("cooldown", cooldown).

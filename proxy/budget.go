@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"sync/atomic"
+
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// budget is the memory an upstream's sessions may hold (Config.MemoryBudget):
+// session state, and upstream answers while they are buffered. Taking more
+// than is left fails; nothing is ever evicted to make room. A new session
+// past the budget gets 503 -32015, an answer that would be buffered past it
+// 503 -32017: the agents at work keep what they hold.
+//
+// What is counted is what grows with what agents and upstreams send: per
+// session, its recorded initialize and headers plus a fixed overhead (the
+// session, its journal, the store's entries); per buffered answer, its body
+// twice (the upstream's copy and the agent's) from the moment it is read
+// until the handler hands it to the connection. An SSE answer relayed line
+// by line holds one read buffer and at most one held line (max_sse_line),
+// and is not counted; write_timeout bounds how long any answer waits for a
+// slow agent.
+type budget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// sessionOverhead approximates what one session costs beyond its recipe.
+const sessionOverhead = 2 << 10
+
+// take reserves n bytes; false when that would pass the limit.
+func (b *budget) take(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// give returns n bytes taken before.
+func (b *budget) give(n int64) { b.used.Add(-n) }
+
+// sessionCost is what a session is counted for, the same when it is
+// admitted and when it leaves.
+func sessionCost(sess *session.Session) int64 {
+	n := sessionOverhead + len(sess.Recipe.InitBody)
+	for _, kv := range sess.Recipe.Header {
+		n += len(kv[0]) + len(kv[1])
+	}
+	return int64(n)
+}
