@@ -3,7 +3,7 @@ package classify
 import "strings"
 
 // sessionMessages are the whole JSON-RPC error messages with which servers
-// say "your session is gone" (MCP-BEHAVIOUR.md §2 and §7). In a 2xx answer
+// say "your session is gone" (each one a golden file under testdata/SessionGone). In a 2xx answer
 // the message must be one of them as a whole (wholeSet.is: ASCII case,
 // surrounding whitespace and one trailing period aside), never merely
 // contain one: a tool's own error such as "charged $20 but payment gateway

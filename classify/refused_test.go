@@ -12,12 +12,12 @@ import (
 // responses like the Classify goldens, where <want> is "true" (the server
 // refused before dispatch) or "false" (no proof). Sources:
 //
-//   - supergateway-4-503-*: supergateway 4.0.0 while stopping
-//     (MCP-BEHAVIOUR.md §7).
+//   - supergateway-4-503-*: supergateway 4.0.0 while stopping, as observed
+//     on this project's machines.
 //   - python-503-too-many-open-sessions-*: the Python SDK at max_sessions
-//     (MCP-BEHAVIOUR.md §2, PR #3395/#3426). §2 records the text only, so
-//     both a text/plain body and a JSON-RPC error (the SDK's envelope for
-//     its other transport errors) are kept.
+//     (python-sdk PR #3395/#3426). Only the text is known, so both a
+//     text/plain body and a JSON-RPC error (the SDK's envelope for its
+//     other transport errors) are kept.
 //   - envoy-503-*: Envoy's local reply when the upstream connection breaks
 //     before response headers; the request may have been sent.
 //   - nginx-*: nginx's default 502 and 503 pages.

@@ -1,6 +1,6 @@
 package proxy
 
-// Fault-injection tests for upstream care (issue 4, DESIGN "Keeping upstream
+// Fault-injection tests for upstream care (README "Keeping upstream
 // healthy"): a real go-sdk upstream, a tcpRelay between it and the proxy
 // playing the middlebox, real agents.
 //

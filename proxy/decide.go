@@ -61,7 +61,7 @@ type facts struct {
 //
 // A request is sent again only if it is safe to run twice or the upstream
 // provably did not run it. A session rejection is such proof: every server
-// checks the session before it dispatches (MCP-BEHAVIOUR §5.4), so a heal
+// checks the session before it dispatches (README "Replay rules"), so a heal
 // replays whatever the method. Everything else that fails after the request
 // was written is ambiguous, and an ambiguous request that is not replay-safe
 // is refused, never run twice.

@@ -199,7 +199,7 @@ func (a *attempt) judge(err error) facts {
 	}
 	switch f.class {
 	case classify.SessionGone:
-		// Rejected before dispatch (MCP-BEHAVIOUR §5.4): never ran.
+		// Rejected before dispatch (README "Replay rules"): never ran.
 		f.mayHeal = a.sess != nil && !a.healed && a.mayHeal()
 	case classify.TransportDead:
 		// A 502/503/504. Proof of no harm only if the body is a known

@@ -15,7 +15,7 @@ import (
 )
 
 // getStream is an agent's standalone SSE stream (GET), held open across
-// upstream deaths (DESIGN "Streams"):
+// upstream deaths (README "Streams and session state across a heal"):
 //
 //	agent ◀── writer: events, ": keepalive" every StreamKeepalive ──┐
 //	                                                              events

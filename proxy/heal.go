@@ -18,7 +18,7 @@ import (
 var errRecipeRefused = errors.New("upstream refused the recorded initialize")
 
 // mayHeal reports whether this request may re-create the session: only under
-// the credential that created it (DESIGN §Security).
+// the credential that created it (README "Security").
 func (a *attempt) mayHeal() bool {
 	return sameCredential(a.sess, a.s.fingerprint(a.ctx.Request.Header.PeekBytes(hdrAuthorization)))
 }

@@ -9,7 +9,7 @@ package proxy
 //   - startMCPGo: mark3labs/mcp-go v1.2.1;
 //   - startDialect: a scripted fake for session-loss dialects no SDK produces
 //     (TS example 400, WordPress HTTP 200, SSE-framed HTTP 200), see
-//     MCP-BEHAVIOUR.md §2 and §7.
+//     the README's class table.
 //
 // Every peer records each HTTP request it receives (peerRequest), counts
 // JSON-RPC methods, and can be restarted on the same port (all sessions lost),
