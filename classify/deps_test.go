@@ -9,7 +9,7 @@ import (
 )
 
 // allowedImports are the only non-standard packages classify may depend on,
-// directly or not (STYLE.md §1): its own SSE sub-package, the one home of
+// directly or not: its own SSE sub-package, the one home of
 // the SSE line rules, and gjson, which it does not use today (see doc.go).
 var allowedImports = map[string]bool{
 	"github.com/mcpheal/mcpheal/classify/sse": true,

@@ -28,4 +28,3 @@ func TestLinesLoneCRLinear(t *testing.T) {
 		t.Fatalf("%d lines, %v allocs", lines, allocs)
 	}
 }
-
