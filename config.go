@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -39,6 +40,8 @@ type settings struct {
 	MaxAnswer                int
 	MaxSSELine               int
 	MemoryBudget             int
+	SessionKeys              string
+	SessionMaxAge            time.Duration
 	WriteTimeout             time.Duration
 }
 
@@ -65,6 +68,7 @@ var builtin = func() settings {
 		MaxAnswer:                d.MaxAnswer,
 		MaxSSELine:               d.MaxSSELine,
 		MemoryBudget:             d.MemoryBudget,
+		SessionMaxAge:            d.SessionMaxAge,
 		WriteTimeout:             d.WriteTimeout,
 	}
 }()
@@ -79,6 +83,12 @@ func (s settings) or(base settings) settings {
 	}
 	pickInt := func(a, b int) int {
 		if a != 0 {
+			return a
+		}
+		return b
+	}
+	pickStr := func(a, b string) string {
+		if a != "" {
 			return a
 		}
 		return b
@@ -101,6 +111,8 @@ func (s settings) or(base settings) settings {
 		MaxAnswer:                pickInt(s.MaxAnswer, base.MaxAnswer),
 		MaxSSELine:               pickInt(s.MaxSSELine, base.MaxSSELine),
 		MemoryBudget:             pickInt(s.MemoryBudget, base.MemoryBudget),
+		SessionKeys:              pickStr(s.SessionKeys, base.SessionKeys),
+		SessionMaxAge:            pick(s.SessionMaxAge, base.SessionMaxAge),
 		WriteTimeout:             pick(s.WriteTimeout, base.WriteTimeout),
 	}
 }
@@ -175,6 +187,8 @@ func (f *fileConfig) proxyConfigs(creds func(*credSpec) upstream.Credentials) []
 			MaxAnswer:                s.MaxAnswer,
 			MaxSSELine:               s.MaxSSELine,
 			MemoryBudget:             s.MemoryBudget,
+			SessionKeys:              cmp.Or(s.SessionKeys, os.Getenv("MCPHEAL_SESSION_KEYS")),
+			SessionMaxAge:            s.SessionMaxAge,
 			WriteTimeout:             s.WriteTimeout,
 		}
 		if u.Credentials != nil && creds != nil {
@@ -291,5 +305,7 @@ type shadowSettings struct {
 	MaxAnswer                int    `yaml:"max_answer"`
 	MaxSSELine               int    `yaml:"max_sse_line"`
 	MemoryBudget             int    `yaml:"memory_budget"`
+	SessionKeys              string `yaml:"session_keys"`
+	SessionMaxAge            string `yaml:"session_max_age"`
 	WriteTimeout             string `yaml:"write_timeout"`
 }

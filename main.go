@@ -114,6 +114,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.s.MaxInitBody, "max-init-body", builtin.MaxInitBody, "largest agent initialize body in bytes (413 beyond)")
 	fs.IntVar(&o.s.MaxAnswer, "max-answer", builtin.MaxAnswer, "largest upstream answer in bytes that mcpheal reads whole")
 	fs.IntVar(&o.s.MaxSSELine, "max-sse-line", builtin.MaxSSELine, "longest SSE line in bytes that mcpheal holds whole while relaying")
+	fs.DurationVar(&o.s.SessionMaxAge, "session-max-age", builtin.SessionMaxAge, "how long a sealed session id stays valid")
 	fs.IntVar(&o.s.MemoryBudget, "memory-budget", builtin.MemoryBudget, "bytes of session state and buffered answers mcpheal may hold per upstream (503 beyond)")
 	fs.DurationVar(&o.s.WriteTimeout, "write-timeout", builtin.WriteTimeout, "a single write to an agent taking longer ends its connection")
 	fs.Var(&o.hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
@@ -238,7 +239,9 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 			MaxSessions: flagS.MaxSessions, MaxBody: flagS.MaxBody, MaxIdleConn: flagS.MaxIdleConn,
 			Keepalive: flagS.Keepalive, MaxJSONDepth: flagS.MaxJSONDepth, MaxInitBody: flagS.MaxInitBody,
 			MaxAnswer: flagS.MaxAnswer, MaxSSELine: flagS.MaxSSELine, WriteTimeout: flagS.WriteTimeout,
-			MemoryBudget: flagS.MemoryBudget,
+			MemoryBudget: flagS.MemoryBudget, SessionMaxAge: flagS.SessionMaxAge,
+			// From the environment, never a flag: the process table is public.
+			SessionKeys: os.Getenv("MCPHEAL_SESSION_KEYS"),
 		}}}
 		return rc, rc.checkExposure("")
 	}

@@ -443,12 +443,18 @@ func TestSessionTTLDeletesUpstream(t *testing.T) {
 	if idle < ttl-50*time.Millisecond || idle > ttl+time.Second {
 		t.Errorf("upstream DELETE after %v idle, want just past the TTL %v", idle, ttl)
 	}
-	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
-	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != codeSessionNotFound {
-		t.Errorf("expired session: %d %q, want 404 with %d", resp.StatusCode, body, codeSessionNotFound)
-	}
 	if n := s.Stats().Sessions; n != 0 {
 		t.Errorf("%d sessions left, want 0", n)
+	}
+	// The expired session's sealed id still opens: it comes back, on a new
+	// upstream session, at its next use.
+	inits := up.Inits()
+	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+	if resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
+		t.Errorf("expired session's next use: %d %q, want it restored", resp.StatusCode, body)
+	}
+	if n := up.Inits() - inits; n != 1 {
+		t.Errorf("%d upstream initializes for the restore, want 1", n)
 	}
 	noPanics(t, s)
 	t.Logf("upstream DELETE %v after the last use (ttl %v)", idle.Round(time.Millisecond), ttl)

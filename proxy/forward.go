@@ -107,6 +107,12 @@ func (a *attempt) run() bool {
 // outcome the agent gets, or sends the request again: after a heal, or
 // after waiting out a failure that proves no harm.
 func (a *attempt) loop() outcome {
+	if a.sess != nil && a.sess.NeedsInit() {
+		// Restored from its sealed id: create its upstream session first.
+		if out, ok := a.heal(reasonRestored); !ok {
+			return out
+		}
+	}
 	for {
 		if ok, wait := a.s.breaker.Allow(); !ok {
 			return outcome{kind: outBreakerOpen, wait: wait}

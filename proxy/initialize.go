@@ -74,7 +74,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 		Credential:      s.fingerprint(ctx.Request.Header.PeekBytes(hdrAuthorization)).String(),
 		Header:          recipeHeaders(&a.req.Header),
 	}
-	sess := session.New(session.NewClientID(), recipe,
+	sess := session.New(s.sealID(ctx.Request.Header.PeekBytes(hdrAuthorization), version, ctx.PostBody()), recipe,
 		session.UpstreamID(r.Header.PeekBytes(hdrSessionID)))
 	if !s.mem.take(sessionCost(sess)) {
 		s.dropMintedSession(r)

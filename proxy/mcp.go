@@ -104,7 +104,7 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 		}
 		return
 	}
-	sess, ok := s.lookup(sid)
+	sess, ok := s.lookup(ctx, sid)
 	if !ok {
 		s.sessionNotFound(ctx, msg.idOrNull())
 		return
@@ -142,7 +142,7 @@ func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
 			"Bad Request: Mcp-Session-Id header is required")
 		return
 	}
-	sess, ok := s.lookup(sid)
+	sess, ok := s.lookup(ctx, sid)
 	if !ok || !s.sameBinding(ctx, sess) {
 		s.sessionNotFound(ctx, "null")
 		return
@@ -160,7 +160,7 @@ func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
 			"Bad Request: Mcp-Session-Id header is required")
 		return
 	}
-	sess, ok := s.lookup(sid)
+	sess, ok := s.lookup(ctx, sid)
 	if !ok || !s.sameBinding(ctx, sess) {
 		s.sessionNotFound(ctx, "null")
 		return
@@ -170,6 +170,7 @@ func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.mem.give(sessionCost(sess))
+	s.graves.bury(string(sess.ID), s.cfg.SessionMaxAge)
 	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.deleteUpstream(up, ctx.Request.Header.PeekBytes(hdrAuthorization), false)
@@ -186,9 +187,12 @@ func (s *Server) sameBinding(ctx *fasthttp.RequestCtx, sess *session.Session) bo
 }
 
 // lookup finds the client session named by the agent's header.
-func (s *Server) lookup(sid []byte) (*session.Session, bool) {
+func (s *Server) lookup(ctx *fasthttp.RequestCtx, sid []byte) (*session.Session, bool) {
 	// The key is only read during Get, so a zero-copy view is safe.
-	return s.store.Get(session.ClientID(b2s(sid)))
+	if sess, ok := s.store.Get(session.ClientID(b2s(sid))); ok {
+		return sess, true
+	}
+	return s.restore(ctx, sid)
 }
 
 // sessionNotFound is MCP's answer to an unknown session id (2025-03-26+

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/session/seal"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -108,6 +109,15 @@ type Config struct {
 	// MaxSSELine caps the longest SSE line mcpheal holds whole while
 	// relaying; zero means 32 MiB.
 	MaxSSELine int
+	// SessionKeys is the key ring that seals agent session ids, written
+	// "id:base64-secret[,id:base64-secret...]" (the first seals, the others
+	// only open; see session/seal). Every replica and every restart given
+	// the same ring can heal any session from its id alone. Zero means a
+	// key made up at start: ids then open only in this process.
+	SessionKeys string
+	// SessionMaxAge is how long a sealed session id stays valid, however
+	// active the session; zero means 7 days.
+	SessionMaxAge time.Duration
 	// MemoryBudget caps the bytes of session state and buffered answers the
 	// upstream's sessions may hold (see budget); zero means 512 MiB.
 	MemoryBudget int
@@ -145,6 +155,7 @@ func (c *Config) normalize() error {
 	c.MaxAnswer = orInt(c.MaxAnswer, 32<<20)
 	c.MaxSSELine = orInt(c.MaxSSELine, 32<<20)
 	c.MemoryBudget = orInt(c.MemoryBudget, 512<<20)
+	c.SessionMaxAge = orDur(c.SessionMaxAge, 7*24*time.Hour)
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
 	c.AdminListen = orStr(c.AdminListen, "127.0.0.1:8788")
 	if c.AdminListen != adminOff {
@@ -180,7 +191,10 @@ type Server struct {
 	macs        sync.Pool // of hash.Hash: HMAC-SHA256 under fpKey
 	replayTools map[string]bool
 	count       counters
-	mem         budget // Config.MemoryBudget
+	mem         budget     // Config.MemoryBudget
+	ring        *seal.Ring // seals and opens agent session ids (Config.SessionKeys)
+	graves      graveyard  // ids ended by DELETE, never restored
+	restoreMu   sync.Mutex // one restore of an id at a time
 	breaker     *upstream.Breaker
 	streams     streamSet
 	inflight    atomic.Int64 // ServeMCP calls running
@@ -216,6 +230,10 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
+	ring, err := newRing(cfg.SessionKeys)
+	if err != nil {
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
 	up, err := upstream.New(upstream.Config{URL: cfg.Upstream, MaxIdleConn: cfg.MaxIdleConn, MaxResponseBody: cfg.MaxAnswer})
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
@@ -244,6 +262,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session store: %w", err)
 	}
+	s.ring = ring
 	s.count.init(cfg.Name)
 	s.mem.limit = int64(cfg.MemoryBudget)
 	bc := cfg.Breaker

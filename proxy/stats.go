@@ -68,10 +68,11 @@ const (
 	reasonSessionGone = iota // the upstream said the session is gone
 	reasonTransport          // the connection died or timed out
 	reasonKeepalive          // a keepalive ping found the session gone
+	reasonRestored           // a session restored from its sealed id needs an upstream session
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"session_gone", "transport", "keepalive"}
+var reasonNames = [numReasons]string{"session_gone", "transport", "keepalive", "restored"}
 
 const (
 	outcomeOK      = iota // re-created
@@ -106,6 +107,7 @@ type counters struct {
 	// after an exchange that may have run them. decide forbids it, so it
 	// stays 0: tests assert it as an invariant.
 	unsafeResends atomic.Uint64
+	restored      atomic.Uint64 // sessions re-created from their sealed id
 	upstreamInits atomic.Uint64 // initialize requests sent upstream (agent's and re-inits)
 	upstreamDown  atomic.Uint64 // 503 answers after the heal budget
 	panics        atomic.Uint64

@@ -56,6 +56,9 @@ type Session struct {
 	used     atomic.Bool  // the upstream accepted a request beyond initialize (Store.Used)
 	counted  atomic.Bool  // holds a place under its credential in the store
 	created  time.Time    // written once, by New
+	// needsInit: restored from its sealed id (Restored) and holding no
+	// upstream session yet; the first heal creates one.
+	needsInit atomic.Bool
 
 	mu       sync.Mutex // protects everything below
 	upstream UpstreamID
@@ -91,6 +94,19 @@ func New(id ClientID, r Recipe, up UpstreamID) *Session {
 	s.touch()
 	return s
 }
+
+// Restored returns a session re-created from its sealed id after the
+// process that created it ended (or dropped it): it has the recipe and no
+// upstream session yet (NeedsInit), and its first request heals it.
+func Restored(id ClientID, r Recipe) *Session {
+	s := New(id, r, "")
+	s.needsInit.Store(true)
+	return s
+}
+
+// NeedsInit reports whether the session must create its upstream session
+// before its first request goes upstream.
+func (s *Session) NeedsInit() bool { return s.needsInit.Load() }
 
 // now is the clock; tests replace it.
 var now = time.Now
@@ -200,6 +216,7 @@ func (s *Session) lead(c *healCall, base context.Context, budget time.Duration, 
 		s.gen++
 		s.born = now()
 		s.heals++
+		s.needsInit.Store(false)
 	}
 	c.upstream, c.gen, c.err = s.upstream, s.gen, err
 	s.healing = nil

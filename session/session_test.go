@@ -216,3 +216,37 @@ func TestProbeOnePerOutage(t *testing.T) {
 		t.Fatal("the next outage elected no probe")
 	}
 }
+
+// TestRestoredHealsOnce: a restored session needs an upstream session; the
+// first heal creates it (however many requests ask at once) and clears the
+// need.
+func TestRestoredHealsOnce(t *testing.T) {
+	s := Restored("m-sealed", Recipe{InitBody: "{}", ProtocolVersion: "2025-11-25"})
+	if !s.NeedsInit() {
+		t.Fatal("a restored session needs its upstream session")
+	}
+	up, gen := s.Current()
+	if up != "" || gen != 1 {
+		t.Fatalf("Current = %q %d", up, gen)
+	}
+	var inits atomic.Int64
+	init := func(context.Context) (UpstreamID, error) {
+		inits.Add(1)
+		time.Sleep(10 * time.Millisecond)
+		return "up-1", nil
+	}
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if up, gen, err := s.Heal(context.Background(), 1, time.Second, init); err != nil || up != "up-1" || gen != 2 {
+				t.Errorf("Heal = %q %d %v", up, gen, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if inits.Load() != 1 || s.NeedsInit() {
+		t.Fatalf("%d inits, needs init %v; want 1, false", inits.Load(), s.NeedsInit())
+	}
+}

@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/session/seal"
+)
+
+// Sealed session ids (README "Sessions that outlive mcpheal"). The id an
+// agent holds is its session's recipe, sealed (session/seal). A request
+// whose id is in the store costs nothing more; one whose id is not (this
+// process restarted, another replica created it, or the store dropped it)
+// is opened, checked and re-created as a restored session, which heals
+// before its first request goes upstream. An id that does not open, names
+// another upstream, was ended by DELETE, or comes under another credential
+// is answered as an unknown session.
+
+// newRing returns the ring of Config.SessionKeys, or a ring of one key made
+// up now.
+func newRing(keys string) (*seal.Ring, error) {
+	if keys == "" {
+		return seal.RandomRing(), nil
+	}
+	ks, err := seal.ParseKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	return seal.NewRing(ks)
+}
+
+// sealID returns the agent-facing id for a new session.
+func (s *Server) sealID(auth []byte, version string, init []byte) session.ClientID {
+	rec := seal.NewRecord(s.cfg.Name, seal.CredentialDigest(auth), version, init, time.Now(), s.cfg.SessionMaxAge)
+	id, err := s.ring.Seal(rec)
+	if err != nil {
+		return session.NewClientID() // cannot happen: sealing has no failure mode
+	}
+	return session.ClientID(id)
+}
+
+// restore re-creates the session named by sid from its sealed id, or
+// reports false. Unsealing happens only on a store miss.
+func (s *Server) restore(ctx *fasthttp.RequestCtx, sid []byte) (*session.Session, bool) {
+	if len(sid) == 0 || sid[0] != 'm' || s.graves.has(string(sid)) {
+		return nil, false
+	}
+	rec, err := s.ring.Open(string(sid), time.Now())
+	if err != nil || rec.Upstream != s.cfg.Name || rec.Init == nil {
+		return nil, false
+	}
+	auth := ctx.Request.Header.PeekBytes(hdrAuthorization)
+	if seal.CredentialDigest(auth) != rec.Credential {
+		return nil, false // only the credential that created it may bring it back
+	}
+	var hdr fasthttp.RequestHeader
+	ctx.Request.Header.CopyTo(&hdr)
+	for _, h := range reqDropHeaders {
+		hdr.Del(h)
+	}
+	if s.ownsAuthorization() {
+		hdr.DelBytes(hdrAuthorization)
+	}
+	sess := session.Restored(session.ClientID(sid), session.Recipe{
+		InitBody:        session.Intern(rec.Init),
+		ProtocolVersion: rec.Protocol,
+		Credential:      s.fingerprint(auth).String(),
+		Header:          recipeHeaders(&hdr),
+	})
+	s.restoreMu.Lock()
+	defer s.restoreMu.Unlock()
+	if live, ok := s.store.Get(sess.ID); ok {
+		return live, true // a concurrent request restored it first
+	}
+	if !s.mem.take(sessionCost(sess)) {
+		return nil, false
+	}
+	if err := s.store.Add(sess); err != nil {
+		s.mem.give(sessionCost(sess))
+		return nil, false
+	}
+	s.count.restored.Add(1)
+	s.log.Info().Str(logSession, sess.ID.Short()).Msg("session restored from its id")
+	return sess, true
+}
+
+// graveyard holds the ids ended by DELETE until they expire, so that a
+// deleted session never comes back from its sealed id in this process. (It
+// lives in memory: after a restart a deleted id opens again until its
+// SessionMaxAge; see README "Limits".)
+type graveyard struct {
+	mu sync.Mutex // protects ids
+	// ids maps an ended id to when its seal expires.
+	ids map[string]time.Time
+}
+
+// bury records id as ended until its seal expires (at the latest maxAge
+// from now).
+func (g *graveyard) bury(id string, maxAge time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if g.ids == nil {
+		g.ids = make(map[string]time.Time)
+	}
+	if len(g.ids) >= 1<<16 {
+		for k, until := range g.ids { // prune the expired
+			if now.After(until) {
+				delete(g.ids, k)
+			}
+		}
+	}
+	g.ids[id] = now.Add(maxAge)
+}
+
+func (g *graveyard) has(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	until, ok := g.ids[id]
+	return ok && time.Now().Before(until)
+}
