@@ -411,12 +411,129 @@ func startProxy(t testing.TB, upstream string) string {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 		<-done
-		if n := s.Stats().UnsafeResends; n != 0 {
-			t.Errorf("INVARIANT: %d requests that are not replay-safe were sent again after they may have run", n)
-		}
+		checkNoUnsafeResends(t, s)
 		if t.Failed() {
 			t.Logf("mcpheal log (tail):\n%s", logs.String())
 		}
 	})
 	return "http://" + ln.Addr().String() + "/mcp"
+}
+
+// checkNoUnsafeResends fails t if s sent a request that is not replay-safe
+// again after it may have run.
+func checkNoUnsafeResends(t testing.TB, s *proxy.Server) {
+	t.Helper()
+	if n := s.Stats().UnsafeResends; n != 0 {
+		t.Errorf("INVARIANT: %d requests that are not replay-safe were sent again after they may have run", n)
+	}
+}
+
+// proxyProcess is one mcpheal "process" served in-process on a fixed
+// address, which kill ends as kill -9 ends a real one.
+type proxyProcess struct {
+	s    *proxy.Server
+	ln   net.Listener
+	addr string
+	logs *tail
+	done chan struct{}
+	once sync.Once
+
+	mu     sync.Mutex // protects conns, killed
+	conns  []net.Conn // every agent connection accepted
+	killed bool
+}
+
+// startProxyAt serves mcpheal in front of upstream on addr (host:port, the
+// port fixed so that a restart can take it again) with the session key ring
+// keys. Its log is shown if the test fails; cleanup kills it.
+func startProxyAt(t testing.TB, addr, upstream, keys string) *proxyProcess {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for try := 0; try < 100; try++ { // the killed process's port may linger a moment
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &tail{max: 32 << 10}
+	s, err := proxy.New(proxy.Config{
+		Upstream:    upstream,
+		Listen:      addr,
+		HealTimeout: 5 * time.Second,
+		SessionKeys: keys,
+		AdminListen: "off",
+	}, zerolog.New(logs).Level(zerolog.DebugLevel))
+	if err != nil {
+		_ = ln.Close()
+		t.Fatal(err)
+	}
+	p := &proxyProcess{s: s, ln: ln, addr: addr, logs: logs, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		if err := s.Serve(&trackingListener{Listener: ln, p: p}); err != nil && !errors.Is(err, net.ErrClosed) {
+			t.Logf("proxy Serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		checkNoUnsafeResends(t, s)
+		if t.Failed() {
+			t.Logf("mcpheal on %s, log (tail):\n%s", addr, logs.String())
+		}
+	})
+	return p
+}
+
+// url is the URL agents use.
+func (p *proxyProcess) url() string { return "http://" + p.addr + "/mcp" }
+
+// kill ends the process as kill -9 would: the listener closes, every agent
+// connection it accepted is reset, and its upstream connections drop with
+// no DELETE for any session. It returns once Serve has returned.
+func (p *proxyProcess) kill() {
+	p.once.Do(func() {
+		_ = p.ln.Close()
+		p.mu.Lock()
+		p.killed = true
+		for _, c := range p.conns {
+			reset(c)
+		}
+		p.mu.Unlock()
+		p.s.Close()
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+}
+
+// trackingListener records the connections it accepts in p.
+type trackingListener struct {
+	net.Listener
+	p *proxyProcess
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.p.mu.Lock()
+		l.p.conns = append(l.p.conns, c)
+		if l.p.killed { // accepted as kill ran: the kernel would reset it too
+			reset(c)
+		}
+		l.p.mu.Unlock()
+	}
+	return c, err
+}
+
+// reset closes c with an RST, as the kernel does for a killed process.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
