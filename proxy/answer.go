@@ -191,7 +191,7 @@ func (s *Server) respond(a *attempt) bool {
 	answered := !a.msg.get && a.firstWhole && isResponse(sse.Data(nil, a.first))
 	var err error
 	if a.out, err = a.rw.startStream(a.out); err != nil {
-		a.eof = true
+		a.out = a.settle(a.out, err, nil)
 	}
 	if answered && a.finish() {
 		// The answer is complete: one buffered write, no chunking.
@@ -214,38 +214,32 @@ func (a *attempt) learn() {
 	}
 }
 
-// finishWait is how long an SSE answer whose response event has arrived may
-// take to end before it is streamed instead: a server SHOULD end the stream
-// after the response (MCP 2025-11-25 §Sending Messages to the Server), and
-// the end is normally in the same packet.
+// finishWait bounds finish's reads, which only read what has already
+// arrived.
 const finishWait = 20 * time.Millisecond
 
-// finish reads the rest of an SSE answer whose response has arrived into
-// a.out, for a short while. It reports whether the stream ended; if not,
-// what was read is handed out first when the answer is streamed.
+// finish reads what has already arrived of an SSE answer whose response has
+// passed (a server SHOULD end the stream after it, MCP 2025-11-25 §Sending
+// Messages to the Server, and the end is normally in the same packet). It
+// reports whether that included the stream's end: the answer then goes out
+// as one buffered write. It never waits for more; what has not arrived is
+// streamed.
 func (a *attempt) finish() bool {
 	r := a.resp
-	if r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
+	if r.Buffered() == 0 || r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
 		return false
 	}
 	buf := a.readBuf()
-	for len(a.out) < peekLimit {
+	for len(a.out) < peekLimit && r.Buffered() > 0 {
 		n, err := r.Read(buf)
+		// A read that times out here stopped inside the chunked framing
+		// and cannot go on: the answer ends with what came. Its response
+		// has passed, so the agent loses at most a trailing notification.
 		a.out = a.relay(a.out, buf[:n], err)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return true
-			}
-			a.eof = false // not the end: a read timed out
-			break
-		}
-		if a.eof {
-			return true // cut: a line past max_sse_line
+		if err != nil || a.eof {
+			return true
 		}
 	}
-	// The server keeps the stream open after the response: stream the
-	// rest. (A timeout while waiting for the next chunk leaves the chunk
-	// reader where it was.)
 	_ = r.SetReadDeadline(time.Time{})
 	return false
 }

@@ -108,7 +108,11 @@ func (a *attempt) run() bool {
 // after waiting out a failure that proves no harm.
 func (a *attempt) loop() outcome {
 	if a.sess != nil && a.sess.NeedsInit() {
-		// Restored from its sealed id: create its upstream session first.
+		// Restored from its sealed id: create its upstream session first,
+		// under the credential it is bound to only.
+		if !a.mayHeal() {
+			return outcome{kind: outGone}
+		}
 		if out, ok := a.heal(reasonRestored); !ok {
 			return out
 		}
@@ -242,6 +246,9 @@ func (a *attempt) afterHeal() (outcome, bool) {
 // (README "Replay rules").
 func (a *attempt) replayable() bool {
 	m := a.msg
+	if m.batch {
+		return false // its elements are not judged one by one: one may be a tools/call
+	}
 	if m.get || !m.isRequest() {
 		return true // a GET stream, a notification, an answer: nothing runs twice
 	}

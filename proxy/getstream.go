@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
 )
@@ -93,12 +94,15 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 		if !s.sleep(time.Duration(try) * 20 * time.Millisecond) {
 			break
 		}
+		a.s.mem.give(a.charged) // the refusal buffered for the agent is replaced
+		a.charged = 0
 		a.next()
 		ok = a.run()
 	}
 	if !ok {
 		// run answered the agent itself (an error, or the upstream's
 		// answer to the open); nothing to hold open.
+		a.s.mem.give(a.charged)
 		upstream.ReleaseResponse(a.resp)
 		return
 	}
@@ -131,24 +135,40 @@ func (g *getStream) write(w *bufio.Writer) {
 	defer g.stop()
 	t := time.NewTicker(g.s.cfg.StreamKeepalive)
 	defer t.Stop()
+	put := func(b []byte) bool {
+		g.s.armWrite(g.conn)
+		if _, err := w.Write(b); err != nil || w.Flush() != nil {
+			return false
+		}
+		g.s.count.bytesOut.Add(uint64(len(b)))
+		return true
+	}
 	for {
 		var b []byte
 		select {
-		case ev, ok := <-g.out:
-			if !ok {
-				return // the pump gave up: the agent's SDK reconnects its GET
+		case b = <-g.out:
+		case <-g.done:
+			// The pump ended (a resumed stream is over, or the upstream
+			// has no stream for us): what it queued goes out first, then
+			// the agent's SDK reconnects its GET.
+			for {
+				select {
+				case b = <-g.out:
+					if !put(b) {
+						return
+					}
+				default:
+					return
+				}
 			}
-			b = ev
 		case <-t.C:
 			b = keepaliveComment
 		case <-g.quit:
 			return
 		}
-		g.s.armWrite(g.conn)
-		if _, err := w.Write(b); err != nil || w.Flush() != nil {
+		if !put(b) {
 			return
 		}
-		g.s.count.bytesOut.Add(uint64(len(b)))
 	}
 }
 
@@ -158,8 +178,7 @@ var keepaliveComment = []byte(": keepalive\n\n")
 // in the same session with Last-Event-ID, or after healing the session.
 func (g *getStream) pump() {
 	defer g.s.bg.Done()
-	defer close(g.done)
-	defer close(g.out)
+	defer close(g.done) // g.out stays open: an inject racing the end must not panic
 	defer func() {
 		if p := recover(); p != nil {
 			g.s.count.panics.Add(1)
@@ -171,18 +190,28 @@ func (g *getStream) pump() {
 		g.mu.Lock()
 		resp, gen := g.resp, g.gen
 		g.mu.Unlock()
-		er := eventRewriter{gen: gen, max: g.s.cfg.MaxSSELine}
+		// Whole events only: the writer's keepalive comments and injected
+		// events then always fall between two events, and an event cut
+		// with its stream is dropped, never spliced onto the next stream.
+		er := eventRewriter{gen: gen, fr: sse.Framer{Max: g.s.cfg.MaxSSELine}}
 		for {
 			n, err := resp.Read(buf)
-			out, aliased, serr := er.stream(nil, buf[:n])
-			if aliased {
-				out = append([]byte(nil), out...) // buf is read into again
+			er.fr.Feed(buf[:n])
+			var out []byte
+			var ferr error
+			for {
+				ev, ok, e := er.next()
+				if e != nil || !ok {
+					ferr = e
+					break
+				}
+				out = er.event(out, ev)
 			}
 			if len(out) > 0 && !g.send(out) {
 				break
 			}
-			if err != nil || serr != nil {
-				break // ended, cut, or a line past max_sse_line: reopen
+			if err != nil || ferr != nil {
+				break // ended, cut, or an event past max_sse_line: reopen
 			}
 		}
 		g.mu.Lock()

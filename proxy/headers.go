@@ -21,6 +21,8 @@ var (
 	reqDropHeaders = []string{
 		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "TE", "Trailer",
 		"Transfer-Encoding", "Upgrade",
+		// fasthttp has answered the agent's Expect: 100-continue itself.
+		"Expect",
 		// Bodies must come back uncompressed so they can be classified.
 		"Accept-Encoding",
 		// The proxy has checked Origin against its own names; the upstream

@@ -41,11 +41,11 @@ func (a *attempt) heal(reason int) (out outcome, ok bool) {
 		case errors.As(err, &bo):
 			return outcome{kind: outBreakerOpen, wait: bo.wait}, false
 		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
+			// Its id would open again and heal into the same refusal.
+			a.s.graves.bury(string(a.sess.ID), a.s.cfg.SessionMaxAge)
 			if _, ok := a.s.store.Remove(a.sess.ID); ok {
 				a.s.mem.give(sessionCost(a.sess))
 			}
-			// Its id would open again and heal into the same refusal.
-			a.s.graves.bury(string(a.sess.ID), a.s.cfg.SessionMaxAge)
 			return outcome{kind: outGone}, false
 		}
 		return outcome{kind: outDown, why: "upstream unreachable while re-initializing the session"}, false

@@ -80,6 +80,12 @@ var listChanged = []byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":
 // version), the agent is told on its GET stream.
 func (s *Server) checkTools(sess *session.Session, hdr *fasthttp.RequestHeader) {
 	defer s.bg.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			s.count.panics.Add(1)
+			s.log.Error().Interface("panic", p).Msg("tools/list after heal panicked")
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HealTimeout)
 	defer cancel()
 	up, _ := sess.Current()

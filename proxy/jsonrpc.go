@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -75,16 +76,18 @@ func parseMessage(body []byte) (m message) {
 	var params gjson.Result
 	seen := 0
 	r.ForEach(func(k, v gjson.Result) bool {
+		// Keys compare ignoring case: Go's encoding/json (mcp-go and many
+		// Go servers) matches them so, and keeps the last.
 		bit := 0
-		switch k.Str {
-		case "method":
+		switch {
+		case strings.EqualFold(k.Str, "method"):
 			bit, m.method = 1, v.Str
-		case "id":
+		case strings.EqualFold(k.Str, "id"):
 			bit, m.id = 2, ""
 			if v.Type != gjson.Null {
 				m.id = v.Raw
 			}
-		case "params":
+		case strings.EqualFold(k.Str, "params"):
 			bit, params = 4, v
 		}
 		m.dup = m.dup || seen&bit != 0
@@ -94,7 +97,7 @@ func parseMessage(body []byte) (m message) {
 	if m.method == "tools/call" && params.IsObject() {
 		names := 0
 		params.ForEach(func(k, v gjson.Result) bool {
-			if k.Str == "name" {
+			if strings.EqualFold(k.Str, "name") {
 				m.tool = v.Str
 				names++
 			}

@@ -165,12 +165,13 @@ func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
 		s.sessionNotFound(ctx, "null")
 		return
 	}
+	// Buried first: a request restoring the id meanwhile finds it ended.
+	s.graves.bury(string(sess.ID), s.cfg.SessionMaxAge)
 	if _, ok = s.store.Remove(sess.ID); !ok {
 		s.sessionNotFound(ctx, "null") // ended meanwhile
 		return
 	}
 	s.mem.give(sessionCost(sess))
-	s.graves.bury(string(sess.ID), s.cfg.SessionMaxAge)
 	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.deleteUpstream(up, ctx.Request.Header.PeekBytes(hdrAuthorization), false)

@@ -75,6 +75,9 @@ func (s *Server) restore(ctx *fasthttp.RequestCtx, sid []byte) (*session.Session
 	if live, ok := s.store.Get(sess.ID); ok {
 		return live, true // a concurrent request restored it first
 	}
+	if s.graves.has(string(sid)) {
+		return nil, false // ended while it was being opened
+	}
 	if !s.mem.take(sessionCost(sess)) {
 		return nil, false
 	}
@@ -87,18 +90,21 @@ func (s *Server) restore(ctx *fasthttp.RequestCtx, sid []byte) (*session.Session
 	return sess, true
 }
 
-// graveyard holds the ids ended by DELETE until they expire, so that a
-// deleted session never comes back from its sealed id in this process. (It
-// lives in memory: after a restart a deleted id opens again until its
-// SessionMaxAge; see README "Limits".)
+// graveyard holds the ids ended by DELETE (or refused at their heal) until
+// they expire, so that an ended session never comes back from its sealed id
+// in this process. It holds at most maxGraves ids, the oldest dropped
+// first. (It lives in memory: after a restart an ended id opens again until
+// its SessionMaxAge; see README "Sessions that outlive mcpheal".)
 type graveyard struct {
-	mu sync.Mutex // protects ids
-	// ids maps an ended id to when its seal expires.
-	ids map[string]time.Time
+	mu    sync.Mutex           // protects ids, order
+	ids   map[string]time.Time // ended id → when its seal expires
+	order []string             // ids, oldest first
 }
 
-// bury records id as ended until its seal expires (at the latest maxAge
-// from now).
+// maxGraves bounds the graveyard: 65 536 ids of ~400 bytes is ~30 MB.
+const maxGraves = 1 << 16
+
+// bury records id as ended until maxAge from now.
 func (g *graveyard) bury(id string, maxAge time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -106,12 +112,15 @@ func (g *graveyard) bury(id string, maxAge time.Duration) {
 	if g.ids == nil {
 		g.ids = make(map[string]time.Time)
 	}
-	if len(g.ids) >= 1<<16 {
-		for k, until := range g.ids { // prune the expired
-			if now.After(until) {
-				delete(g.ids, k)
-			}
-		}
+	// Drop from the front what expired, and the oldest past the cap: each
+	// id is dropped once, so burying costs O(1) amortized.
+	for len(g.order) > 0 && (len(g.order) >= maxGraves || now.After(g.ids[g.order[0]])) {
+		delete(g.ids, g.order[0])
+		g.order[0] = ""
+		g.order = g.order[1:]
+	}
+	if _, ok := g.ids[id]; !ok {
+		g.order = append(g.order, id)
 	}
 	g.ids[id] = now.Add(maxAge)
 }

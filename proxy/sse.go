@@ -50,7 +50,9 @@ func peekFirst(r io.Reader, er *eventRewriter, out, buf []byte) (_, first []byte
 				return out, ev, true, true
 			}
 		}
-		if er.fr.Buffered() > peekLimit {
+		if len(out)+er.fr.Buffered() > peekLimit {
+			// Past the limit without a message (a long first event, or
+			// comments and priming events): judge what came, stream the rest.
 			return out, er.fr.Rest(), false, true
 		}
 		n, err := r.Read(buf)

@@ -197,10 +197,9 @@ func (st *Store) Has(id ClientID) bool { return st.cache.Contains(id) }
 // Remove drops the session without calling onDrop (the agent ended it).
 func (st *Store) Remove(id ClientID) (*Session, bool) {
 	s, ok := st.cache.Peek(id)
-	if !ok {
-		return nil, false
+	if !ok || s.removed.Swap(true) {
+		return nil, false // not here, or another caller removed it first
 	}
-	s.removed.Store(true)
 	st.cache.Remove(id)
 	st.uncount(s)
 	return s, true

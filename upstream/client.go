@@ -236,11 +236,20 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 	if err := cn.bw.Flush(); err != nil {
 		return fail("write", err)
 	}
-	if err := resp.Header.Read(cn.br); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	for {
+		if err := resp.Header.Read(cn.br); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fail("read", headError(err))
 		}
-		return fail("read", headError(err))
+		// An interim answer (100 Continue, 103 Early Hints) comes before
+		// the real one: taking it for the answer would leave the real one
+		// on the connection for the next request, another agent's.
+		if st := resp.Header.StatusCode(); st < 100 || st >= 200 || st == fasthttp.StatusSwitchingProtocols {
+			break
+		}
+		resp.Header.Reset()
 	}
 	closeConn := req.Header.ConnectionClose() || resp.Header.ConnectionClose()
 	if isEventStream(resp.Header.ContentType()) && hasBody(resp.StatusCode()) {
@@ -388,7 +397,18 @@ func (r *Response) Close() {
 	} else {
 		r.pool.discard(r.conn)
 	}
-	r.conn, r.pool = nil, nil
+	// Whatever the next exchange on this Response is, it starts clean: a
+	// stale eof would pool a connection with its stream unread.
+	r.conn, r.pool, r.eof, r.chunked, r.closeConn = nil, nil, false, false, false
+}
+
+// Buffered reports how many bytes of a streamed answer have arrived and
+// wait to be read: reading no more than that never blocks.
+func (r *Response) Buffered() int {
+	if r.conn == nil {
+		return 0
+	}
+	return r.conn.br.Buffered()
 }
 
 func orDur(d, def time.Duration) time.Duration {

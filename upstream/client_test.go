@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -616,3 +617,48 @@ func TestAnswerTooLarge(t *testing.T) {
 		t.Fatalf("err = %v, want a TooLargeError with limit 1024", err)
 	}
 }
+
+// TestInterimAnswerSkipped: a 100 Continue before the answer is not the
+// answer. Taking it for one left the real answer on the pooled connection,
+// where the next request (another agent's) read it.
+func TestInterimAnswerSkipped(t *testing.T) {
+	t.Parallel()
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for n := 1; ; n++ {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+			body := fmt.Sprintf(`{"n":%d}`, n)
+			_, _ = io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"+
+				"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		}
+	})
+	c := newClient(t, url)
+	for n := 1; n <= 2; n++ {
+		resp, err := post(c, `{}`, time.Second)
+		if err != nil || resp.StatusCode() != 200 || string(resp.Body()) != fmt.Sprintf(`{"n":%d}`, n) {
+			t.Fatalf("exchange %d: %v %d %q", n, err, resp.StatusCode(), resp.Body())
+		}
+		ReleaseResponse(resp)
+	}
+}
+
+// TestCloseClearsStreamState: a Response reused after a stream read to its
+// end (attempt.next resets it without ReleaseResponse) does not pool the
+// connection of a later stream abandoned mid-way.
+func TestCloseClearsStreamState(t *testing.T) {
+	t.Parallel()
+	r := &Response{eof: true, chunked: true, closeConn: true}
+	r.stream = bytes.NewReader(nil)
+	var p pool
+	r.pool, r.conn = &p, &conn{nc: nopConn{}}
+	r.Close()
+	if r.eof || r.chunked || r.closeConn {
+		t.Fatalf("after Close: eof %v chunked %v closeConn %v", r.eof, r.chunked, r.closeConn)
+	}
+}
+
+type nopConn struct{ net.Conn }
+
+func (nopConn) Close() error { return nil }
