@@ -38,6 +38,13 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 		if err == nil {
 			raw, msg, err = readAnswer(a.resp, &er, s.cfg.MaxAnswer)
 		}
+		var tl *upstream.TooLargeError
+		if errors.As(err, &tl) || errors.Is(err, errAnswerTooLarge) {
+			// The upstream answered, too large: the same again on a retry.
+			s.dropMintedSession(a.resp)
+			a.answer(outcome{kind: outTooLarge, class: classify.Protocol, err: err})
+			return
+		}
 		if err != nil || a.resp.StatusCode() >= 500 {
 			s.upFailure()
 		} else {
@@ -46,6 +53,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 		if err == nil && a.resp.StatusCode() != fasthttp.StatusServiceUnavailable {
 			break
 		}
+		s.dropMintedSession(a.resp) // a session the failed answer may have opened
 		if !a.backoff() {
 			a.endProbe()
 			a.answer(outcome{kind: outDown, why: "upstream unreachable"})
