@@ -11,6 +11,12 @@
 #                          only the large-SSE-event section (1 and 12 MB, ~1
 #                          min): installs nginx like a full run; writes no
 #                          results file unless -out is given
+#   bench/run.sh -only hostile [-hostile 0,64] [-out F]
+#                          only the hostile-input section (~2 min): the
+#                          mcpheal binary, built from this tree, under each
+#                          attack with its default limits, then with
+#                          --memory-budget 64 MiB; needs no nginx or vegeta;
+#                          writes no results file unless -out is given
 #
 # Other arguments are passed to mcpbench (see `go run ./bench/cmd/mcpbench -h`).
 set -euo pipefail
@@ -31,7 +37,7 @@ for a in "$@"; do
 done
 
 have_nginx() { command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; }
-if [ "$smoke" = 0 ] && ! have_nginx; then
+if [ "$smoke" = 0 ] && [ "$only" != hostile ] && ! have_nginx; then
 	sudo=""
 	[ "$(id -u)" = 0 ] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null && sudo="sudo -n"; } || true
 	if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; }; then
@@ -48,14 +54,16 @@ fi
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 rc=0
-if [ "$only" = large ]; then # the large-SSE-event section needs no vegeta
-	echo "building mcpbench"
+if [ "$only" = large ] || [ "$only" = hostile ]; then # these sections need no vegeta
+	echo "building mcpbench and mcpheal"
 	go build -o "$bin/mcpbench" ./bench/cmd/mcpbench
-	"$bin/mcpbench" "${args[@]}" || rc=$?
+	go build -o "$bin/mcpheal" .
+	"$bin/mcpbench" -mcpheal "$bin/mcpheal" "${args[@]}" || rc=$?
 	exit "$rc"
 fi
-echo "building mcpbench and vegeta v12.12.0"
+echo "building mcpbench, mcpheal and vegeta v12.12.0"
 go build -o "$bin/mcpbench" ./bench/cmd/mcpbench
+go build -o "$bin/mcpheal" .
 (cd bench/tools && go build -o "$bin/vegeta" github.com/tsenart/vegeta/v12)
-"$bin/mcpbench" -vegeta "$bin/vegeta" "${args[@]}" || rc=$?
+"$bin/mcpbench" -vegeta "$bin/vegeta" -mcpheal "$bin/mcpheal" "${args[@]}" || rc=$?
 exit "$rc"

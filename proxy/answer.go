@@ -262,12 +262,12 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 		a.learn()
 		return res
 	}
-	// Cut or ended: what arrived goes out, including a last line without
-	// its end, and the answer ends.
-	res = a.rw.endStream(res)
+	// Cut or ended: the answer ends.
 	a.eof = true
+	inject := !a.rw.answered && a.msg.isRequest()
+	res, midLine := a.rw.endStream(res, !inject)
 	a.learn()
-	if a.rw.answered || !a.msg.isRequest() {
+	if !inject {
 		return res
 	}
 	// The stream ended before the answer: without one the agent's call
@@ -284,7 +284,12 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 	}
 	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Int("code", code).AnErr("cut", rerr).
 		AnErr("too_large", serr).Msg("SSE answer ended before its response")
-	res = append(res, "\n\nevent: message\ndata: "...)
+	// End the agent's current event first: a blank line, after ending a
+	// line cut mid-way (its event is lost either way).
+	if midLine {
+		res = append(res, '\n')
+	}
+	res = append(res, "\nevent: message\ndata: "...)
 	res = appendError(res, code, a.msg.idOrNull(), why)
 	return append(res, "\n\n"...)
 }

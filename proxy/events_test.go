@@ -129,7 +129,8 @@ func FuzzRelay(f *testing.F) {
 				}
 				out = append(out, res...)
 			}
-			return string(er.endStream(out))
+			out, _ = er.endStream(out, true)
+			return string(out)
 		}
 		whole := relay(s)
 		if len(s) > 0 {
@@ -142,4 +143,35 @@ func FuzzRelay(f *testing.F) {
 			t.Fatalf("generation 1 changed a stream with no id or retry: %q -> %q", s, whole)
 		}
 	})
+}
+
+// TestRelayPassesLargeResponsesAfterHeal: from generation 2 data lines are
+// looked at to renumber server→client requests, but a response passes once
+// its head shows it is one: a large tool result after a heal is neither
+// held whole nor cut at max_sse_line.
+func TestRelayPassesLargeResponsesAfterHeal(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("r", 1<<20)
+	in := "data: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"text\":\"" + big + "\"}}\n\n"
+	er := eventRewriter{gen: 2, max: 64 << 10}
+	var out []byte
+	for i := 0; i < len(in); i += 16 << 10 {
+		res, _, err := er.stream(nil, []byte(in[i:min(i+16<<10, len(in))]))
+		if err != nil {
+			t.Fatalf("at %d: %v", i, err)
+		}
+		out = append(out, res...)
+		if len(er.held) > headLen+16<<10 {
+			t.Fatalf("held %d bytes of a response", len(er.held))
+		}
+	}
+	if string(out) != in {
+		t.Fatal("the response was changed")
+	}
+	// A request from generation 2 is still renumbered.
+	er = eventRewriter{gen: 2, max: 64 << 10}
+	res, _, _ := er.stream(nil, []byte("data: {\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"sampling/createMessage\",\"params\":{}}\n\n"))
+	if !strings.Contains(string(res), `"mcpheal-g2-n4"`) {
+		t.Fatalf("request not renumbered: %q", res)
+	}
 }

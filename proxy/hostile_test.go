@@ -4,6 +4,7 @@ package proxy
 // CPU or another agent's session. Each test names the attack it guards.
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -315,5 +317,22 @@ func TestMemoryBudget(t *testing.T) {
 	}
 	if resp, _ := peerRawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"late","version":"1"}}}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("initialize after 20 sessions ended: %d; the budget must come back", resp.StatusCode)
+	}
+}
+
+// TestCutHeldLineNotCompleted: an SSE line mcpheal must hold (an id) that
+// passes max_sse_line ends the answer with -32016, and its bytes are
+// dropped: they once reached the agent completed by the error event's
+// blank line, as a 32 MiB event id.
+func TestCutHeldLineNotCompleted(t *testing.T) {
+	t.Parallel()
+	er := eventRewriter{gen: 1, max: 1 << 10}
+	_, _, err := er.stream(nil, []byte("id: "+strings.Repeat("x", 4<<10)))
+	if !errors.Is(err, sse.ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+	out, mid := er.endStream([]byte("data: {}\n\n"), false)
+	if string(out) != "data: {}\n\n" || mid {
+		t.Fatalf("endStream kept %q (mid-line %v)", out, mid)
 	}
 }

@@ -99,10 +99,10 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 		s.log.Warn().Err(err).Int("sessions", s.store.Len()).Msg("initialize refused: session cap reached")
 		if errors.Is(err, session.ErrCredentialFull) {
 			writeError(ctx, fasthttp.StatusTooManyRequests, codeTooMany, m.idOrNull(),
-				"Too many sessions for this credential")
+				"Too many sessions for this credential (max_sessions_per_credential); retry later")
 		} else {
 			writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooMany, m.idOrNull(),
-				"Too many sessions: mcpheal's session cap is reached; retry later")
+				"Too many sessions: mcpheal's session cap (max_sessions) is reached; retry later")
 		}
 		ctx.Response.Header.Set("Retry-After", "10")
 		return

@@ -105,14 +105,26 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 	return r, e.aliased, nil
 }
 
-// endStream appends to out the bytes of a line the stream ended in (the
-// agent's parser drops them, as it would without mcpheal).
-func (er *eventRewriter) endStream(out []byte) []byte {
-	if er.mode == lineOpen || er.mode == lineHeld {
-		out = append(out, er.held...)
+// endStream ends the relay of a stream that ended or broke. The bytes of a
+// line it held unfinished go to out when keep is set (the agent's parser
+// drops an unfinished event at the end of a stream, as it would without
+// mcpheal), and are dropped otherwise (an error event follows, which must
+// not complete them). It reports whether a line was cut after part of it
+// had gone to the agent.
+func (er *eventRewriter) endStream(out []byte, keep bool) (_ []byte, midLine bool) {
+	switch er.mode {
+	case lineOpen, lineHeld:
+		if keep {
+			out = append(out, er.held...)
+		}
+	case linePassing:
+		midLine = true
 	}
 	er.held, er.mode = er.held[:0], lineDone
-	return out
+	if cap(er.held) > 64<<10 {
+		er.held = nil // do not pin a long line's buffer
+	}
+	return out, midLine
 }
 
 // mustHold decides, from the first bytes b of a line, whether the line
@@ -133,7 +145,18 @@ func (er *eventRewriter) mustHold(b []byte, ended bool) (hold, known bool) {
 	case "id", "retry":
 		return true, true
 	case "data":
-		return er.gen > 1 || er.watch, true
+		switch {
+		case er.watch:
+			return true, true // the tools/list answer, to learn from
+		case er.gen <= 1:
+			return false, true
+		case ended || len(b) >= headLen:
+			// From generation 2 only server→client requests are renumbered,
+			// and their "method" comes early (in every server's output): a
+			// response, however large, passes once its head shows it is one.
+			return bytes.Contains(b, []byte(`"method"`)), true
+		}
+		return false, false
 	}
 	return false, true
 }

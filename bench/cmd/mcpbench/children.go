@@ -33,13 +33,14 @@ type upstreamStats struct {
 }
 
 // runUpstream is the "upstream" subcommand: the Go SDK echo server (JSON or
-// SSE answers), the stub, or the large-event server (large.go), on -listen,
+// SSE answers), the stub, the large-event server (large.go) or the hostile
+// server (hostile_upstream.go), on -listen,
 // until SIGTERM, when it shuts down gracefully as a restarted server would.
 // /admin/stats and /admin/expire serve the harness.
 func runUpstream(args []string) error {
 	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
-	mode := fs.String("mode", "json", "json, sse, stub or large")
+	mode := fs.String("mode", "json", "json, sse, stub, large or hostile")
 	size := fs.Int("size", 12<<20, "mode large: bytes of tool-result text in the one SSE event of every tools/call answer")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -67,8 +68,12 @@ func runUpstream(args []string) error {
 		mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, upstreamStats{Initializes: up.inits.Load(), CPUus: selfCPU().Microseconds()})
 		})
+	case "hostile":
+		up := newHostileUpstream()
+		mux.Handle("/mcp", up)
+		mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, up.stats()) })
 	default:
-		return fmt.Errorf("upstream -mode %q: want json, sse, stub or large", *mode)
+		return fmt.Errorf("upstream -mode %q: want json, sse, stub, large or hostile", *mode)
 	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -29,10 +29,15 @@ type harness struct {
 	memory    *memResult
 	large     []*largeResult
 	largeSecs []*largeSection
-	gobench   []benchLine
-	profile   *profileResult
-	failed    []string // correctness failures
-	started   time.Time
+	hostile   []*hostilePass
+	// hostileSlowBytes is the answer the slow agents ask for; hostileElapsed
+	// the section's length.
+	hostileSlowBytes int
+	hostileElapsed   time.Duration
+	gobench          []benchLine
+	profile          *profileResult
+	failed           []string // correctness failures
+	started          time.Time
 }
 
 func newHarness(ctx context.Context, cfg config) (*harness, error) {
@@ -62,7 +67,7 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 		return nil, err
 	}
 	h.logf("work directory %s", h.dir)
-	if h.vegeta = cfg.vegeta; h.vegeta == "" && cfg.only != "large" { // the large section needs no vegeta
+	if h.vegeta = cfg.vegeta; h.vegeta == "" && cfg.only == "" { // the sections that run alone need no vegeta
 		h.vegeta = filepath.Join(h.dir, "vegeta")
 		h.logf("building the pinned vegeta (bench/tools/go.mod)")
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", h.vegeta, "github.com/tsenart/vegeta/v12")
@@ -128,6 +133,11 @@ func (h *harness) run(ctx context.Context) error {
 	for _, size := range h.cfg.largeSizeBytes() {
 		if err := h.largeRun(ctx, size); err != nil {
 			return fmt.Errorf("large SSE event: %w", err)
+		}
+	}
+	if len(h.cfg.hostileBudgets) > 0 {
+		if err := h.hostileRun(ctx); err != nil {
+			return fmt.Errorf("hostile input: %w", err)
 		}
 	}
 	if h.cfg.memSessions > 0 {

@@ -2,14 +2,16 @@
 // one run, all on 127.0.0.1: a Go SDK echo upstream (JSON and SSE answers),
 // vegeta open-model runs at fixed rates alternating the targets, a
 // closed-model saturation run, heal under load, an expiry storm, one large
-// SSE event (1 and 12 MB) relayed by each target, memory per idle session,
-// the Go micro-benchmarks and a CPU and allocation profile.
+// SSE event (1 and 12 MB) relayed by each target, hostile input against
+// the mcpheal binary (hostile.go), memory per idle session, the Go
+// micro-benchmarks and a CPU and allocation profile.
 // It writes bench/RESULTS.md and a latency plot, and prints PASS or MISS for
 // every target of issue 3.
 //
 //	bench/run.sh            # the full run (~25 min); installs nginx and vegeta
 //	bench/run.sh --smoke    # CI: 2 s per target, one rate, correctness only
 //	bench/run.sh -only large  # the large-SSE-event section alone (~1 min)
+//	bench/run.sh -only hostile  # the hostile-input section alone (~2 min)
 //
 // The same binary is its own upstream and proxy processes (subcommands
 // "upstream" and "proxy"), so that each has its own CPU and memory figures.
@@ -21,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,19 +78,26 @@ type config struct {
 	largeRounds  int
 	largeCalls   int    // calls per target per round, at least
 	largeRoundMB int    // and at least this many MiB of answers per target per round
-	only         string // "large": only the large-SSE-event section
-	out          string // RESULTS.md; "" writes none
-	plot         string
-	vegeta       string
-	nginx        string // "auto", "off" or a path
-	nginxBufKB   int    // proxy_buffer_size in KiB; 0: nginx\'s default (one page)
-	dir          string
-	timeout      time.Duration
+	only         string // "large" or "hostile": only that section
+	// hostileBudgets are the hostile-input passes: mcpheal's --memory-budget
+	// in MiB, 0 for its default; none skips the section.
+	hostileBudgets []int
+	hostileSlowMiB int           // the slow agents' answer; 0: 2 MiB or more, past the socket buffers
+	hostileAttacks []string      // only these attacks (hostileAttackIDs); none: all
+	hostileLinger  time.Duration // watch RSS this much longer after each attack; 0: not at all
+	mcphealBin     string        // the mcpheal binary of the hostile-input section; "": built from the tree
+	out            string        // RESULTS.md; "" writes none
+	plot           string
+	vegeta         string
+	nginx          string // "auto", "off" or a path
+	nginxBufKB     int    // proxy_buffer_size in KiB; 0: nginx\'s default (one page)
+	dir            string
+	timeout        time.Duration
 }
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var variants, rates, proxyEnv, largeSizes string
+	var variants, rates, proxyEnv, largeSizes, hostile, hostileAttacks string
 	fs := flag.NewFlagSet("mcpbench", flag.ContinueOnError)
 	fs.BoolVar(&c.smoke, "smoke", false, "CI mode: one round of 2 s per target at one rate, short heal and storm, correctness only")
 	fs.StringVar(&variants, "variants", "json,sse", "upstream answer variants")
@@ -115,7 +125,12 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.largeRounds, "large-rounds", 7, "large-SSE-event rounds (target order rotates each round)")
 	fs.IntVar(&c.largeCalls, "large-calls", 20, "large-SSE-event calls per target per round, at least")
 	fs.IntVar(&c.largeRoundMB, "large-round-mb", 240, "large-SSE-event: at least this many MiB of answers per target per round (the relay's CPU is read in 10 ms ticks)")
-	fs.StringVar(&c.only, "only", "", "run only one section: \"large\" (the large SSE event; writes no results file or plot unless -out/-plot are given)")
+	fs.StringVar(&hostile, "hostile", "0,64", "hostile-input section: one pass per mcpheal --memory-budget, MiB, 0 for its default (\"\" skips the section)")
+	fs.IntVar(&c.hostileSlowMiB, "hostile-slow-mib", 0, "hostile input: MiB of the answer slow agents ask for (0: 2 MiB, or twice tcp_wmem's maximum if larger)")
+	fs.StringVar(&hostileAttacks, "hostile-attacks", "", "hostile input: only these attacks, comma-separated, of "+strings.Join(hostileAttackIDs, ","))
+	fs.DurationVar(&c.hostileLinger, "hostile-linger", 0, "hostile input: after each attack, watch mcpheal's RSS this much longer (at most 5m; Go's forced GC runs every 2 min)")
+	fs.StringVar(&c.mcphealBin, "mcpheal", "", "mcpheal binary for the hostile-input section (default: go build from the repository root)")
+	fs.StringVar(&c.only, "only", "", "run only one section: \"large\" (the large SSE event) or \"hostile\" (hostile input); writes no results file or plot unless -out/-plot are given")
 	fs.StringVar(&c.out, "out", "bench/RESULTS.md", "results file (\"\" writes none)")
 	fs.StringVar(&c.plot, "plot", "bench/latency.svg", "latency plot (SVG)")
 	fs.StringVar(&c.vegeta, "vegeta", "", "vegeta binary (default: build bench/tools' pinned vegeta)")
@@ -137,6 +152,26 @@ func parseFlags(args []string) (config, error) {
 		}
 		c.largeSizes = append(c.largeSizes, n)
 	}
+	for _, m := range strings.Split(hostile, ",") {
+		if m = strings.TrimSpace(m); m == "" {
+			continue
+		}
+		n, err := strconv.Atoi(m)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("-hostile: %q is not a number of MiB (0: mcpheal's default budget)", m)
+		}
+		c.hostileBudgets = append(c.hostileBudgets, n)
+	}
+	c.hostileLinger = min(max(c.hostileLinger, 0), 5*time.Minute)
+	for _, a := range strings.Split(hostileAttacks, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if !slices.Contains(hostileAttackIDs, a) {
+			return c, fmt.Errorf("-hostile-attacks: no attack %q (have %s)", a, strings.Join(hostileAttackIDs, ", "))
+		}
+		c.hostileAttacks = append(c.hostileAttacks, a)
+	}
 	if proxyEnv != "" {
 		c.proxyEnv = strings.Split(proxyEnv, ",")
 	}
@@ -154,8 +189,10 @@ func parseFlags(args []string) (config, error) {
 	case "":
 	case "large":
 		c.onlyLarge(fs)
+	case "hostile":
+		c.onlyHostile(fs)
 	default:
-		return c, fmt.Errorf("-only %q: the only section that runs alone is \"large\"", c.only)
+		return c, fmt.Errorf("-only %q: the sections that run alone are \"large\" and \"hostile\"", c.only)
 	}
 	return c, nil
 }
@@ -167,15 +204,33 @@ func (c *config) onlyLarge(fs *flag.FlagSet) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c.variants, c.satDuration, c.healRate, c.storm, c.memSessions = nil, 0, 0, 0, 0
-	c.goBench, c.profile = false, false
+	c.goBench, c.profile, c.hostileBudgets = false, false, nil
+	c.partialOutput(set)
+	if len(c.largeSizes) == 0 {
+		c.largeSizes = []int{1, 12}
+	}
+}
+
+// onlyHostile switches every other section off, as onlyLarge does.
+func (c *config) onlyHostile(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c.variants, c.satDuration, c.healRate, c.storm, c.memSessions = nil, 0, 0, 0, 0
+	c.goBench, c.profile, c.largeSizes = false, false, nil
+	c.partialOutput(set)
+	if len(c.hostileBudgets) == 0 {
+		c.hostileBudgets = []int{0, 64}
+	}
+}
+
+// partialOutput keeps a partial run from replacing bench/RESULTS.md and
+// the plot unless -out or -plot was given.
+func (c *config) partialOutput(set map[string]bool) {
 	if !set["out"] {
 		c.out = ""
 	}
 	if !set["plot"] {
 		c.plot = ""
-	}
-	if len(c.largeSizes) == 0 {
-		c.largeSizes = []int{1, 12}
 	}
 }
 
@@ -204,6 +259,7 @@ func (c *config) smokeDefaults(fs *flag.FlagSet) {
 	def("large-sizes", func() { c.largeSizes = []int{1} })
 	def("large-rounds", func() { c.largeRounds = 1 })
 	def("large-round-mb", func() { c.largeRoundMB = 0 })
+	def("hostile", func() { c.hostileBudgets = nil }) // ~2 min: too long for CI
 	def("out", func() { c.out = "" })
 	def("plot", func() { c.plot = "" })
 	def("steal-max", func() { c.stealMax = 101 })

@@ -44,6 +44,7 @@ func (h *harness) writeResults(path string) error {
 	h.writeSaturation(w)
 	h.writeHealStorm(w)
 	h.writeLarge(w)
+	h.writeHostile(w)
 	h.writeMemory(w)
 	h.writeGoBench(w)
 	h.writeProfile(w)
@@ -135,7 +136,7 @@ func vegetaVersion(bin string) string {
 func runArgs() string {
 	var out []string
 	for i := 1; i < len(os.Args); i++ {
-		if os.Args[i] == "-vegeta" || os.Args[i] == "-dir" {
+		if os.Args[i] == "-vegeta" || os.Args[i] == "-dir" || os.Args[i] == "-mcpheal" {
 			i++
 			continue
 		}

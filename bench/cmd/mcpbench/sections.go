@@ -148,6 +148,20 @@ func (h *harness) writeValidity(w writer) {
 		}
 		w("- Large SSE event: %d target-rounds; %d rounds repeated for steal or foreign load and left out of the medians; the foreign load of the counted ones is in the table.\n", len(h.large), rep)
 	}
+	if len(h.hostile) > 0 {
+		n, bad := 0, 0
+		for _, p := range h.hostile {
+			for _, r := range p.Results {
+				for _, c := range r.Checks {
+					n++
+					if !c.OK {
+						bad++
+					}
+				}
+			}
+		}
+		w("- Hostile input: %d passes, %d checks of what the attacker and the other agents got; %d failed.\n", len(h.hostile), n, bad)
+	}
 	if h.cfg.nice != 0 {
 		w("- This machine is shared: every process the harness started (upstream, nginx, mcpheal, vegeta, `go test`) ran at nice %d, the same for all targets, so that other people's builds wait behind the measurement instead of in front of it.\n", h.cfg.nice)
 	}

@@ -200,6 +200,7 @@ func (h *harness) finish() (int, error) {
 	}
 	h.printValidity()
 	h.printLarge()
+	h.printHostile()
 	if h.cfg.plot != "" {
 		if err := h.writePlot(h.cfg.plot); err != nil {
 			return 0, err
@@ -219,7 +220,7 @@ func (h *harness) finish() (int, error) {
 		}
 		return 1, nil
 	}
-	fmt.Printf("\nall answers verified (%d runs, %d large-event rounds); total %s\n", len(h.runs), len(h.large), time.Since(h.started).Round(time.Second))
+	fmt.Printf("\nall answers verified (%d runs, %d large-event rounds, %d hostile-input passes); total %s\n", len(h.runs), len(h.large), len(h.hostile), time.Since(h.started).Round(time.Second))
 	return 0, nil
 }
 

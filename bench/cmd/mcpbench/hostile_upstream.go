@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/bench"
+)
+
+// upstream -mode hostile: a minimal stateful MCP server on net/http whose
+// tools attack the proxy in front of it (the hostile-input section,
+// hostile.go). initialize mints an Mcp-Session-Id; any other request needs
+// a live one (404 -32001 otherwise); notifications get 202; ping,
+// tools/list and tools/call by name:
+//
+//	echo        {"text": T}: T as text (a harmless call)
+//	big         {"bytes": N}: a JSON answer of N bytes of text (default 2 MiB), with Content-Length
+//	huge        {"bytes": N}: the same, 100 MiB by default, chunked (no Content-Length), so
+//	            the reader learns its size only by reading it
+//	endless     {"mibps": R}: an SSE answer whose one data line never ends, written at R MiB/s
+//	            (default 8) until the client goes away or 60 s pass
+//	endless_id  the same with an id: line, which a proxy rewriting event ids must hold whole
+//
+// None is annotated read-only or idempotent. /admin/stats counts calls per
+// tool and the endless answers being written now.
+type hostileUpstream struct {
+	inits, deletes atomic.Int64
+	sids           atomic.Uint64
+	streams        atomic.Int64 // endless answers being written now
+
+	mu       sync.Mutex
+	sessions map[string]bool
+	calls    map[string]int64
+}
+
+// hostileStats is upstream -mode hostile's /admin/stats answer.
+type hostileStats struct {
+	Initializes int64            `json:"initializes"`
+	Deletes     int64            `json:"deletes"`
+	Sessions    int64            `json:"sessions"` // live: initialized and not deleted
+	Streams     int64            `json:"streams"`
+	Calls       map[string]int64 `json:"calls"`
+}
+
+// Limits of the hostile tools: an endless answer ends after this long
+// even if its reader stays, and a rate is capped, so that a harness that
+// forgets a stream cannot leave a process writing forever.
+const (
+	hostileStreamMax = 60 * time.Second
+	hostileMaxMiBps  = 64
+	hostileBig       = 2 << 20
+	hostileHuge      = 100 << 20
+)
+
+// hostileFill is the text every answer is made of (no JSON escaping).
+var hostileFill = bytes.Repeat([]byte("x"), 64<<10)
+
+func newHostileUpstream() *hostileUpstream {
+	return &hostileUpstream{sessions: map[string]bool{}, calls: map[string]int64{}}
+}
+
+func (u *hostileUpstream) stats() hostileStats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	calls := make(map[string]int64, len(u.calls))
+	for k, v := range u.calls {
+		calls[k] = v
+	}
+	return hostileStats{Initializes: u.inits.Load(), Deletes: u.deletes.Load(), Sessions: int64(len(u.sessions)),
+		Streams: u.streams.Load(), Calls: calls}
+}
+
+func (u *hostileUpstream) known(sid string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.sessions[sid]
+}
+
+func (u *hostileUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get("Mcp-Session-Id")
+	switch r.Method {
+	case http.MethodPost:
+	case http.MethodDelete:
+		u.mu.Lock()
+		if u.sessions[sid] {
+			delete(u.sessions, sid)
+			u.deletes.Add(1)
+		}
+		u.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+		return
+	default:
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	id := gjson.GetBytes(body, "id").Raw
+	method := gjson.GetBytes(body, "method").Str
+	if method == "initialize" {
+		u.inits.Add(1)
+		sid = "hostile-" + strconv.FormatUint(u.sids.Add(1), 10)
+		u.mu.Lock()
+		u.sessions[sid] = true
+		u.mu.Unlock()
+		w.Header().Set("Mcp-Session-Id", sid)
+		hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+orNull(id)+`,"result":{"protocolVersion":"`+bench.ProtocolVersion+
+			`","capabilities":{"tools":{}},"serverInfo":{"name":"bench-hostile","version":"1"}}}`)
+		return
+	}
+	if !u.known(sid) {
+		hostileJSON(w, http.StatusNotFound, `{"jsonrpc":"2.0","id":`+orNull(id)+`,"error":{"code":-32001,"message":"Session not found"}}`)
+		return
+	}
+	if id == "" { // a notification or a response
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	switch method {
+	case "ping":
+		hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"result":{}}`)
+	case "tools/list":
+		var b bytes.Buffer
+		b.WriteString(`{"jsonrpc":"2.0","id":` + id + `,"result":{"tools":[`)
+		for i, name := range []string{bench.EchoTool, "big", "huge", "endless", "endless_id"} {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"name":"` + name + `","inputSchema":{"type":"object"}}`)
+		}
+		b.WriteString(`]}}`)
+		hostileJSON(w, http.StatusOK, b.String())
+	case "tools/call":
+		name := gjson.GetBytes(body, "params.name").Str
+		args := gjson.GetBytes(body, "params.arguments")
+		u.mu.Lock()
+		u.calls[name]++
+		u.mu.Unlock()
+		switch name {
+		case bench.EchoTool:
+			text := strconv.Quote(args.Get("text").Str) // the harness sends plain ASCII
+			hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"result":{"content":[{"type":"text","text":`+text+`}]}}`)
+		case "big":
+			writeTextAnswer(w, id, intArg(args, "bytes", hostileBig, 1<<30), true)
+		case "huge":
+			writeTextAnswer(w, id, intArg(args, "bytes", hostileHuge, 1<<30), false)
+		case "endless", "endless_id":
+			u.endless(w, r, id, name == "endless_id", intArg(args, "mibps", 8, hostileMaxMiBps))
+		default:
+			hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32602,"message":"unknown tool"}}`)
+		}
+	default:
+		hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32601,"message":"method not found"}}`)
+	}
+}
+
+func orNull(id string) string {
+	if id == "" {
+		return "null"
+	}
+	return id
+}
+
+// intArg reads a positive integer argument, def when absent, at most max.
+func intArg(args gjson.Result, name string, def, limit int) int {
+	n := int(args.Get(name).Int())
+	if n <= 0 {
+		n = def
+	}
+	return min(n, limit)
+}
+
+func hostileJSON(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
+}
+
+// writeTextAnswer writes a tools/call result of n bytes of text; with
+// length set it announces its size (Content-Length), otherwise it is sent
+// chunked. It stops at the first failed write (the reader went away).
+func writeTextAnswer(w http.ResponseWriter, id string, n int, length bool) {
+	pre := `{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"`
+	const post = `"}]}}`
+	w.Header().Set("Content-Type", "application/json")
+	if length {
+		w.Header().Set("Content-Length", strconv.Itoa(len(pre)+n+len(post)))
+	}
+	if _, err := io.WriteString(w, pre); err != nil {
+		return
+	}
+	for n > 0 {
+		k := min(n, len(hostileFill))
+		if _, err := w.Write(hostileFill[:k]); err != nil {
+			return
+		}
+		n -= k
+	}
+	_, _ = io.WriteString(w, post)
+}
+
+// endless writes an SSE answer whose line never ends: a data: line (the
+// start of the JSON-RPC response, then text) or an id: line, at mibps MiB/s
+// in 10 ms ticks, until a write fails, the client goes away or
+// hostileStreamMax passes.
+func (u *hostileUpstream) endless(w http.ResponseWriter, r *http.Request, id string, idLine bool, mibps int) {
+	u.streams.Add(1)
+	defer u.streams.Add(-1)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	head := "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":" + id + ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\""
+	if idLine {
+		head = "event: message\nid: "
+	}
+	rc := http.NewResponseController(w)
+	if _, err := io.WriteString(w, head); err != nil || rc.Flush() != nil {
+		return
+	}
+	perTick := mibps << 20 / 100
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	end := time.NewTimer(hostileStreamMax)
+	defer end.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-end.C:
+			return
+		case <-tick.C:
+		}
+		for n := perTick; n > 0; {
+			k := min(n, len(hostileFill))
+			if _, err := w.Write(hostileFill[:k]); err != nil {
+				return
+			}
+			n -= k
+		}
+		if rc.Flush() != nil {
+			return
+		}
+	}
+}
