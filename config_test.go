@@ -302,7 +302,7 @@ func TestResolveAdminAndLimits(t *testing.T) {
 	t.Parallel()
 	d := proxy.Defaults()
 	if d.AdminListen != "127.0.0.1:8788" || d.MaxJSONDepth != 64 || d.MaxInitBody != 64<<10 ||
-		d.MaxAnswer != 32<<20 || d.MaxSSELine != 32<<20 || d.WriteTimeout != 30*time.Second {
+		d.MaxAnswer != 32<<20 || d.MaxSSELine != 8<<20 || d.WriteTimeout != 30*time.Second {
 		t.Errorf("proxy.Defaults() = %+v", d)
 	}
 	if builtin.MaxJSONDepth != d.MaxJSONDepth || builtin.WriteTimeout != d.WriteTimeout || builtin.MaxAnswer != d.MaxAnswer {

@@ -107,7 +107,7 @@ type Config struct {
 	// 32 MiB.
 	MaxAnswer int
 	// MaxSSELine caps the longest SSE line mcpheal holds whole while
-	// relaying; zero means 32 MiB.
+	// relaying; zero means 8 MiB.
 	MaxSSELine int
 	// SessionKeys is the key ring that seals agent session ids, written
 	// "id:base64-secret[,id:base64-secret...]" (the first seals, the others
@@ -153,7 +153,7 @@ func (c *Config) normalize() error {
 	c.MaxJSONDepth = orInt(c.MaxJSONDepth, 64)
 	c.MaxInitBody = orInt(c.MaxInitBody, 64<<10)
 	c.MaxAnswer = orInt(c.MaxAnswer, 32<<20)
-	c.MaxSSELine = orInt(c.MaxSSELine, 32<<20)
+	c.MaxSSELine = orInt(c.MaxSSELine, 8<<20)
 	c.MemoryBudget = orInt(c.MemoryBudget, 512<<20)
 	c.SessionMaxAge = orDur(c.SessionMaxAge, 7*24*time.Hour)
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)

@@ -792,7 +792,7 @@ func (h *harness) attackHeldLine() hostileAttack {
 	const agents, rate, limit = 4, 16, 15 * time.Second
 	return hostileAttack{
 		name: "held SSE line", sends: fmt.Sprintf("%d agents call `endless_id` (an id: line that never ends, %d MiB/s each) and read until the answer ends", agents, rate),
-		cap: "max_sse_line 32 MiB per held line (not counted in memory_budget)",
+		cap: "max_sse_line 8 MiB per held line (not counted in memory_budget)",
 		setup: func(ctx context.Context, a *attackRun) error {
 			return a.openSessions(ctx, agents)
 		},
@@ -1076,7 +1076,7 @@ func (h *harness) writeHostile(w writer) {
 	}
 	w("## Hostile input\n\n")
 	w("What one agent or one upstream can take (README \"Under attack\"). mcpheal is the real binary built from this tree, each attack against a fresh process with its default limits ")
-	w("(memory_budget 512 MiB, max_body 4 MiB, max_json_depth 64, max_init_body 64 KiB, max_answer 32 MiB, max_sse_line 32 MiB, write_timeout 30 s, max_sessions 100 000, max_sessions_per_credential 1000) ")
+	w("(memory_budget 512 MiB, max_body 4 MiB, max_json_depth 64, max_init_body 64 KiB, max_answer 32 MiB, max_sse_line 8 MiB, write_timeout 30 s, max_sessions 100 000, max_sessions_per_credential 1000) ")
 	w("unless the pass or the attack names a flag; the upstream is `mcpbench upstream -mode hostile`, a minimal stateful MCP server whose tools answer 2 MiB+, 100 MiB or never-ending. ")
 	w("Slow agents ask for %s (2 MiB would fit in this kernel's socket buffers, tcp_wmem max %s, and never stall a write). %s in all.\n\n",
 		mib(h.hostileSlowBytes), strings.TrimSpace(lastField(readFile("/proc/sys/net/ipv4/tcp_wmem"))), h.hostileElapsed.Round(time.Second))
