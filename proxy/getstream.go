@@ -210,8 +210,19 @@ func (g *getStream) pump() {
 			if len(out) > 0 && !g.send(out) {
 				break
 			}
-			if err != nil || ferr != nil {
-				break // ended, cut, or an event past max_sse_line: reopen
+			if ferr != nil {
+				// An event past max_sse_line: reopening would bring it
+				// back. The agent's stream ends; its SDK decides.
+				g.s.log.Warn().Str(logSession, g.sess.ID.Short()).Int("limit", g.s.cfg.MaxSSELine).
+					Msg("GET stream event too large; stream ended")
+				g.mu.Lock()
+				g.resp = nil
+				g.mu.Unlock()
+				upstream.ReleaseResponse(resp)
+				return
+			}
+			if err != nil {
+				break // ended or cut: reopen
 			}
 		}
 		g.mu.Lock()
