@@ -235,7 +235,7 @@ func TestToolCallInFlightWhenServerDies(t *testing.T) {
 				}
 
 				wait := a.callAsync("work", map[string]any{"tag": flavour, "ms": 3000, "notify": notify})
-				if !waitForLines(countFile, 1, 10*time.Second) {
+				if !waitForLines(countFile, 1, 20*time.Second) {
 					t.Fatalf("the work tool did not start within 10 s; client says %v", wait())
 				}
 				time.Sleep(300 * time.Millisecond) // let the notification, if any, reach mcpheal

@@ -35,10 +35,10 @@ const (
 	// opTimeout bounds every client operation. mcp-remote gives up on an
 	// unanswered initialize after 30 s; a proxy that loses an answer must
 	// fail the test well before that, with a readable message.
-	opTimeout = 15 * time.Second
+	opTimeout = 25 * time.Second
 	// sdkTimeout is the TS SDK clients' own request timeout, under opTimeout
 	// so that the SDK reports a lost answer itself.
-	sdkTimeout = 10 * time.Second
+	sdkTimeout = 20 * time.Second
 )
 
 func TestMain(m *testing.M) {
