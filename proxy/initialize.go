@@ -76,8 +76,10 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 		s.dropMintedSession(r) // a failed initialize: pass the answer through
 		return
 	}
+	init := session.Intern(ctx.PostBody())
 	recipe := session.Recipe{
-		InitBody:        session.Intern(ctx.PostBody()),
+		InitBody:        init.Value(),
+		Interned:        init,
 		ProtocolVersion: version,
 		Credential:      s.fingerprint(ctx.Request.Header.PeekBytes(hdrAuthorization)).String(),
 		Header:          recipeHeaders(&a.req.Header),

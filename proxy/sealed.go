@@ -64,8 +64,10 @@ func (s *Server) restore(ctx *fasthttp.RequestCtx, sid []byte) (*session.Session
 	if s.ownsAuthorization() {
 		hdr.DelBytes(hdrAuthorization)
 	}
+	init := session.Intern(rec.Init)
 	sess := session.Restored(session.ClientID(sid), session.Recipe{
-		InitBody:        session.Intern(rec.Init),
+		InitBody:        init.Value(),
+		Interned:        init,
 		ProtocolVersion: rec.Protocol,
 		Credential:      s.fingerprint(auth).String(),
 		Header:          recipeHeaders(&hdr),

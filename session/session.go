@@ -18,6 +18,9 @@ type Recipe struct {
 	// InitBody is the agent's initialize request, verbatim. Identical
 	// bodies (every session of one agent build) share one copy: see Intern.
 	InitBody string
+	// Interned keeps InitBody's shared copy shared: the runtime forgets an
+	// interned value once no handle to it is left.
+	Interned unique.Handle[string]
 	// ProtocolVersion is the version the upstream negotiated.
 	ProtocolVersion string
 	// Credential is a keyed fingerprint of the credential that created the
@@ -31,10 +34,11 @@ type Recipe struct {
 	Header [][2]string
 }
 
-// Intern returns body as a string shared with every other live recipe of
+// Intern returns body as a handle shared with every other live recipe of
 // the same bytes (unique.Make): agents of one build send the same
-// initialize, so a thousand sessions keep one copy.
-func Intern(body []byte) string { return unique.Make(string(body)).Value() }
+// initialize, so a thousand sessions keep one copy. Keep the handle in
+// Recipe.Interned and its Value in Recipe.InitBody.
+func Intern(body []byte) unique.Handle[string] { return unique.Make(string(body)) }
 
 // InitFunc creates a new upstream session and returns its id. ctx carries the
 // heal budget. It runs at most once per generation.
