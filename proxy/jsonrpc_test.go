@@ -20,6 +20,12 @@ func TestParseMessage(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":null,"method":"x"}`, message{method: "x"}, false},
 		{`{"jsonrpc":"2.0","id":7,"result":{}}`, message{id: "7"}, false},
 		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, message{batch: true}, false},
+		// Routed members are read as Go servers read them: escapes decoded,
+		// case folded, the last one kept, and a second one flagged.
+		{`{"jsonrpc":"2.0","id":1,"m\u0065thod":"ping"}`, message{method: "ping", id: "1"}, true},
+		{`{"jsonrpc":"2.0","ID":1,"Method":"tools/call","Params":{"Name":"echo"}}`, message{method: "tools/call", id: "1", tool: "echo"}, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"x"}}`, message{method: "tools/call", id: "1", tool: "x", dup: true}, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","NAME":"b"}}`, message{method: "tools/call", id: "1", tool: "b", dup: true}, true},
 	}
 	for _, tt := range tests {
 		got := parseMessage([]byte(tt.in))

@@ -326,6 +326,10 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"},"params":{"name":"crash_tool"}}`,
 		`{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"crash_tool"}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","na\u006de":"crash_tool"}}`,
+		// Go's encoding/json matches keys ignoring case and keeps the last.
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","NAME":"crash_tool"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"crash_tool"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"},"p\u0061rams":{"name":"crash_tool"}}`,
 	} {
 		resp, raw := peerRawPost(t, url, sid, body)
 		if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != codeInvalidRequest {
