@@ -210,9 +210,6 @@ type Server struct {
 	readyAt  time.Time
 	readyErr error
 
-	credMu    sync.Mutex     // protects credCount
-	credCount map[string]int // live sessions per creating credential
-
 	failing atomic.Bool   // an exchange failed and none has succeeded since
 	wakeMu  sync.Mutex    // protects wake
 	wake    chan struct{} // closed (and replaced) when the upstream answers again
@@ -245,7 +242,6 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		guard:       newHostGuard(cfg.Listen, cfg.AllowedHosts),
 		fpKey:       make([]byte, 32),
 		replayTools: make(map[string]bool),
-		credCount:   make(map[string]int),
 		wake:        make(chan struct{}),
 		done:        make(chan struct{}),
 	}

@@ -161,7 +161,7 @@ func RandomRing() *Ring {
 }
 
 // Seal returns the id for rec. rec.Nonce must be set (see NewRecord).
-func (r *Ring) Seal(rec *Record) (string, error) {
+func (r *Ring) Seal(rec *Record) string {
 	plain := rec.encode()
 	a := r.aeads[r.sealID]
 	buf := make([]byte, 2, 2+a.NonceSize()+len(plain)+a.Overhead())
@@ -169,7 +169,7 @@ func (r *Ring) Seal(rec *Record) (string, error) {
 	buf = buf[:2+a.NonceSize()]
 	_, _ = rand.Read(buf[2:])
 	buf = a.Seal(buf, buf[2:2+a.NonceSize()], plain, buf[:2])
-	return "m" + base64.RawURLEncoding.EncodeToString(buf), nil
+	return "m" + base64.RawURLEncoding.EncodeToString(buf)
 }
 
 // Open returns the record sealed in id, or ErrInvalid.
