@@ -226,17 +226,20 @@ const finishWait = 20 * time.Millisecond
 // streamed.
 func (a *attempt) finish() bool {
 	r := a.resp
-	if r.Buffered() == 0 || r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
+	if r.Buffered() == 0 && !r.Complete() || r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
 		return false
 	}
 	buf := a.readBuf()
-	for len(a.out) < peekLimit && r.Buffered() > 0 {
+	for len(a.out) < peekLimit && (r.Buffered() > 0 || r.Complete()) {
 		n, err := r.Read(buf)
 		// A read that times out here stopped inside the chunked framing
 		// and cannot go on: the answer ends with what came. Its response
 		// has passed, so the agent loses at most a trailing notification.
-		a.out = a.relay(a.out, buf[:n], err)
-		if err != nil || a.eof {
+		res, aliased := a.relay(a.out, buf[:n], err)
+		if aliased {
+			res = append(a.out, res...)
+		}
+		if a.out = res; a.eof {
 			return true
 		}
 	}
@@ -244,25 +247,26 @@ func (a *attempt) finish() bool {
 	return false
 }
 
-// relay appends to out the agent's bytes for p, read from the upstream
-// stream with rerr.
-func (a *attempt) relay(out, p []byte, rerr error) []byte {
-	res, aliased, err := a.rw.stream(out, p)
+// relay turns p, read from the upstream stream with rerr, into the agent's
+// bytes: an unchanged prefix of p itself (aliased), or out with them
+// appended. It is the one step of every relay loop (finish, sseBody).
+func (a *attempt) relay(out, p []byte, rerr error) (res []byte, aliased bool) {
+	res, aliased, serr := a.rw.stream(out, p)
+	if serr == nil && rerr == nil {
+		a.learn()
+		return res, aliased
+	}
 	if aliased {
 		res = append(out, res...)
 	}
-	return a.settle(res, err, rerr)
+	return a.settle(res, serr, rerr), false
 }
 
-// settle finishes the relay of one read: it sets a.eof when the answer is
-// over (the upstream stream ended or broke, or a line passed max_sse_line) and
-// learns the tools of a tools/list answer once its response has passed.
+// settle ends the relay of an answer whose upstream stream ended or broke,
+// or whose line passed max_sse_line: it sets a.eof, learns the tools of a
+// tools/list answer, and ends an answer that has no response yet with
+// mcpheal's error event.
 func (a *attempt) settle(res []byte, serr, rerr error) []byte {
-	if serr == nil && rerr == nil {
-		a.learn()
-		return res
-	}
-	// Cut or ended: the answer ends.
 	a.eof = true
 	inject := !a.rw.answered && a.msg.isRequest()
 	res, midLine := a.rw.endStream(res, !inject)
@@ -323,19 +327,15 @@ func (b *sseBody) Read(p []byte) (n int, err error) {
 		// p is fasthttp's copy buffer: read into it; what passes through
 		// unchanged stays where it is, without a copy.
 		n, rerr := a.resp.Read(p)
-		res, aliased, serr := a.rw.stream(a.out[:0], p[:n])
-		if aliased && serr == nil && rerr == nil {
-			a.learn()
+		res, aliased := a.relay(a.out[:0], p[:n], rerr)
+		if aliased {
 			if len(res) > 0 {
 				a.s.count.bytesOut.Add(uint64(len(res)))
 				return len(res), nil
 			}
 			continue
 		}
-		if aliased {
-			res = append(a.out[:0], res...)
-		}
-		a.out, a.outPos = a.settle(res, serr, rerr), 0
+		a.out, a.outPos = res, 0
 	}
 	n = copy(p, a.out[a.outPos:])
 	a.outPos += n
@@ -347,7 +347,7 @@ func (b *sseBody) Read(p []byte) (n int, err error) {
 func (b *sseBody) SupportsBodyWriteTo() bool { return true }
 
 // WriteTo relays the upstream's stream to w, which fasthttp turns into one
-// flushed chunk per Write: one chunk per upstream read of up to relayBuf
+// flushed chunk per Write: one chunk per upstream read of up to readBuf
 // bytes, so that what arrives together goes out together, and a large
 // answer costs few system calls. What passes through unchanged is written
 // from the read buffer itself.
@@ -374,22 +374,10 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 		return total, err
 	}
 	a.outPos = len(a.out)
-	if cap(a.buf) < relayBuf {
-		a.buf = make([]byte, relayBuf)
-	}
-	buf := a.buf[:relayBuf]
+	buf := a.readBuf()
 	for !a.eof {
 		n, rerr := a.resp.Read(buf)
-		res, aliased, serr := a.rw.stream(a.out[:0], buf[:n])
-		if serr != nil || rerr != nil {
-			if aliased {
-				res = append(a.out[:0], res...)
-			}
-			res = a.settle(res, serr, rerr)
-			aliased = false
-		} else {
-			a.learn()
-		}
+		res, aliased := a.relay(a.out[:0], buf[:n], rerr)
 		if !aliased {
 			a.out = res[:0] // keep a grown buffer
 		}
@@ -399,9 +387,6 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 	}
 	return total, nil
 }
-
-// relayBuf is the size of one upstream read of a relayed answer.
-const relayBuf = 64 << 10
 
 // Close releases the upstream response (closing its stream if the agent
 // left early) and the attempt.

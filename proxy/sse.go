@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 
 	"github.com/tidwall/gjson"
 
@@ -30,8 +31,13 @@ var errNoEvent = errors.New("stream ended before an answer")
 // errAnswerTooLarge: an SSE answer read whole passed Config.MaxAnswer.
 var errAnswerTooLarge = errors.New("SSE answer larger than max_answer")
 
-// readBuf is the size of one read from an upstream stream.
-const readBuf = 16 << 10
+// readBuf is the size of one read from an upstream stream: a relayed
+// answer goes to the agent one chunk per read.
+const readBuf = 64 << 10
+
+// readBufs are readAnswer's buffers: requests mcpheal makes itself (a
+// keepalive per quiet session) should not allocate one each.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, readBuf); return &b }}
 
 // peekFirst reads r through er until the first event with data is complete,
 // appending the rewritten events before it and itself to out. first is that
@@ -91,7 +97,9 @@ func readAnswer(r *upstream.Response, er *eventRewriter, limit int) (raw, msg []
 		return r.Body(), r.Body(), nil
 	}
 	defer r.Close()
-	buf := make([]byte, readBuf)
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
 	for {
 		for {
 			ev, done, ferr := er.next()

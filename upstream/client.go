@@ -327,6 +327,7 @@ type Response struct {
 	stream    io.Reader
 	chunked   bool
 	eof       bool
+	got       int64 // bytes of the streamed body read so far
 	conn      *conn
 	pool      *pool
 	closeConn bool
@@ -342,7 +343,7 @@ func AcquireResponse() *Response { return responsePool.Get().(*Response) }
 func ReleaseResponse(r *Response) {
 	r.Close()
 	r.Response.Reset()
-	r.eof, r.chunked = false, false
+	r.eof, r.chunked, r.got = false, false, 0
 	responsePool.Put(r)
 }
 
@@ -355,6 +356,7 @@ func (r *Response) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := r.stream.Read(p)
+	r.got += int64(n)
 	if errors.Is(err, io.EOF) {
 		// fasthttp reports a chunked body cut at a chunk boundary as a clean
 		// EOF; only the terminating zero-length chunk is one.
@@ -399,7 +401,7 @@ func (r *Response) Close() {
 	}
 	// Whatever the next exchange on this Response is, it starts clean: a
 	// stale eof would pool a connection with its stream unread.
-	r.conn, r.pool, r.eof, r.chunked, r.closeConn = nil, nil, false, false, false
+	r.conn, r.pool, r.eof, r.chunked, r.closeConn, r.got = nil, nil, false, false, false, 0
 }
 
 // Buffered reports how many bytes of a streamed answer have arrived and
@@ -409,6 +411,13 @@ func (r *Response) Buffered() int {
 		return 0
 	}
 	return r.conn.br.Buffered()
+}
+
+// Complete reports whether a streamed answer with a Content-Length has
+// been read whole: the next Read returns io.EOF without waiting.
+func (r *Response) Complete() bool {
+	cl := r.Header.ContentLength()
+	return r.stream != nil && cl >= 0 && r.got >= int64(cl)
 }
 
 func orDur(d, def time.Duration) time.Duration {
