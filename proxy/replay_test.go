@@ -371,7 +371,7 @@ func TestLargeSSEInitialize(t *testing.T) {
 func TestLargeSSEToolsListAcrossHeal(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, func(sc *scripted) { sc.listSSE = 40 })
-	_, url, logs := startProxyLog(t, up.URL(), nil)
+	s, url, logs := startProxyLog(t, up.URL(), nil)
 	sid := peerRawInitialize(t, url)
 	resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if n := len(rpcAnswer(raw).Get("result.tools").Array()); resp.StatusCode != http.StatusOK || n != 43 {
@@ -382,7 +382,7 @@ func TestLargeSSEToolsListAcrossHeal(t *testing.T) {
 		t.Fatalf("after expiry: %d %s", status, ans.Raw)
 	}
 	peerWait(t, "the tools/list after the heal", func() bool { return up.lists.Load() == 2 })
-	time.Sleep(50 * time.Millisecond) // checkTools compares in the background
+	s.Close() // waits for the background work: checkTools has compared
 	if l := logs.String(); strings.Contains(l, "tool list changed") {
 		t.Fatalf("an unchanged tool list was reported as changed:\n%s", l)
 	}

@@ -1,0 +1,178 @@
+package proxy
+
+// Tests that need one odd upstream answer, each against a stub: an MCP
+// server of one session that answers initialize and notifications itself
+// and hands the agent's GET and every other POST to the test.
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// startStub serves a stub upstream until the test ends and returns its MCP
+// URL. get answers GETs; post answers POSTs other than initialize and
+// notifications, given their JSON-RPC method.
+func startStub(t testing.TB, get http.HandlerFunc, post func(w http.ResponseWriter, r *http.Request, method string)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			if get == nil {
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
+			}
+			get(w, r)
+			return
+		}
+		var m struct {
+			Method string `json:"method"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		switch {
+		case m.Method == "initialize":
+			w.Header().Set("Mcp-Session-Id", "UP-1")
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"stub","version":"1"}}}`)
+		case strings.HasPrefix(m.Method, "notifications/") || post == nil:
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			post(w, r, m.Method)
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String() + "/mcp"
+}
+
+// agentGet opens the agent's GET stream on session sid.
+func agentGet(t testing.TB, url, sid string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	return resp
+}
+
+// TestFinishReadsOnlyWhatArrived: an answer whose stream stays open after
+// its response is not cut into by a read deadline (a line split across that
+// wait once escaped its rewriting, and the agent saw the upstream's own
+// event id).
+func TestFinishReadsOnlyWhatArrived(t *testing.T) {
+	t.Parallel()
+	up := startStub(t, nil, func(w http.ResponseWriter, r *http.Request, _ string) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		_, _ = io.WriteString(w, "id: 41\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\n")
+		_ = rc.Flush()
+		time.Sleep(5 * time.Millisecond)
+		_, _ = io.WriteString(w, "id: 4") // a line split across the old 20 ms finish window
+		_ = rc.Flush()
+		time.Sleep(60 * time.Millisecond)
+		_, _ = io.WriteString(w, "2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n")
+	})
+	_, url := startProxy(t, up, nil)
+	sid := peerRawInitialize(t, url)
+	_, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)
+	if strings.Contains(string(raw), "id: 42\n") || !strings.Contains(string(raw), "id: 1-42\n") {
+		t.Fatalf("agent got %q; want every event id rewritten (1-41, 1-42)", raw)
+	}
+}
+
+// TestGetStreamKeepaliveBetweenEvents: the GET stream's keepalive comments
+// go between events, never inside one (an event split across reads got a
+// keepalive in its data line, and the Go SDK client ends its session on an
+// undecodable event).
+func TestGetStreamKeepaliveBetweenEvents(t *testing.T) {
+	t.Parallel()
+	up := startStub(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+		_, _ = io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",")
+		_ = rc.Flush()
+		time.Sleep(120 * time.Millisecond) // more than two keepalive ticks
+		_, _ = io.WriteString(w, "\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n")
+		_ = rc.Flush()
+		<-r.Context().Done()
+	}, nil)
+	_, url := startProxy(t, up, func(c *Config) { c.StreamKeepalive = 50 * time.Millisecond })
+	resp := agentGet(t, url, peerRawInitialize(t, url))
+	br := bufio.NewReader(resp.Body)
+	var got strings.Builder
+	for !strings.Contains(got.String(), "}}\n\n") {
+		line, err := br.ReadString('\n')
+		got.WriteString(line)
+		if err != nil {
+			t.Fatalf("stream ended: %v after %q", err, got.String())
+		}
+	}
+	if !strings.Contains(got.String(), "\"notifications/message\",\"params\"") {
+		t.Fatalf("agent stream %q: the event was split by a keepalive", got.String())
+	}
+}
+
+// TestGetStreamEventTooLarge: a GET stream event past max_sse_line ends the
+// agent's stream once; mcpheal does not reopen the upstream stream (a
+// resumable server would send the same event again, in a loop).
+func TestGetStreamEventTooLarge(t *testing.T) {
+	t.Parallel()
+	var gets atomic.Int64
+	up := startStub(t, func(w http.ResponseWriter, r *http.Request) {
+		gets.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "id: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\""+
+			strings.Repeat("x", 256<<10)+"\"}}\n\n")
+		<-r.Context().Done()
+	}, nil)
+	_, url := startProxy(t, up, func(c *Config) { c.MaxSSELine = 64 << 10 })
+	resp := agentGet(t, url, peerRawInitialize(t, url))
+	n, _ := io.Copy(io.Discard, resp.Body) // ends when mcpheal ends the stream
+	if n >= 256<<10 {
+		t.Fatalf("the agent got %d bytes: the event past max_sse_line was relayed", n)
+	}
+	if n := gets.Load(); n != 1 {
+		t.Fatalf("the upstream saw %d GETs, want 1 (no reopen loop)", n)
+	}
+}
+
+// TestGetRefusalGivesBudgetBack: a GET the upstream refuses (405, a TS SDK
+// server without GET support) gives back the memory budget its buffered
+// answer took; it once leaked on every such GET.
+func TestGetRefusalGivesBudgetBack(t *testing.T) {
+	t.Parallel()
+	up := startStub(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Method not allowed."},"id":null}`)
+	}, nil)
+	s, url := startProxy(t, up, nil)
+	sid := peerRawInitialize(t, url)
+	before := s.mem.used.Load()
+	for range 20 {
+		resp := agentGet(t, url, sid)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Fatalf("GET answered %d, want the upstream's 405", resp.StatusCode)
+		}
+	}
+	if after := s.mem.used.Load(); after != before {
+		t.Fatalf("budget used %d before 20 refused GETs, %d after", before, after)
+	}
+}
