@@ -69,7 +69,7 @@ func (s *Server) inboundAllowed(ctx *fasthttp.RequestCtx) bool {
 			return true
 		}
 	}
-	writeError(ctx, fasthttp.StatusUnauthorized, codeUnauthorized, requestID(ctx.PostBody()),
+	writeError(ctx, fasthttp.StatusUnauthorized, codeUnauthorized, requestID(ctx.PostBody(), s.cfg.MaxJSONDepth),
 		"Unauthorized: a valid bearer token is required")
 	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="mcpheal"`)
 	return false

@@ -134,8 +134,9 @@ func jsonDepthOK(b []byte, max int) bool {
 }
 
 // requestID returns the raw JSON id of body for error answers, or "null".
-func requestID(body []byte) string {
-	if len(body) == 0 || !jsonDepthOK(body, 128) || !gjson.ValidBytes(body) { // an id from broken JSON is no id
+// maxDepth is Config.MaxJSONDepth: gjson's validator recurses per level.
+func requestID(body []byte, maxDepth int) string {
+	if len(body) == 0 || !jsonDepthOK(body, maxDepth) || !gjson.ValidBytes(body) { // an id from broken JSON is no id
 		return "null"
 	}
 	id := gjson.Get(b2s(body), "id")

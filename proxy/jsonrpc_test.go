@@ -41,7 +41,7 @@ func TestRequestID(t *testing.T) {
 		`{"id":5}`: "5", `{"id":"x"}`: `"x"`, `{"id":null}`: "null", `{}`: "null", ``: "null",
 		`{"id":{"a":1}}`: "null", `not json`: "null",
 	} {
-		if got := requestID([]byte(in)); got != want {
+		if got := requestID([]byte(in), 64); got != want {
 			t.Errorf("requestID(%q) = %s, want %s", in, got, want)
 		}
 	}

@@ -38,7 +38,7 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !s.guard.check(ctx) {
-		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, requestID(ctx.PostBody()),
+		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, requestID(ctx.PostBody(), s.cfg.MaxJSONDepth),
 			"Forbidden: Host or Origin not allowed")
 		return
 	}
@@ -47,7 +47,7 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 	}
 	if len(ctx.Request.Header.PeekAll(string(hdrSessionID))) > 1 {
 		// Which one would the upstream read? Neither is forwarded.
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, requestID(ctx.PostBody()),
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, requestID(ctx.PostBody(), s.cfg.MaxJSONDepth),
 			"Bad Request: more than one Mcp-Session-Id header")
 		return
 	}
@@ -67,7 +67,7 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 	body := ctx.PostBody()
 	if !hasMediaType(ctx.Request.Header.ContentType(), mimeJSON) {
-		writeError(ctx, fasthttp.StatusUnsupportedMediaType, codeInvalidRequest, requestID(body),
+		writeError(ctx, fasthttp.StatusUnsupportedMediaType, codeInvalidRequest, requestID(body, s.cfg.MaxJSONDepth),
 			"Unsupported Media Type: Content-Type must be application/json")
 		return
 	}

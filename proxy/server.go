@@ -407,7 +407,7 @@ func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx) {
 	if p := recover(); p != nil {
 		s.count.panics.Add(1)
 		s.log.Error().Interface("panic", p).Msg("handler panicked")
-		writeError(ctx, fasthttp.StatusBadGateway, codeProxyError, requestID(ctx.PostBody()), "mcpheal internal error")
+		writeError(ctx, fasthttp.StatusBadGateway, codeProxyError, requestID(ctx.PostBody(), s.cfg.MaxJSONDepth), "mcpheal internal error")
 	}
 }
 
@@ -429,7 +429,7 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 }
 
 func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
-	writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, requestID(nil),
+	writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, "null",
 		fmt.Sprintf("Request body too large (limit %d bytes)", limit))
 }
 
