@@ -214,7 +214,11 @@ func (a *attempt) judge(err error) facts {
 	case classify.TransportDead:
 		// A 502/503/504. Proof of no harm only if the body is a known
 		// refusal by the server itself; a gateway's error page is not.
-		f.dispatched = !classify.Refused(status, ct, r.Body())
+		body := a.first // a streamed answer: its first event (Body would drain it)
+		if !r.IsStream() {
+			body = r.Body()
+		}
+		f.dispatched = !classify.Refused(status, ct, body)
 	}
 	return f
 }

@@ -176,3 +176,24 @@ func TestGetRefusalGivesBudgetBack(t *testing.T) {
 		t.Fatalf("budget used %d before 20 refused GETs, %d after", before, after)
 	}
 }
+
+// TestStreamed503Judged: a 503 whose body is an event stream that stays
+// open is judged on its first event; reading its body whole (as a JSON
+// answer's) once hung the request until the upstream gave up.
+func TestStreamed503Judged(t *testing.T) {
+	t.Parallel()
+	up := startStub(t, nil, func(w http.ResponseWriter, r *http.Request, _ string) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":-32000,\"message\":\"busy\"}}\n\n")
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	})
+	_, url := startProxy(t, up, func(c *Config) { c.HealTimeout = time.Second })
+	sid := peerRawInitialize(t, url)
+	start := time.Now()
+	_, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)
+	if code, _, _ := rpcError(t, raw); code != codeMaybeExecuted || time.Since(start) > 3*time.Second {
+		t.Fatalf("after %v: %s; want -32011 at once (a gateway's 503 proves nothing)", time.Since(start), raw)
+	}
+}
