@@ -40,9 +40,12 @@ type Recipe struct {
 // Recipe.Interned and its Value in Recipe.InitBody.
 func Intern(body []byte) unique.Handle[string] { return unique.Make(string(body)) }
 
-// InitFunc creates a new upstream session and returns its id. ctx carries the
-// heal budget. It runs at most once per generation.
-type InitFunc func(ctx context.Context) (UpstreamID, error)
+// InitFunc creates a new upstream session and returns its id and its
+// generation: 0 for the one after the session's own, or the generation a
+// fleet of mcpheal processes agreed on (Shared), when another process healed
+// first and its upstream session is adopted. ctx carries the heal budget. It
+// runs at most once per generation in one process.
+type InitFunc func(ctx context.Context) (UpstreamID, uint64, error)
 
 // ErrClosed is returned by Heal for a session removed from its store.
 var ErrClosed = errors.New("session closed")
@@ -105,6 +108,15 @@ func New(id ClientID, r Recipe, up UpstreamID) *Session {
 func Restored(id ClientID, r Recipe) *Session {
 	s := New(id, r, "")
 	s.needsInit.Store(true)
+	return s
+}
+
+// Adopted returns a session re-created from its sealed id whose upstream
+// session another mcpheal process holds (Shared): generation gen, upstream
+// id up. It needs no heal.
+func Adopted(id ClientID, r Recipe, up UpstreamID, gen uint64) *Session {
+	s := New(id, r, up)
+	s.gen = max(gen, 1)
 	return s
 }
 
@@ -204,6 +216,7 @@ func (s *Session) lead(c *healCall, base context.Context, budget time.Duration, 
 	defer cancel()
 	var (
 		up  UpstreamID
+		gen uint64
 		err error
 	)
 	func() {
@@ -212,12 +225,15 @@ func (s *Session) lead(c *healCall, base context.Context, budget time.Duration, 
 				err = fmt.Errorf("reinit panicked: %v", p)
 			}
 		}()
-		up, err = init(ctx)
+		up, gen, err = init(ctx)
 	}()
 	s.mu.Lock()
 	if err == nil {
 		s.upstream = up
-		s.gen++
+		if gen <= s.gen {
+			gen = s.gen + 1
+		}
+		s.gen = gen
 		s.born = now()
 		s.heals++
 		s.needsInit.Store(false)

@@ -17,10 +17,10 @@ func TestHealDupSuppress(t *testing.T) {
 	_, gen := s.Current()
 	var inits atomic.Int32
 	release := make(chan struct{})
-	init := func(context.Context) (UpstreamID, error) {
+	init := func(context.Context) (UpstreamID, uint64, error) {
 		inits.Add(1)
 		<-release
-		return "up-2", nil
+		return "up-2", 0, nil
 	}
 	const n = 50
 	var wg sync.WaitGroup
@@ -60,7 +60,7 @@ func TestHealStaleGeneration(t *testing.T) {
 	s := New(NewClientID(), Recipe{}, "up-1")
 	_, g1 := s.Current()
 	n := 0
-	init := func(context.Context) (UpstreamID, error) { n++; return UpstreamID("up-new"), nil }
+	init := func(context.Context) (UpstreamID, uint64, error) { n++; return UpstreamID("up-new"), 0, nil }
 	if _, _, err := s.Heal(context.Background(), g1, time.Second, init); err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +77,8 @@ func TestHealFailureKeepsGeneration(t *testing.T) {
 	s := New(NewClientID(), Recipe{}, "up-1")
 	_, g := s.Current()
 	boom := errors.New("refused")
-	if _, _, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, error) {
-		return "", boom
+	if _, _, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, uint64, error) {
+		return "", 0, boom
 	}); !errors.Is(err, boom) {
 		t.Fatalf("Heal error = %v, want %v", err, boom)
 	}
@@ -86,7 +86,7 @@ func TestHealFailureKeepsGeneration(t *testing.T) {
 	if up != "up-1" || g2 != g {
 		t.Fatalf("after failed heal Current = %q, %d; want up-1, %d", up, g2, g)
 	}
-	up, g3, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, error) { return "up-2", nil })
+	up, g3, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, uint64, error) { return "up-2", 0, nil })
 	if err != nil || up != "up-2" || g3 != g+1 {
 		t.Fatalf("retry Heal = %q, %d, %v", up, g3, err)
 	}
@@ -101,9 +101,9 @@ func TestHealWaiterDeadline(t *testing.T) {
 	release := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, _, err := s.Heal(ctx, g, time.Second, func(context.Context) (UpstreamID, error) {
+	_, _, err := s.Heal(ctx, g, time.Second, func(context.Context) (UpstreamID, uint64, error) {
 		<-release
-		return "up-2", nil
+		return "up-2", 0, nil
 	})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Heal error = %v, want deadline exceeded", err)
@@ -123,7 +123,7 @@ func TestHealPanicIsError(t *testing.T) {
 	t.Parallel()
 	s := New(NewClientID(), Recipe{}, "up-1")
 	_, g := s.Current()
-	_, _, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, error) { panic("bug") })
+	_, _, err := s.Heal(context.Background(), g, time.Second, func(context.Context) (UpstreamID, uint64, error) { panic("bug") })
 	if err == nil {
 		t.Fatal("Heal after panic returned nil error")
 	}
@@ -230,10 +230,10 @@ func TestRestoredHealsOnce(t *testing.T) {
 		t.Fatalf("Current = %q %d", up, gen)
 	}
 	var inits atomic.Int64
-	init := func(context.Context) (UpstreamID, error) {
+	init := func(context.Context) (UpstreamID, uint64, error) {
 		inits.Add(1)
 		time.Sleep(10 * time.Millisecond)
-		return "up-1", nil
+		return "up-1", 0, nil
 	}
 	var wg sync.WaitGroup
 	for range 5 {

@@ -1,0 +1,205 @@
+// Package redisstore keeps the fleet-wide state of mcpheal sessions
+// (session.Shared) in Redis or Valkey, so that several mcpheal replicas
+// serve and heal the same sessions, and a restarted one finds them as they
+// were.
+//
+// One hash per session, under a key derived from the session id (the id
+// itself, a sealed record, never reaches Redis):
+//
+//	mcpheal:<upstream>:<sha256(id)[:16] hex>   gen, up, j (journal JSON), end
+//	... :lead:<gen>                             the heal lease of one generation
+//
+// Every key expires (Config.TTL, the sealed id's own lifetime), so nothing
+// outlives the ids that could name it. Advance is one Lua script: the
+// compare-and-set on the generation that makes one heal per generation
+// fleet-wide.
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// Config configures a Store.
+type Config struct {
+	// Addr is host:port of the Redis or Valkey server.
+	Addr string
+	// Username and Password authenticate (ACL or requirepass); empty for
+	// none.
+	Username, Password string
+	// DB is the database number.
+	DB int
+	// TLS, when not nil, connects over TLS with this configuration.
+	TLS *tls.Config
+	// Prefix separates the sessions of one upstream from another's that
+	// share the server: the upstream's name.
+	Prefix string
+	// TTL is how long a key lives after its last write: the sealed ids'
+	// lifetime. Zero means 7 days.
+	TTL time.Duration
+	// Timeout bounds each dial, read and write. Zero means 250 ms: a slow
+	// store must not hold a heal for long (the proxy then heals alone).
+	Timeout time.Duration
+}
+
+// Store is session.Shared on Redis.
+type Store struct {
+	c      *redis.Client
+	prefix string
+	ttl    time.Duration
+}
+
+var _ session.Shared = (*Store)(nil)
+
+// New returns a Store. It does not connect until first used; Ping checks
+// the server.
+func New(cfg Config) (*Store, error) {
+	if cfg.Addr == "" {
+		return nil, errors.New("redisstore: no address")
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 7 * 24 * time.Hour
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 250 * time.Millisecond
+	}
+	c := redis.NewClient(&redis.Options{
+		Addr:         cfg.Addr,
+		Username:     cfg.Username,
+		Password:     cfg.Password,
+		DB:           cfg.DB,
+		TLSConfig:    cfg.TLS,
+		DialTimeout:  cfg.Timeout,
+		ReadTimeout:  cfg.Timeout,
+		WriteTimeout: cfg.Timeout,
+		PoolTimeout:  cfg.Timeout,
+		// One retry: the proxy bounds every call by its own deadline and
+		// heals alone when the store does not answer.
+		MaxRetries:            1,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true, // no CLIENT SETINFO: older servers and proxies refuse it
+	})
+	return &Store{c: c, prefix: "mcpheal:" + cfg.Prefix + ":", ttl: cfg.TTL}, nil
+}
+
+// Close closes the connections.
+func (st *Store) Close() error { return st.c.Close() }
+
+// Ping checks that the server answers.
+func (st *Store) Ping(ctx context.Context) error { return st.c.Ping(ctx).Err() }
+
+func (st *Store) key(id session.ClientID) string {
+	h := sha256.Sum256([]byte(id))
+	return st.prefix + hex.EncodeToString(h[:16])
+}
+
+// journal is the JSON of session.Journal in the hash's j field.
+type journal struct {
+	Level string   `json:"l,omitempty"`
+	Subs  []string `json:"s,omitempty"`
+}
+
+// Load implements session.Shared.
+func (st *Store) Load(ctx context.Context, id session.ClientID) (session.State, error) {
+	h, err := st.c.HGetAll(ctx, st.key(id)).Result()
+	if err != nil {
+		return session.State{}, err
+	}
+	var s session.State
+	if _, s.Ended = h["end"]; s.Ended {
+		return s, nil
+	}
+	if g, ok := h["gen"]; ok {
+		if s.Gen, err = strconv.ParseUint(g, 10, 64); err != nil {
+			return session.State{}, fmt.Errorf("redisstore: bad generation %q", g)
+		}
+		s.Upstream = session.UpstreamID(h["up"])
+	}
+	if j, ok := h["j"]; ok {
+		var v journal
+		if err := json.Unmarshal([]byte(j), &v); err != nil {
+			return session.State{}, fmt.Errorf("redisstore: bad journal: %w", err)
+		}
+		s.Journal = session.Journal{Level: v.Level, Subscriptions: v.Subs}
+		s.HasJournal = true
+	}
+	return s, nil
+}
+
+// advance is the compare-and-set on the generation. It returns
+// {won, gen, up, ended}.
+var advance = redis.NewScript(`
+local h = redis.call('HMGET', KEYS[1], 'gen', 'up', 'end')
+if h[3] then return {0, '0', '', 1} end
+local g = tonumber(h[1] or '0')
+local from = tonumber(ARGV[1])
+if g > from then return {0, tostring(h[1]), h[2] or '', 0} end
+redis.call('HSET', KEYS[1], 'gen', tostring(from + 1), 'up', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {1, tostring(from + 1), ARGV[2], 0}
+`)
+
+// Advance implements session.Shared.
+func (st *Store) Advance(ctx context.Context, id session.ClientID, from uint64, up session.UpstreamID) (session.State, bool, error) {
+	v, err := advance.Run(ctx, st.c, []string{st.key(id)}, strconv.FormatUint(from, 10), string(up), st.ttl.Milliseconds()).Slice()
+	if err != nil {
+		return session.State{}, false, err
+	}
+	if len(v) != 4 {
+		return session.State{}, false, fmt.Errorf("redisstore: advance returned %d values", len(v))
+	}
+	won, _ := v[0].(int64)
+	gs, _ := v[1].(string)
+	ups, _ := v[2].(string)
+	ended, _ := v[3].(int64)
+	gen, err := strconv.ParseUint(gs, 10, 64)
+	if err != nil {
+		return session.State{}, false, fmt.Errorf("redisstore: bad generation %q", gs)
+	}
+	s := session.State{Upstream: session.UpstreamID(ups), Gen: gen, Ended: ended == 1}
+	// A retried script that had already run finds its own write.
+	return s, won == 1 || (!s.Ended && gen == from+1 && s.Upstream == up), nil
+}
+
+// Lead implements session.Shared.
+func (st *Store) Lead(ctx context.Context, id session.ClientID, gen uint64, ttl time.Duration) (bool, error) {
+	return st.c.SetNX(ctx, st.key(id)+":lead:"+strconv.FormatUint(gen, 10), "1", max(ttl, time.Millisecond)).Result()
+}
+
+// SaveJournal implements session.Shared.
+func (st *Store) SaveJournal(ctx context.Context, id session.ClientID, j session.Journal) error {
+	b, err := json.Marshal(journal{Level: j.Level, Subs: j.Subscriptions})
+	if err != nil {
+		return err
+	}
+	k := st.key(id)
+	_, err = st.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, k, "j", b)
+		p.PExpire(ctx, k, st.ttl)
+		return nil
+	})
+	return err
+}
+
+// End implements session.Shared: the hash becomes a tombstone.
+func (st *Store) End(ctx context.Context, id session.ClientID) error {
+	k := st.key(id)
+	_, err := st.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, k)
+		p.HSet(ctx, k, "end", "1")
+		p.PExpire(ctx, k, st.ttl)
+		return nil
+	})
+	return err
+}
