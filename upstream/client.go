@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -185,12 +186,15 @@ func (c *Client) DoPath(req *fasthttp.Request, resp *Response, path string, dead
 // StaleAfter between get and the failure.
 func (c *Client) do(req *fasthttp.Request, resp *Response, deadline time.Time, replaySafe bool) error {
 	req.Header.SetHost(c.host)
+	if resp.interrupted() {
+		return &Error{Op: "write", Err: ErrInterrupted}
+	}
 	cn, err := c.pool.get(deadline, !replaySafe)
 	if err != nil {
 		return err
 	}
 	err = c.exchange(cn, req, resp, deadline)
-	if !replaySafe || !stale(err, c.pool.staleAfter) {
+	if !replaySafe || resp.interrupted() || !stale(err, c.pool.staleAfter) {
 		return err
 	}
 	return c.resend(req, resp, deadline, err)
@@ -222,10 +226,17 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 		idle = time.Since(cn.idleSince)
 	}
 	cn.uses++
-	cn.written, cn.read, cn.sawEOF = 0, 0, false
+	cn.written, cn.read, cn.sawEOF, cn.overBudget = 0, 0, false, false
+	resp.giveBack() // the body of an earlier exchange on resp is gone
 	fail := func(op string, err error) error {
+		if !resp.live.CompareAndSwap(cn, nil) {
+			err = ErrInterrupted // what failed was Interrupt closing the connection
+		}
 		c.pool.discard(cn)
 		return &Error{Op: op, Written: cn.written > 0, Reused: reused, Idle: idle, Answered: cn.read > 0, Err: err}
+	}
+	if !resp.live.CompareAndSwap(nil, cn) {
+		return fail("write", ErrInterrupted) // interrupted before the first byte
 	}
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return fail("write", err)
@@ -266,16 +277,18 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 		if resp.Header.ContentLength() == -2 {
 			closeConn = true // the body ends when the connection does
 		}
+		// The stream keeps its connection in resp.live until Close, so that
+		// Interrupt can still cut it.
 		resp.conn, resp.pool, resp.closeConn = cn, &c.pool, closeConn
 		return nil
 	}
 	if hasBody(resp.StatusCode()) {
-		if err := resp.ReadBody(cn.br, c.maxBody); err != nil {
-			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-				err = &TooLargeError{Limit: c.maxBody}
-			}
+		if err := c.readBody(cn, resp); err != nil {
 			return fail("read", err)
 		}
+	}
+	if !resp.live.CompareAndSwap(cn, nil) {
+		return fail("read", ErrInterrupted) // whole, but its caller has given up on it
 	}
 	if closeConn {
 		c.pool.discard(cn)
@@ -283,6 +296,36 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 		c.pool.put(cn)
 	}
 	return nil
+}
+
+// readBody reads a JSON answer whole, charging resp's Budget (if it has
+// one) twice the body's size: fasthttp allocates a Content-Length body at
+// once, rounded up to a power of two, and grows a chunked one by doubling,
+// so its buffer holds up to twice what it has read. A body with a
+// Content-Length is charged before its first byte; one without (chunked, or
+// ended by the close) as its bytes arrive. Past the budget the read stops
+// with ErrOverBudget.
+func (c *Client) readBody(cn *conn, resp *Response) error {
+	if cl := resp.Header.ContentLength(); resp.budget != nil && cl <= c.maxBody {
+		n := cl
+		if cl < 0 {
+			n = cn.br.Buffered() // read with the head; the rest is metered
+			cn.meter = resp
+		}
+		if !resp.charge(n) {
+			cn.meter = nil
+			return ErrOverBudget
+		}
+	}
+	err := resp.ReadBody(cn.br, c.maxBody)
+	cn.meter = nil
+	switch {
+	case cn.overBudget:
+		return ErrOverBudget
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return &TooLargeError{Limit: c.maxBody}
+	}
+	return err
 }
 
 // TooLargeError is the error of a JSON answer larger than
@@ -331,7 +374,54 @@ type Response struct {
 	conn      *conn
 	pool      *pool
 	closeConn bool
+
+	// live is the connection of the exchange in flight, or of the
+	// streamed answer, so that Interrupt can close it from another
+	// goroutine; interruptedConn once Interrupt ran. Whoever swaps a
+	// connection out of live owns its fate: the exchange pools it only
+	// if it takes it back itself.
+	live atomic.Pointer[conn]
+
+	budget Budget // charged for the body (SetBudget); nil: not counted
+	held   int64  // taken from budget for the current body
 }
+
+// Budget is memory shared with other users (mcpheal's memory_budget) that
+// an answer's body is charged to while it is read and held.
+type Budget interface {
+	// Take reserves n bytes; false when that would pass the limit.
+	Take(n int64) bool
+	// Give returns n bytes taken before.
+	Give(n int64)
+}
+
+// SetBudget makes the JSON answers read into r count against b, from their
+// first byte until r is released or sent again (see Client.Do).
+func (r *Response) SetBudget(b Budget) { r.budget = b }
+
+// charge takes twice n bytes from r's budget for its body (see readBody).
+func (r *Response) charge(n int) bool {
+	k := 2 * int64(n)
+	if !r.budget.Take(k) {
+		return false
+	}
+	r.held += k
+	return true
+}
+
+// giveBack returns what r's body was charged.
+func (r *Response) giveBack() {
+	if r.held > 0 {
+		r.budget.Give(r.held)
+		r.held = 0
+	}
+}
+
+// interruptedConn marks a Response that Interrupt ran on.
+var interruptedConn = new(conn)
+
+// interrupted reports whether Interrupt ran on r since it was acquired.
+func (r *Response) interrupted() bool { return r.live.Load() == interruptedConn }
 
 var responsePool = sync.Pool{New: func() any { return new(Response) }}
 
@@ -343,7 +433,9 @@ func AcquireResponse() *Response { return responsePool.Get().(*Response) }
 func ReleaseResponse(r *Response) {
 	r.Close()
 	r.Response.Reset()
-	r.eof, r.chunked, r.got = false, false, 0
+	r.giveBack()
+	r.eof, r.chunked, r.got, r.budget = false, false, 0, nil
+	r.live.Store(nil)
 	responsePool.Put(r)
 }
 
@@ -377,13 +469,24 @@ func (r *Response) SetReadDeadline(t time.Time) error {
 	return r.conn.nc.SetReadDeadline(t)
 }
 
-// Interrupt closes the connection of a streamed answer so that a Read
-// blocked in another goroutine returns. It is safe to call concurrently with
-// Read; Close must still be called by the reader.
+// Interrupt ends, from another goroutine, what r is waiting on: the
+// exchange in flight (Do, DoOnce: it fails with ErrInterrupted, whatever
+// it had written) or the streamed answer (a blocked Read returns). It closes
+// that connection, and every later exchange on r fails at once with
+// ErrInterrupted, sending nothing, until r is released: a caller that gave
+// up (its agent went away) never has its request sent again. It is safe to
+// call concurrently with Do and Read; Close must still be called by the
+// reader.
 func (r *Response) Interrupt() {
-	if cn := r.conn; cn != nil {
-		_ = cn.nc.Close()
+	cn := r.live.Swap(interruptedConn)
+	if cn == nil || cn == interruptedConn {
+		return
 	}
+	nc := cn.nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn() // tls.Conn.Close would wait for a write in flight
+	}
+	_ = nc.Close()
 }
 
 // Close ends a streamed answer. The connection is pooled again only if the
@@ -394,7 +497,7 @@ func (r *Response) Close() {
 	}
 	_ = r.CloseBodyStream()
 	r.stream = nil
-	if r.eof && !r.closeConn {
+	if r.live.CompareAndSwap(r.conn, nil) && r.eof && !r.closeConn {
 		r.pool.put(r.conn)
 	} else {
 		r.pool.discard(r.conn)

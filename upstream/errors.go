@@ -9,6 +9,16 @@ import (
 // ErrClosed is returned by Do after Close.
 var ErrClosed = errors.New("upstream client closed")
 
+// ErrInterrupted is the failure of an exchange that Response.Interrupt
+// ended: its caller gave up waiting. The flags of its *Error still say what
+// reached the upstream.
+var ErrInterrupted = errors.New("exchange interrupted")
+
+// ErrOverBudget is the failure of a JSON answer whose body would pass its
+// Response's Budget: the upstream answered, and the answer was not read
+// whole. Like TooLargeError, it is no transport death.
+var ErrOverBudget = errors.New("answer not read: memory budget reached")
+
 // Error is a failed exchange with the upstream. It carries what replay safety
 // needs: whether the request may have reached the server.
 type Error struct {

@@ -20,13 +20,26 @@ type conn struct {
 	uses      int   // exchanges started on this connection
 	sawEOF    bool  // the peer closed its side
 	idleSince time.Time
+	// meter, while a body of unknown length is read, is charged for every
+	// byte that arrives; overBudget: its budget refused a charge, and every
+	// read fails until the next exchange (none: the connection is
+	// discarded).
+	meter      *Response
+	overBudget bool
 }
 
 func (c *conn) Read(p []byte) (int, error) {
+	if c.overBudget {
+		return 0, ErrOverBudget // sticky: fasthttp reads on past an error that came with bytes
+	}
 	n, err := c.nc.Read(p)
 	c.read += int64(n)
 	if err == io.EOF {
 		c.sawEOF = true
+	}
+	if c.meter != nil && n > 0 && !c.meter.charge(n) {
+		c.overBudget = true
+		return 0, ErrOverBudget // the connection is discarded: its bytes go nowhere
 	}
 	return n, err
 }
