@@ -146,6 +146,7 @@ type fileConfig struct {
 	AllowHosts     []string
 	Defaults       settings
 	Upstreams      []upstreamConfig // in file order
+	Store          storeSpec        // session_store, redis
 }
 
 // proxyConfigs maps the file onto one proxy.Config per upstream: builtin
@@ -238,6 +239,7 @@ func parseConfig(file string, data []byte, lookup func(string) (string, bool)) (
 // crossCheck validates what involves several keys: at least one upstream,
 // and distinct paths that do not hide the operations endpoints.
 func (p *parser) crossCheck(root *yaml.Node, f *fileConfig) {
+	p.checkStore(root, f)
 	if len(f.Upstreams) == 0 {
 		p.errorf(root, "upstreams", "no upstream configured: add at least one, e.g. upstreams: {myserver: {url: http://127.0.0.1:3000/mcp}}")
 		return
@@ -266,7 +268,16 @@ type fileShadow struct {
 	Log            map[string]string `yaml:"log"`
 	AllowHosts     any               `yaml:"allow_hosts"`
 	Defaults       shadowSettings    `yaml:"defaults"`
-	Upstreams      map[string]struct {
+	SessionStore   string            `yaml:"session_store"`
+	Redis          struct {
+		Addr     string `yaml:"addr"`
+		Username string `yaml:"username"`
+		Password string `yaml:"password"`
+		DB       int    `yaml:"db"`
+		TLS      bool   `yaml:"tls"`
+		Timeout  string `yaml:"timeout"`
+	} `yaml:"redis"`
+	Upstreams map[string]struct {
 		URL         string            `yaml:"url"`
 		Path        string            `yaml:"path"`
 		Headers     map[string]string `yaml:"headers"`

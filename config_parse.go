@@ -92,7 +92,8 @@ func editDistance(a, b string) int {
 }
 
 var (
-	topKeys     = []string{"listen", "admin_listen", "insecure_listen", "auth_tokens", "log", "allow_hosts", "defaults", "upstreams"}
+	topKeys     = []string{"listen", "admin_listen", "insecure_listen", "auth_tokens", "log", "allow_hosts", "defaults", "upstreams",
+		"session_store", "redis"}
 	logKeys     = []string{"level", "format"}
 	settingKeys = []string{"heal_timeout", "response_timeout", "session_ttl", "max_idle_conn", "keepalive",
 		"stream_keepalive", "read_timeout", "max_sessions", "max_body", "max_streams",
@@ -133,6 +134,10 @@ func (p *parser) top(n *yaml.Node, f *fileConfig) {
 			p.mapping(v, "upstreams.", nil, func(name string, k, uv *yaml.Node) {
 				f.Upstreams = append(f.Upstreams, p.upstream(name, k, uv))
 			})
+		case "session_store":
+			p.sessionStore(v, f)
+		case "redis":
+			p.redis(v, f)
 		}
 	})
 	if admin != nil && f.AdminListen == f.Listen {

@@ -28,6 +28,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/mcpheal/mcpheal/proxy"
+	"github.com/mcpheal/mcpheal/session/redisstore"
 )
 
 func main() {
@@ -90,6 +91,7 @@ type options struct {
 	s                   settings
 	hosts, tools        listFlag
 	tokenEnvs           listFlag
+	store               storeSpec
 	set                 map[string]bool // flags given on the command line
 }
 
@@ -117,6 +119,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.s.SessionMaxAge, "session-max-age", builtin.SessionMaxAge, "how long a sealed session id stays valid")
 	fs.IntVar(&o.s.MemoryBudget, "memory-budget", builtin.MemoryBudget, "bytes of session state and buffered answers mcpheal may hold per upstream (503 beyond)")
 	fs.DurationVar(&o.s.WriteTimeout, "write-timeout", builtin.WriteTimeout, "a single write to an agent taking longer ends its connection")
+	storeFlags(fs, o)
 	fs.Var(&o.hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
 	fs.Var(&o.tools, "replay-tool", "tool safe to run twice although not annotated so (repeatable)")
 	fs.Var(&o.tokenEnvs, "auth-token-env", "environment variable holding a bearer token agents must present (repeatable; ≥ 16 characters)")
@@ -211,6 +214,8 @@ type resolved struct {
 	admin               string // "" the default, "off" disabled
 	logLevel, logFormat string
 	ups                 []proxy.Config
+	store               storeSpec
+	shared              *redisstore.Store // the open store (serve), nil for memory
 }
 
 // resolve builds the effective configuration. Without --config it is the
@@ -243,6 +248,9 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 			// From the environment, never a flag: the process table is public.
 			SessionKeys: os.Getenv("MCPHEAL_SESSION_KEYS"),
 		}}}
+		if rc.store, err = resolveStore(o, nil, lookup); err != nil {
+			return nil, err
+		}
 		return rc, rc.checkExposure("")
 	}
 	f, err := loadConfig(o.config, lookup)
@@ -278,6 +286,9 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 		}
 		c.ReplayTools = append(c.ReplayTools, o.tools...)
 		rc.ups = append(rc.ups, c)
+	}
+	if rc.store, err = resolveStore(o, f, lookup); err != nil {
+		return nil, err
 	}
 	return rc, rc.checkExposure(o.config)
 }
@@ -376,6 +387,20 @@ func orDefault(s, def string) string {
 // serve runs the router until ctx ends, reloading the config file on
 // SIGHUP, then shuts down gracefully.
 func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log zerolog.Logger) error {
+	shared, err := openStore(rc.store, rc.ups)
+	if err != nil {
+		return fmt.Errorf("session store: %w", err)
+	}
+	if shared != nil {
+		defer shared.Close()
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if perr := shared.Ping(pctx); perr != nil {
+			// Not fatal: sessions still heal, each process alone, until it answers.
+			log.Warn().Err(perr).Str("store", rc.store.String()).Msg("session store does not answer yet")
+		}
+		cancel()
+	}
+	rc.shared = shared
 	r, err := proxy.NewRouter(rc.listen, rc.ups, log)
 	if err != nil {
 		return err
@@ -478,6 +503,11 @@ func reload(o *options, cur *resolved, r *proxy.Router, creds *credCache, log ze
 		}
 	}
 	if err == nil {
+		if next.store != cur.store {
+			log.Warn().Str("session_store", cur.store.String()).Msg("a session store change applies at restart only")
+		}
+		next.store, next.shared = cur.store, cur.shared
+		attachStore(cur.shared, next.ups, cur.store.Timeout)
 		err = r.Reload(next.ups)
 	}
 	if err != nil {

@@ -120,7 +120,7 @@ func (a *attempt) refuse(cls classify.Class, err error) {
 // credential if that differs (token rotation: the upstream is the judge).
 func (a *attempt) accepted() {
 	if len(a.msg.method) > 9 {
-		noteJournal(a.sess, &a.msg, a.ctx.PostBody())
+		a.s.noteJournal(a.sess, &a.msg, a.ctx.PostBody())
 	}
 	auth := a.ctx.Request.Header.PeekBytes(hdrAuthorization)
 	if _, hdr := a.sess.Binding(); headerValue(hdr, "Authorization") == b2s(auth) {

@@ -163,6 +163,18 @@ func answerRoute(body []byte, id string, gen uint64) ([]byte, bool) {
 	return append(out, body[v.Index+len(v.Raw):]...), true
 }
 
+// answerGen returns the generation named by the id of an agent's answer to
+// a server→client request, 0 for an id mcpheal did not rewrite.
+func answerGen(id string) uint64 {
+	rest, ok := strings.CutPrefix(id, `"mcpheal-g`)
+	if !ok {
+		return 0
+	}
+	g, _, _ := strings.Cut(rest, "-")
+	n, _ := strconv.ParseUint(g, 10, 64)
+	return n
+}
+
 // upstreamEventID returns the upstream part of an agent's Last-Event-ID when
 // it belongs to generation gen, else "".
 func upstreamEventID(agentID []byte, gen uint64) string {

@@ -29,6 +29,7 @@ type attempt struct {
 	// decided once, before the first send.
 	replaySafe bool
 	healed     bool // this request healed the session once
+	adopted    bool // this request took another process's heal once (shared.go)
 	// mayHaveRun: an exchange of this request may have reached the
 	// upstream's dispatcher (see facts.dispatched).
 	mayHaveRun bool

@@ -322,7 +322,7 @@ func (g *getStream) heal(seen uint64) bool {
 	ctx, cancel := contextWithTimeout(g.s.cfg.HealTimeout, g.quit)
 	defer cancel()
 	up, _ := g.sess.Current()
-	_, _, err := g.s.healSession(ctx, g.sess, seen, reasonSessionGone, g.s.reinit(g.sess, g.hdr, up))
+	_, _, err := g.s.healSession(ctx, g.sess, seen, reasonSessionGone, g.s.reinit(g.sess, g.hdr, up, seen))
 	return err == nil
 }
 

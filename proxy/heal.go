@@ -33,7 +33,7 @@ func (a *attempt) heal(reason int) (out outcome, ok bool) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), a.budget)
 	defer cancel()
-	init := a.s.reinit(a.sess, &a.ctx.Request.Header, a.up)
+	init := a.s.reinit(a.sess, &a.ctx.Request.Header, a.up, a.gen)
 	up, gen, err := a.s.healSession(ctx, a.sess, a.gen, reason, init)
 	if err != nil {
 		var bo *breakerOpenError
@@ -43,14 +43,23 @@ func (a *attempt) heal(reason int) (out outcome, ok bool) {
 		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
 			// Its id would open again and heal into the same refusal.
 			a.s.graves.bury(string(a.sess.ID), a.s.cfg.SessionMaxAge)
+			if errors.Is(err, errRecipeRefused) {
+				a.s.ended(a.sess.ID)
+			}
 			if _, ok := a.s.store.Remove(a.sess.ID); ok {
-				a.s.mem.give(sessionCost(a.sess))
+				a.s.release(a.sess)
 			}
 			return outcome{kind: outGone}, false
 		}
 		return outcome{kind: outDown, why: "upstream unreachable while re-initializing the session"}, false
 	}
-	a.up, a.gen, a.healed = up, gen, true
+	// A session adopted from another process may have died with this
+	// one (an upstream restart): the request may then heal once more.
+	a.up, a.gen = up, gen
+	if !a.sess.WasAdopted(gen) || a.adopted {
+		a.healed = true
+	}
+	a.adopted = true
 	return outcome{}, true
 }
 
@@ -64,7 +73,7 @@ func (s *Server) healSession(ctx context.Context, sess *session.Session, seen ui
 	up, gen, err := sess.Heal(ctx, seen, budget, init)
 	log := s.log
 	switch {
-	case err == nil && gen == seen+1 && s.leadReported(sess, gen):
+	case err == nil && gen > seen && !sess.WasAdopted(gen) && s.leadReported(sess, gen):
 		s.count.heals[reason][outcomeOK].Add(1)
 		s.count.healDuration.Observe(time.Since(start).Seconds())
 		s.count.sessionAge.Observe(age.Seconds())
@@ -113,33 +122,52 @@ func (e *breakerOpenError) Error() string {
 // POST the recorded initialize under the failing request's headers, then
 // notifications/initialized, retrying failures that delivered nothing with
 // backoff until ctx ends. The dead upstream session is DELETEd best-effort.
-func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, dead session.UpstreamID) session.InitFunc {
+// With a shared store, the upstream session another process made for the
+// generation after seen is adopted instead (shared.go).
+func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, dead session.UpstreamID, seen uint64) session.InitFunc {
 	// The leader may outlive the request that started it: copy its headers.
 	hdr := new(fasthttp.RequestHeader)
 	agent.CopyTo(hdr)
 	if s.ownsAuthorization() {
 		hdr.DelBytes(hdrAuthorization) // the agent's is the proxy's own, not the upstream's
 	}
-	return func(ctx context.Context) (session.UpstreamID, error) {
+	return func(ctx context.Context) (session.UpstreamID, uint64, error) {
+		switch up, gen, err := s.adopt(ctx, sess, seen); {
+		case err == nil:
+			sess.NoteAdopted(gen)
+			s.log.Info().Str(logSession, sess.ID.Short()).Uint64(logGen, gen).Msg("heal adopted from another process")
+			return up, gen, nil
+		case !errors.Is(err, errAdopt):
+			return "", 0, err
+		}
 		delay := 25 * time.Millisecond
 		for try := 1; ; try++ {
 			if ok, wait := s.breaker.Allow(); !ok {
-				return "", &breakerOpenError{wait: wait}
+				return "", 0, &breakerOpenError{wait: wait}
 			}
 			up, err := s.initUpstream(ctx, hdr, sess.Recipe.InitBody, sess.Recipe.ProtocolVersion)
 			if err == nil {
 				s.upSuccess()
 				s.replayJournal(ctx, hdr, sess, up)
+				mine := up
+				up, gen, err := s.publish(ctx, sess, seen, up, hdr.PeekBytes(hdrAuthorization))
+				if err != nil {
+					return "", 0, err
+				}
+				if up != mine {
+					sess.NoteAdopted(gen) // another process won the race: its session, not ours
+					return up, gen, nil
+				}
 				s.deleteUpstream(dead, hdr.PeekBytes(hdrAuthorization), true)
-				return up, nil
+				return up, gen, nil
 			}
 			if errors.Is(err, errRecipeRefused) {
-				return "", err
+				return "", 0, err
 			}
 			s.upFailure()
 			dl, _ := ctx.Deadline()
 			if time.Now().Add(delay).After(dl) || !s.sleep(delay) {
-				return "", fmt.Errorf("reinit after %d tries: %w", try, err)
+				return "", 0, fmt.Errorf("reinit after %d tries: %w", try, err)
 			}
 			delay = min(2*delay, time.Second)
 		}
@@ -190,10 +218,13 @@ func (s *Server) deleteNow(up session.UpstreamID, auth []byte, deadline time.Tim
 
 // sessionDropped runs when the store expires or evicts a session.
 func (s *Server) sessionDropped(sess *session.Session) {
-	s.mem.give(sessionCost(sess))
+	s.release(sess)
 	s.streams.stop(sess.ID)
 	up, _ := sess.Current()
 	s.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")
+	if s.cfg.Shared != nil {
+		return // another process of the fleet may be using its upstream session
+	}
 	s.deleteUpstream(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)
 }
 

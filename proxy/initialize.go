@@ -109,6 +109,8 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 		ctx.Response.Header.Set("Retry-After", "10")
 		return
 	}
+	s.index(sess)
+	s.created(sess)
 	ctx.Response.Header.SetBytesK(hdrSessionID, string(sess.ID))
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).
 		Bool("stateful", len(r.Header.PeekBytes(hdrSessionID)) > 0).Msg("session created")

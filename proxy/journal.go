@@ -14,16 +14,19 @@ import (
 )
 
 // noteJournal records session state the agent set up through a request the
-// upstream accepted, so that a re-init can restore it.
-func noteJournal(sess *session.Session, m *message, body []byte) {
+// upstream accepted, so that a re-init (here or, with a shared store, in
+// another process) can restore it.
+func (s *Server) noteJournal(sess *session.Session, m *message, body []byte) {
 	switch m.method {
 	case "logging/setLevel":
 		if p := gjson.GetBytes(body, "params"); p.IsObject() {
 			sess.SetLevel(p.Raw)
+			s.saveJournal(sess)
 		}
 	case "resources/subscribe", "resources/unsubscribe":
 		if uri := gjson.GetBytes(body, "params.uri").Str; uri != "" {
 			sess.Subscribe(uri, m.method == "resources/subscribe")
+			s.saveJournal(sess)
 		}
 	}
 }

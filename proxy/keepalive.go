@@ -81,7 +81,7 @@ func (s *Server) keepalive(sess *session.Session) {
 	case classify.SessionGone:
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HealTimeout)
 		defer cancel()
-		if _, _, herr := s.healSession(ctx, sess, gen, reasonKeepalive, s.reinit(sess, hdr, up)); herr == nil {
+		if _, _, herr := s.healSession(ctx, sess, gen, reasonKeepalive, s.reinit(sess, hdr, up, gen)); herr == nil {
 			s.count.keepalive[keepaliveHealed].Add(1)
 			return
 		} else {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -113,6 +114,10 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 		// The agent's answer to a server→client request: it goes to the
 		// upstream session that asked, or nowhere if that one is gone.
 		_, gen := sess.Current()
+		if answerGen(msg.id) > gen {
+			// Asked by a generation another process healed into.
+			gen = s.follow(sess)
+		}
 		restored, live := answerRoute(body, msg.id, gen)
 		if !live {
 			ctx.SetStatusCode(fasthttp.StatusAccepted)
@@ -171,10 +176,16 @@ func (s *Server) serveDelete(ctx *fasthttp.RequestCtx) {
 		s.sessionNotFound(ctx, "null") // ended meanwhile
 		return
 	}
-	s.mem.give(sessionCost(sess))
+	s.release(sess)
 	s.streams.stop(sess.ID)
-	up, _ := sess.Current()
-	s.deleteUpstream(up, ctx.Request.Header.PeekBytes(hdrAuthorization), false)
+	s.ended(sess.ID) // in every other process of the fleet
+	// The upstream session ends before the agent hears that its session
+	// did: a request racing on another replica then meets a dead one.
+	if up, _ := sess.Current(); up != "" {
+		if err := s.deleteNow(up, ctx.Request.Header.PeekBytes(hdrAuthorization), time.Now().Add(2*time.Second)); err != nil {
+			s.log.Debug().Str(logUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
+		}
+	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 

@@ -105,4 +105,5 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, float64(s.breakerState()), name)
 	k.healDuration.Collect(ch)
 	k.sessionAge.Collect(ch)
+	s.shared.collect(ch)
 }

@@ -182,6 +182,7 @@ type peer struct {
 	// clears it, so a replay by the proxy runs normally.
 	killOnCounter atomic.Bool
 	inits         atomic.Int64
+	initDelay     atomic.Int64 // nanoseconds each initialize waits before it is served
 	inflight      atomic.Int64 // HTTP handlers running
 	crashes       atomic.Int64
 
@@ -472,6 +473,9 @@ func (p *peer) record(h http.Handler) http.Handler {
 			}
 		}
 		p.recMu.Unlock()
+		if d := p.initDelay.Load(); d > 0 && slices.Contains(methods, "initialize") {
+			time.Sleep(time.Duration(d)) // a slow initialize: heals overlap
+		}
 		h.ServeHTTP(w, r)
 	})
 }

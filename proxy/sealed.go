@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -61,13 +62,28 @@ func (s *Server) restore(ctx *fasthttp.RequestCtx, sid []byte) (*session.Session
 		hdr.DelBytes(hdrAuthorization)
 	}
 	init := session.Intern(rec.Init)
-	sess := session.Restored(session.ClientID(sid), session.Recipe{
+	recipe := session.Recipe{
 		InitBody:        init.Value(),
 		Interned:        init,
 		ProtocolVersion: rec.Protocol,
 		Credential:      s.fingerprint(auth).String(),
 		Header:          recipeHeaders(&hdr),
-	})
+	}
+	// Another process may hold its upstream session, or have ended it.
+	st, shared := s.loadShared(context.Background(), session.ClientID(sid))
+	if shared && st.Ended {
+		s.graves.bury(string(sid), s.cfg.SessionMaxAge)
+		return nil, false
+	}
+	var sess *session.Session
+	if shared && st.Gen > 0 && st.Upstream != "" {
+		sess = session.Adopted(session.ClientID(sid), recipe, st.Upstream, st.Gen)
+	} else {
+		sess = session.Restored(session.ClientID(sid), recipe)
+	}
+	if st.HasJournal {
+		sess.SetJournal(st.Journal)
+	}
 	s.restoreMu.Lock()
 	defer s.restoreMu.Unlock()
 	if live, ok := s.store.Get(sess.ID); ok {
@@ -83,6 +99,7 @@ func (s *Server) restore(ctx *fasthttp.RequestCtx, sid []byte) (*session.Session
 		s.mem.give(sessionCost(sess))
 		return nil, false
 	}
+	s.index(sess)
 	s.count.restored.Add(1)
 	s.log.Info().Str(logSession, sess.ID.Short()).Msg("session restored from its id")
 	return sess, true

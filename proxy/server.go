@@ -118,6 +118,13 @@ type Config struct {
 	// SessionMaxAge is how long a sealed session id stays valid, however
 	// active the session; zero means 7 days.
 	SessionMaxAge time.Duration
+	// Shared, when not nil, is the session state shared by a fleet of
+	// mcpheal processes (session/redisstore; README "Replicas"). Nil: this
+	// process alone (sealed ids still let it restore every session).
+	Shared session.Shared
+	// StoreTimeout bounds each call to Shared; past it the process carries
+	// on alone. Zero means 250 ms.
+	StoreTimeout time.Duration
 	// MemoryBudget caps the bytes of session state and buffered answers the
 	// upstream's sessions may hold (see budget); zero means 512 MiB.
 	MemoryBudget int
@@ -156,6 +163,7 @@ func (c *Config) normalize() error {
 	c.MaxSSELine = orInt(c.MaxSSELine, 8<<20)
 	c.MemoryBudget = orInt(c.MemoryBudget, 512<<20)
 	c.SessionMaxAge = orDur(c.SessionMaxAge, 7*24*time.Hour)
+	c.StoreTimeout = orDur(c.StoreTimeout, 250*time.Millisecond)
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
 	c.AdminListen = orStr(c.AdminListen, "127.0.0.1:8788")
 	if c.AdminListen != adminOff {
@@ -194,6 +202,9 @@ type Server struct {
 	mem         budget     // Config.MemoryBudget
 	ring        *seal.Ring // seals and opens agent session ids (Config.SessionKeys)
 	graves      graveyard  // ids ended by DELETE, never restored
+	shared      sharedStats
+	watcher     session.Watcher // Config.Shared's events, or nil
+	keys        sync.Map        // Watcher.Key → session.ClientID of the sessions held (with a watcher)
 	restoreMu   sync.Mutex // one restore of an id at a time
 	breaker     *upstream.Breaker
 	streams     streamSet
@@ -260,6 +271,14 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	}
 	s.ring = ring
 	s.count.init(cfg.Name)
+	if cfg.Shared != nil {
+		s.shared.init(cfg.Name)
+	}
+	if w, ok := cfg.Shared.(session.Watcher); ok {
+		s.watcher = w
+		s.bg.Add(1)
+		go s.watchShared()
+	}
 	s.mem.limit = int64(cfg.MemoryBudget)
 	bc := cfg.Breaker
 	bc.OnChange = func(from, to upstream.BreakerState, cooldown time.Duration) {

@@ -66,6 +66,7 @@ type Session struct {
 	// needsInit: restored from its sealed id (Restored) and holding no
 	// upstream session yet; the first heal creates one.
 	needsInit atomic.Bool
+	adopted   atomic.Uint64 // NoteAdopted
 
 	mu       sync.Mutex // protects everything below
 	upstream UpstreamID
@@ -117,6 +118,7 @@ func Restored(id ClientID, r Recipe) *Session {
 func Adopted(id ClientID, r Recipe, up UpstreamID, gen uint64) *Session {
 	s := New(id, r, up)
 	s.gen = max(gen, 1)
+	s.adopted.Store(s.gen)
 	return s
 }
 

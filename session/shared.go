@@ -49,14 +49,42 @@ type State struct {
 	HasJournal bool
 }
 
+// Event is a change one process made to a session's fleet-wide state,
+// told to the others (Watcher).
+type Event struct {
+	// Key names the session (Watcher.Key).
+	Key string
+	// Ended: the agent ended the session. Otherwise the session advanced to
+	// generation Gen on upstream session Upstream.
+	Ended    bool
+	Upstream UpstreamID
+	Gen      uint64
+}
+
+// Watcher is a Shared that tells every process of the changes as they
+// happen, so that a process holding a session learns at once that another
+// ended or healed it.
+type Watcher interface {
+	// Key returns the name events give session id: a digest, so that the
+	// id itself never leaves the process.
+	Key(id ClientID) string
+	// Watch calls fn for every event, the caller's own included, until ctx
+	// ends. Events may be lost (a reconnect): they are hints, never the
+	// only way a process learns.
+	Watch(ctx context.Context, fn func(Event))
+}
+
 // MemShared is Shared in memory, for mcpheal processes that share an
 // address space (tests). It never forgets an entry; a fleet of processes
 // uses session/redisstore.
 type MemShared struct {
-	mu    sync.Mutex
-	m     map[ClientID]State
-	leads map[leadKey]time.Time
+	mu       sync.Mutex
+	m        map[ClientID]State
+	leads    map[leadKey]time.Time
+	watchers map[*func(Event)]struct{}
 }
+
+var _ Watcher = (*MemShared)(nil)
 
 type leadKey struct {
 	id  ClientID
@@ -65,7 +93,7 @@ type leadKey struct {
 
 // NewMemShared returns an empty MemShared.
 func NewMemShared() *MemShared {
-	return &MemShared{m: make(map[ClientID]State), leads: make(map[leadKey]time.Time)}
+	return &MemShared{m: make(map[ClientID]State), leads: make(map[leadKey]time.Time), watchers: make(map[*func(Event)]struct{})}
 }
 
 // Load implements Shared.
@@ -87,6 +115,7 @@ func (m *MemShared) Advance(_ context.Context, id ClientID, from uint64, up Upst
 	}
 	st.Upstream, st.Gen = up, from+1
 	m.m[id] = st
+	m.tellLocked(Event{Key: m.Key(id), Upstream: up, Gen: st.Gen})
 	return st, true, nil
 }
 
@@ -117,7 +146,30 @@ func (m *MemShared) End(_ context.Context, id ClientID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.m[id] = State{Ended: true}
+	m.tellLocked(Event{Key: m.Key(id), Ended: true})
 	return nil
+}
+
+// Key implements Watcher.
+func (m *MemShared) Key(id ClientID) string { return string(id) }
+
+// Watch implements Watcher.
+func (m *MemShared) Watch(ctx context.Context, fn func(Event)) {
+	m.mu.Lock()
+	m.watchers[&fn] = struct{}{}
+	m.mu.Unlock()
+	<-ctx.Done()
+	m.mu.Lock()
+	delete(m.watchers, &fn)
+	m.mu.Unlock()
+}
+
+// tellLocked hands e to every watcher, each on its own goroutine (a
+// watcher may call back into m).
+func (m *MemShared) tellLocked(e Event) {
+	for fn := range m.watchers {
+		go (*fn)(e)
+	}
 }
 
 // SetJournal replaces the session's journal with j (the fleet's, from
@@ -133,4 +185,26 @@ func (s *Session) SetJournal(j Journal) {
 		}
 		s.subs[uri] = true
 	}
+}
+
+// NoteAdopted records that generation gen's upstream session was adopted
+// from another process rather than created here: it may be older than the
+// failure that led to it (that process's session may have died too).
+func (s *Session) NoteAdopted(gen uint64) { s.adopted.Store(gen) }
+
+// WasAdopted reports whether generation gen was adopted (NoteAdopted).
+func (s *Session) WasAdopted(gen uint64) bool { return gen != 0 && s.adopted.Load() == gen }
+
+// Follow moves the session to generation gen and upstream session up,
+// created by another process, unless the session is already there or past
+// it, or heals itself right now (its heal adopts the fleet's anyway).
+func (s *Session) Follow(up UpstreamID, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen <= s.gen || s.healing != nil {
+		return
+	}
+	s.upstream, s.gen, s.born = up, gen, now()
+	s.needsInit.Store(false)
+	s.adopted.Store(gen)
 }

@@ -191,6 +191,9 @@ func (st *Store) Get(id ClientID) (*Session, bool) {
 	return s, true
 }
 
+// Peek returns the live session id names without marking it used.
+func (st *Store) Peek(id ClientID) (*Session, bool) { return st.cache.Peek(id) }
+
 // Has reports whether id is a live session, without marking it used.
 func (st *Store) Has(id ClientID) bool { return st.cache.Contains(id) }
 

@@ -8,6 +8,7 @@
 //
 //	mcpheal:<upstream>:<sha256(id)[:16] hex>   gen, up, j (journal JSON), end
 //	... :lead:<gen>                             the heal lease of one generation
+//	mcpheal:<upstream>:events                   pub/sub: heals and ends, for the other replicas
 //
 // Every key expires (Config.TTL, the sealed id's own lifetime), so nothing
 // outlives the ids that could name it. Advance is one Lua script: the
@@ -24,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,7 +63,10 @@ type Store struct {
 	ttl    time.Duration
 }
 
-var _ session.Shared = (*Store)(nil)
+var (
+	_ session.Shared  = (*Store)(nil)
+	_ session.Watcher = (*Store)(nil)
+)
 
 // New returns a Store. It does not connect until first used; Ping checks
 // the server.
@@ -74,6 +80,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 250 * time.Millisecond
 	}
+	quietOnce.Do(func() { redis.SetLogger(quiet{}) })
 	c := redis.NewClient(&redis.Options{
 		Addr:         cfg.Addr,
 		Username:     cfg.Username,
@@ -93,15 +100,79 @@ func New(cfg Config) (*Store, error) {
 	return &Store{c: c, prefix: "mcpheal:" + cfg.Prefix + ":", ttl: cfg.TTL}, nil
 }
 
+// For returns a Store over the same connections for another upstream's
+// sessions (Config.Prefix = prefix).
+func (st *Store) For(prefix string) *Store {
+	return &Store{c: st.c, prefix: "mcpheal:" + prefix + ":", ttl: st.ttl}
+}
+
+// quiet drops go-redis's own log lines (dial failures, pool notes): the
+// proxy logs and counts every failed store call itself, once.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+var quietOnce sync.Once
+
 // Close closes the connections.
 func (st *Store) Close() error { return st.c.Close() }
 
 // Ping checks that the server answers.
 func (st *Store) Ping(ctx context.Context) error { return st.c.Ping(ctx).Err() }
 
-func (st *Store) key(id session.ClientID) string {
+func (st *Store) key(id session.ClientID) string { return st.prefix + st.Key(id) }
+
+// Key implements session.Watcher: the digest that names the session in
+// Redis keys and events.
+func (st *Store) Key(id session.ClientID) string {
 	h := sha256.Sum256([]byte(id))
-	return st.prefix + hex.EncodeToString(h[:16])
+	return hex.EncodeToString(h[:16])
+}
+
+// channel carries this prefix's events: "a <key> <gen> <upstream id>"
+// after a won Advance, "e <key>" after End.
+func (st *Store) channel() string { return st.prefix + "events" }
+
+// Watch implements session.Watcher. go-redis resubscribes after a lost
+// connection; events sent meanwhile are lost, which Watcher allows.
+func (st *Store) Watch(ctx context.Context, fn func(session.Event)) {
+	ps := st.c.Subscribe(ctx, st.channel())
+	defer ps.Close()
+	ch := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			if e, ok := parseEvent(m.Payload); ok {
+				fn(e)
+			}
+		}
+	}
+}
+
+// parseEvent reads one events-channel message.
+func parseEvent(p string) (session.Event, bool) {
+	kind, rest, _ := strings.Cut(p, " ")
+	key, rest, _ := strings.Cut(rest, " ")
+	if key == "" {
+		return session.Event{}, false
+	}
+	switch kind {
+	case "e":
+		return session.Event{Key: key, Ended: true}, true
+	case "a":
+		g, up, _ := strings.Cut(rest, " ")
+		gen, err := strconv.ParseUint(g, 10, 64)
+		if err != nil || up == "" {
+			return session.Event{}, false
+		}
+		return session.Event{Key: key, Upstream: session.UpstreamID(up), Gen: gen}, true
+	}
+	return session.Event{}, false
 }
 
 // journal is the JSON of session.Journal in the hash's j field.
@@ -137,8 +208,8 @@ func (st *Store) Load(ctx context.Context, id session.ClientID) (session.State, 
 	return s, nil
 }
 
-// advance is the compare-and-set on the generation. It returns
-// {won, gen, up, ended}.
+// advance is the compare-and-set on the generation, told on the events
+// channel (KEYS[2]) when it wins. It returns {won, gen, up, ended}.
 var advance = redis.NewScript(`
 local h = redis.call('HMGET', KEYS[1], 'gen', 'up', 'end')
 if h[3] then return {0, '0', '', 1} end
@@ -147,12 +218,14 @@ local from = tonumber(ARGV[1])
 if g > from then return {0, tostring(h[1]), h[2] or '', 0} end
 redis.call('HSET', KEYS[1], 'gen', tostring(from + 1), 'up', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', KEYS[2], 'a ' .. ARGV[4] .. ' ' .. tostring(from + 1) .. ' ' .. ARGV[2])
 return {1, tostring(from + 1), ARGV[2], 0}
 `)
 
 // Advance implements session.Shared.
 func (st *Store) Advance(ctx context.Context, id session.ClientID, from uint64, up session.UpstreamID) (session.State, bool, error) {
-	v, err := advance.Run(ctx, st.c, []string{st.key(id)}, strconv.FormatUint(from, 10), string(up), st.ttl.Milliseconds()).Slice()
+	v, err := advance.Run(ctx, st.c, []string{st.key(id), st.channel()}, strconv.FormatUint(from, 10), string(up),
+		st.ttl.Milliseconds(), st.Key(id)).Slice()
 	if err != nil {
 		return session.State{}, false, err
 	}
@@ -199,6 +272,7 @@ func (st *Store) End(ctx context.Context, id session.ClientID) error {
 		p.Del(ctx, k)
 		p.HSet(ctx, k, "end", "1")
 		p.PExpire(ctx, k, st.ttl)
+		p.Publish(ctx, st.channel(), "e "+st.Key(id))
 		return nil
 	})
 	return err

@@ -1,0 +1,487 @@
+package proxy
+
+// Replicas (README "Replicas"): several mcpheal processes behind a
+// round-robin balancer share sessions through a session.Shared store, with
+// a real Go SDK upstream that counts its initializes and tool runs, and a
+// real Go SDK client whose consecutive requests land on different replicas.
+// Each test runs with the in-memory store and with a real redis-server.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/session/redisstore"
+	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
+)
+
+// countingShared counts every call that reaches the store.
+type countingShared struct {
+	session.Shared
+	calls atomic.Int64
+}
+
+func (c *countingShared) Load(ctx context.Context, id session.ClientID) (session.State, error) {
+	c.calls.Add(1)
+	return c.Shared.Load(ctx, id)
+}
+
+func (c *countingShared) Advance(ctx context.Context, id session.ClientID, from uint64, up session.UpstreamID) (session.State, bool, error) {
+	c.calls.Add(1)
+	return c.Shared.Advance(ctx, id, from, up)
+}
+
+func (c *countingShared) Lead(ctx context.Context, id session.ClientID, gen uint64, ttl time.Duration) (bool, error) {
+	c.calls.Add(1)
+	return c.Shared.Lead(ctx, id, gen, ttl)
+}
+
+func (c *countingShared) Key(id session.ClientID) string { return c.Shared.(session.Watcher).Key(id) }
+
+func (c *countingShared) Watch(ctx context.Context, fn func(session.Event)) {
+	c.Shared.(session.Watcher).Watch(ctx, fn)
+}
+
+// sharedKinds runs f with a fresh in-memory store and with a fresh Redis
+// one (srv nil for memory).
+func sharedKinds(t *testing.T, f func(t *testing.T, sh *countingShared, srv *redistest.Server)) {
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		f(t, &countingShared{Shared: session.NewMemShared()}, nil)
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		st, err := redisstore.New(redisstore.Config{Addr: srv.Addr, Prefix: "default", Timeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		f(t, &countingShared{Shared: st}, srv)
+	})
+}
+
+// fleet is n mcpheal replicas with one key ring and one store, behind a
+// round-robin balancer.
+type fleet struct {
+	t      *testing.T
+	up     string
+	keys   string
+	shared session.Shared
+	procs  []*proxyProcess
+	lb     *balancer
+}
+
+func startFleet(t *testing.T, n int, up string, shared session.Shared) *fleet {
+	f := &fleet{t: t, up: up, keys: testKeys(1), shared: shared}
+	addrs := make([]string, n)
+	for i := range n {
+		p := f.start("127.0.0.1:0")
+		f.procs = append(f.procs, p)
+		addrs[i] = p.ln.Addr().String()
+	}
+	f.lb = startBalancer(t, addrs)
+	return f
+}
+
+func (f *fleet) start(addr string) *proxyProcess {
+	return startProxyAt(f.t, addr, f.up, func(c *Config) {
+		c.SessionKeys = f.keys
+		c.Shared = f.shared
+	})
+}
+
+// url is the balancer's MCP endpoint; replica(i) one replica's own.
+func (f *fleet) url() string { return "http://" + f.lb.addr + "/mcp" }
+
+func (f *fleet) replica(i int) string { return "http://" + f.procs[i].ln.Addr().String() + "/mcp" }
+
+// restart kills replica i (kill -9: no goodbye) and starts a new process
+// on its address.
+func (f *fleet) restart(i int) {
+	addr := f.procs[i].ln.Addr().String()
+	f.procs[i].kill()
+	f.procs[i] = f.start(addr)
+}
+
+// check asserts the invariant of every fault test on every replica.
+func (f *fleet) check() {
+	f.t.Helper()
+	for i, p := range f.procs {
+		if st := p.s.Stats(); st.UnsafeResends != 0 || st.Panics != 0 {
+			f.t.Errorf("replica %d: %d unsafe resends, %d panics", i, st.UnsafeResends, st.Panics)
+		}
+	}
+}
+
+// balancer is a round-robin HTTP balancer: each request goes to the next
+// replica; one that refuses the connection is skipped (nginx's
+// proxy_next_upstream error). No connection reuse, so consecutive requests
+// of one client really alternate.
+type balancer struct {
+	addr   string
+	addrs  []string
+	next   atomic.Uint64
+	served []atomic.Int64 // requests answered, per replica
+	tr     *http.Transport
+}
+
+func startBalancer(t *testing.T, addrs []string) *balancer {
+	b := &balancer{addrs: addrs, served: make([]atomic.Int64, len(addrs)),
+		tr: &http.Transport{DisableKeepAlives: true}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.addr = ln.Addr().String()
+	srv := &http.Server{Handler: b}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = srv.Close()
+	})
+	return b
+}
+
+func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	start := b.next.Add(1)
+	for i := range len(b.addrs) {
+		k := int((start + uint64(i)) % uint64(len(b.addrs)))
+		out, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+b.addrs[k]+r.URL.RequestURI(), bytes.NewReader(body))
+		out.Header = r.Header.Clone()
+		resp, err := b.tr.RoundTrip(out)
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			continue // a dead replica
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		b.served[k].Add(1)
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		rc := http.NewResponseController(w)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			if n > 0 {
+				_, _ = w.Write(buf[:n])
+				_ = rc.Flush()
+			}
+			if err != nil {
+				break
+			}
+		}
+		resp.Body.Close()
+		return
+	}
+	http.Error(w, "no replica answers", http.StatusBadGateway)
+}
+
+// TestFleetHealsOncePerDeath: the client's calls go round robin over three
+// replicas, and only the agent's own initialize reaches the upstream: the
+// other replicas adopt its upstream session from the store. The upstream
+// restarts (every session gone): the next calls, on every replica, cost
+// exactly one upstream initialize fleet-wide. Healthy calls never touch
+// the store.
+func TestFleetHealsOncePerDeath(t *testing.T) {
+	t.Parallel()
+	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
+		up := startGoSDK(t, goSDKOpts{})
+		f := startFleet(t, 3, up.URL(), sh)
+		cs := goSDKClient(t, f.url())
+		for i := range 9 {
+			callEcho(t, cs, "spread "+strconv.Itoa(i))
+		}
+		for i := range f.procs {
+			if n := f.lb.served[i].Load(); n < 3 {
+				t.Fatalf("replica %d served %d requests; the balancer did not spread them", i, n)
+			}
+		}
+		if n := up.Inits(); n != 1 {
+			t.Fatalf("%d upstream initializes for one agent session on three replicas, want 1", n)
+		}
+
+		calls := sh.calls.Load()
+		for i := range 9 {
+			callEcho(t, cs, "steady "+strconv.Itoa(i))
+		}
+		if n := sh.calls.Load() - calls; n != 0 {
+			t.Fatalf("%d store calls for 9 calls on a healthy session, want 0", n)
+		}
+
+		up.Restart()
+		callEcho(t, cs, "after the upstream restart")
+		// Every replica follows the heal at once (events), before any
+		// request of its own fails.
+		for i, p := range f.procs {
+			peerWait(t, "replica "+strconv.Itoa(i)+" to follow the heal", func() bool {
+				sess, ok := p.s.store.Peek(session.ClientID(cs.ID()))
+				if !ok {
+					return false
+				}
+				_, gen := sess.Current()
+				return gen == 2
+			})
+		}
+		for i := range 8 {
+			callEcho(t, cs, "after the upstream restart "+strconv.Itoa(i))
+		}
+		if n := up.Inits(); n != 2 {
+			t.Fatalf("%d upstream initializes after one upstream restart, want 2 (one heal fleet-wide)", n)
+		}
+		if n := up.ToolCalls("echo"); n != 27 {
+			t.Fatalf("echo ran %d times for 27 calls", n)
+		}
+		f.check()
+	})
+}
+
+// TestFleetSurvivesReplicaDeaths: one replica is killed mid-run, then every
+// replica is restarted. The client never sees an error and, with a shared
+// store, no new upstream session is made: the restarted replicas adopt the
+// live one.
+func TestFleetSurvivesReplicaDeaths(t *testing.T) {
+	t.Parallel()
+	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
+		up := startGoSDK(t, goSDKOpts{})
+		f := startFleet(t, 3, up.URL(), sh)
+		cs := goSDKClient(t, f.url())
+		for i := range 6 {
+			callEcho(t, cs, "before "+strconv.Itoa(i))
+		}
+		f.procs[1].kill()
+		for i := range 6 {
+			callEcho(t, cs, "one replica dead "+strconv.Itoa(i))
+		}
+		for i := range f.procs {
+			f.restart(i)
+		}
+		for i := range 6 {
+			callEcho(t, cs, "all restarted "+strconv.Itoa(i))
+		}
+		if n := up.Inits(); n != 1 {
+			t.Fatalf("%d upstream initializes, want only the agent's: restarted replicas adopt its session", n)
+		}
+		if n := up.ToolCalls("echo"); n != 18 {
+			t.Fatalf("echo ran %d times for 18 calls", n)
+		}
+		f.check()
+	})
+}
+
+// TestFleetDeleteEndsEverywhere: the agent ends its session on one replica;
+// the replicas that hold it, and one that never saw it, answer 404 from
+// then on, and the upstream is not asked to re-create it.
+func TestFleetDeleteEndsEverywhere(t *testing.T) {
+	t.Parallel()
+	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
+		up := startGoSDK(t, goSDKOpts{})
+		f := startFleet(t, 3, up.URL(), sh)
+		sid := peerRawInitialize(t, f.replica(0))
+		list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+		for i := range 3 {
+			if resp, body := peerRawPost(t, f.replica(i), sid, list); resp.StatusCode != http.StatusOK {
+				t.Fatalf("tools/list on replica %d: %d %s", i, resp.StatusCode, body)
+			}
+		}
+		req, _ := http.NewRequest(http.MethodDelete, f.replica(2), nil)
+		req.Header.Set("Mcp-Session-Id", sid)
+		if resp, body := peerRawDo(t, req); resp.StatusCode != http.StatusOK {
+			t.Fatalf("DELETE: %d %s", resp.StatusCode, body)
+		}
+		// The replicas that hold it hear of the end at once (events), not
+		// only when their upstream session fails.
+		for i := range 2 {
+			peerWait(t, "replica "+strconv.Itoa(i)+" to drop the ended session", func() bool {
+				return !f.procs[i].s.store.Has(session.ClientID(sid))
+			})
+		}
+		f.procs = append(f.procs, f.start("127.0.0.1:0")) // never saw the session
+		for i := range 4 {
+			if resp, body := peerRawPost(t, f.replica(i), sid, list); resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("tools/list on replica %d after DELETE on replica 2: %d %s, want 404", i, resp.StatusCode, body)
+			}
+		}
+		if n := up.Inits(); n != 1 {
+			t.Fatalf("%d upstream initializes: an ended session was re-created", n)
+		}
+		f.check()
+	})
+}
+
+// TestFleetStoreDown: Redis stops. Healthy sessions do not notice; an
+// upstream restart is healed by each replica on its own (at most one
+// initialize per replica); Redis comes back empty and every replica
+// restarts: sessions heal from their sealed ids alone.
+func TestFleetStoreDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	st, err := redisstore.New(redisstore.Config{Addr: srv.Addr, Prefix: "default", Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	up := startGoSDK(t, goSDKOpts{})
+	f := startFleet(t, 3, up.URL(), st)
+	cs := goSDKClient(t, f.url())
+	for i := range 6 {
+		callEcho(t, cs, "before "+strconv.Itoa(i))
+	}
+	srv.Stop()
+	for i := range 6 {
+		callEcho(t, cs, "store down "+strconv.Itoa(i))
+	}
+	up.Restart()
+	for i := range 6 {
+		callEcho(t, cs, "store down, upstream restarted "+strconv.Itoa(i))
+	}
+	if n := up.Inits(); n < 2 || n > 4 {
+		t.Fatalf("%d upstream initializes; want the agent's and at most one heal per replica", n)
+	}
+	inits := up.Inits()
+	srv.Restart() // empty
+	for i := range f.procs {
+		f.restart(i)
+	}
+	for i := range 6 {
+		callEcho(t, cs, "store back empty, replicas restarted "+strconv.Itoa(i))
+	}
+	if n := up.Inits() - inits; n != 1 {
+		t.Fatalf("%d upstream initializes after the restarts, want 1", n)
+	}
+	if n := up.ToolCalls("echo"); n != 24 {
+		t.Fatalf("echo ran %d times for 24 calls", n)
+	}
+	f.check()
+}
+
+// TestFleetConcurrentHeals: many agents' calls fail at once on every
+// replica after an upstream restart; each session is re-created once.
+func TestFleetConcurrentHeals(t *testing.T) {
+	t.Parallel()
+	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
+		up := startGoSDK(t, goSDKOpts{})
+		f := startFleet(t, 3, up.URL(), sh)
+		const agents = 4
+		var css [agents]*mcp.ClientSession
+		for i := range css {
+			css[i] = goSDKClient(t, f.url())
+		}
+		up.initDelay.Store(int64(50 * time.Millisecond)) // the heals of one session overlap on every replica
+		up.Restart()
+		var wg sync.WaitGroup
+		for i := range css {
+			for j := range 6 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					text := "agent " + strconv.Itoa(i) + " call " + strconv.Itoa(j)
+					res, err := goSDKCall(t, css[i], "echo", map[string]any{"text": text})
+					if err != nil || peerResultText(res) != text {
+						t.Errorf("echo(%q) = %q, %v", text, peerResultText(res), err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		for i, p := range f.procs {
+			t.Logf("replica %d: served %d heals %d adopted %v lost %v", i, f.lb.served[i].Load(), p.s.Stats().Heals, testutil.ToFloat64(p.s.shared.adopted.n), testutil.ToFloat64(p.s.shared.lost.n))
+		}
+		if n := up.Inits(); n != 2*agents {
+			t.Fatalf("%d upstream initializes for %d agents and one upstream restart, want %d", n, agents, 2*agents)
+		}
+		f.check()
+	})
+}
+
+// TestFleetSessionStateAcrossReplicas: the agent subscribes to a resource
+// on one replica; tools that sample run with each sampling answer posted
+// through another replica than the call; the upstream restarts and a call
+// heals on whichever replica it reaches: that replica replays the
+// subscription it never saw (from the store), the agent's GET stream,
+// held by yet another replica, follows the heal, and the update reaches
+// the agent. One upstream initialize per death.
+func TestFleetSessionStateAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
+		up := startGoSDK(t, goSDKOpts{State: true})
+		f := startFleet(t, 3, up.URL(), sh)
+		var updated inbox
+		cs := goSDKClientWith(t, f.url(), &mcp.ClientOptions{
+			ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+				updated.add(req.Params.URI)
+			},
+			CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+				var prompt string
+				if len(req.Params.Messages) == 1 {
+					if tc, ok := req.Params.Messages[0].Content.(*mcp.TextContent); ok {
+						prompt = tc.Text
+					}
+				}
+				return &mcp.CreateMessageResult{Model: "test", Role: "assistant", Content: &mcp.TextContent{Text: "sampled " + prompt}}, nil
+			},
+		})
+		sample := func(prompt string) {
+			t.Helper()
+			res, err := goSDKCall(t, cs, "sample", map[string]any{"prompt": prompt})
+			if err != nil {
+				t.Fatalf("sample(%q): %v", prompt, err)
+			}
+			if got, want := peerResultText(res), "sampled "+prompt; got != want {
+				t.Fatalf("sample(%q) = %q, want %q", prompt, got, want)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		defer cancel()
+		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: peerResourceURI}); err != nil {
+			t.Fatalf("Subscribe: %v", err)
+		}
+		for i := range 3 {
+			sample("before " + strconv.Itoa(i))
+		}
+		nudge(t, "resources/updated before the restart", func() { up.UpdateResource(peerResourceURI) },
+			func() bool { return updated.count(peerResourceURI) > 0 })
+
+		up.Restart()
+		for i := range 3 {
+			sample("after " + strconv.Itoa(i))
+		}
+		seen := updated.count(peerResourceURI)
+		nudge(t, "resources/updated after the restart", func() { up.UpdateResource(peerResourceURI) },
+			func() bool { return updated.count(peerResourceURI) > seen })
+		if n := up.Inits(); n != 2 {
+			t.Fatalf("%d upstream initializes, want 2 (the agent's, one heal)", n)
+		}
+		if got := journalParams(up, "resources/subscribe", "uri"); !slices.Equal(got, []string{peerResourceURI}) {
+			t.Fatalf("replayed resources/subscribe = %q, want [%s] once", got, peerResourceURI)
+		}
+		if n := up.ToolCalls("sample"); n != 6 {
+			t.Fatalf("sample ran %d times for 6 calls", n)
+		}
+		f.check()
+	})
+}
