@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // TestSessionStoreConfig: session_store and redis map onto the store spec;
@@ -52,5 +57,50 @@ func TestSessionStoreConfig(t *testing.T) {
 	}
 	if _, err := resolve(parseFlags(t, "--upstream", "http://127.0.0.1:1/mcp", "--session-store", "redis"), env, newCredCache()); err == nil {
 		t.Fatal("--session-store redis without --redis-addr accepted")
+	}
+}
+
+// TestKubernetesReplicasExample: the ConfigMap of the three-replica
+// example is a valid config with the Redis store, inbound auth on its
+// non-loopback listener and the key ring from the environment.
+func TestKubernetesReplicasExample(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("examples/kubernetes/replicas.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := env(map[string]string{"MCPHEAL_TOKEN": "0123456789abcdef-inbound", "TOOLS_TOKEN": "t",
+		"MCPHEAL_REDIS_PASSWORD": "pw", "MCPHEAL_SESSION_KEYS": "1:" + strings.Repeat("A", 44)})
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc struct {
+			Kind string            `yaml:"kind"`
+			Data map[string]string `yaml:"data"`
+			Spec struct {
+				Replicas int `yaml:"replicas"`
+			} `yaml:"spec"`
+		}
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatalf("no ConfigMap with mcpheal.yaml in the example: %v", err)
+		}
+		cfg, ok := doc.Data["mcpheal.yaml"]
+		if doc.Kind != "ConfigMap" || !ok {
+			continue
+		}
+		f, err := parseConfig("replicas.yaml#mcpheal.yaml", []byte(cfg), env)
+		if err != nil {
+			t.Fatalf("example config: %v", err)
+		}
+		want := storeSpec{Kind: "redis", Addr: "valkey:6379", Password: "pw", Timeout: 250 * time.Millisecond}
+		if f.Store != want || f.Defaults.SessionKeys == "" || len(f.AuthTokens) != 1 {
+			t.Fatalf("example config: store %+v, keys set %v, %d tokens", f.Store, f.Defaults.SessionKeys != "", len(f.AuthTokens))
+		}
+		dir := t.TempDir()
+		file := filepath.Join(dir, "mcpheal.yaml")
+		writeFile(t, file, cfg)
+		if _, err := resolve(parseFlags(t, "--config", file), env, newCredCache()); err != nil {
+			t.Fatalf("example config does not resolve: %v", err)
+		}
+		return
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
 
 // countingServer is a stateful go-sdk streamable HTTP server on 127.0.0.1
@@ -224,5 +226,59 @@ func TestBinaryRestartHealsFromID(t *testing.T) {
 	}
 	if n := up.calls.Load(); n != 3 {
 		t.Errorf("echo ran %d times for 3 calls, want 3", n)
+	}
+}
+
+// TestBinaryRestartWithRedis: with --session-store redis (a real
+// redis-server that requires a password, given as MCPHEAL_REDIS_PASSWORD),
+// the SIGKILLed binary's successor adopts the live upstream session from
+// the store: the client's next call costs no upstream initialize at all.
+func TestBinaryRestartWithRedis(t *testing.T) {
+	rs := redistest.Start(t, "--requirepass", "s3cret-pw")
+	bin := buildBinary(t)
+	up := startCountingServer(t)
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"MCPHEAL_SESSION_KEYS=1:" + base64.StdEncoding.EncodeToString(key), "MCPHEAL_REDIS_PASSWORD=s3cret-pw"}
+	addr := fixedAddr(t)
+	args := []string{"--upstream", up.URL, "--listen", addr, "--admin-listen", "off", "--log-format", "json",
+		"--session-store", "redis", "--redis-addr", rs.Addr}
+	first := startChild(t, bin, addr, env, args...)
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "restart-main-test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: tr}}, nil)
+	if err != nil {
+		t.Fatalf("connect through mcpheal: %v", err)
+	}
+	defer cs.Close()
+	call := func(text string) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": text}})
+		if err != nil {
+			t.Fatalf("echo(%q) through mcpheal: %v", text, err)
+		}
+		if got, _ := res.Content[0].(*mcp.TextContent); got == nil || got.Text != text {
+			t.Fatalf("echo(%q) = %+v", text, res.Content[0])
+		}
+	}
+	call("before")
+	first.kill(t)
+	second := startChild(t, bin, addr, env, args...)
+	call("after the restart")
+	call("and again")
+	if n := up.inits.Load(); n != 1 {
+		t.Errorf("%d upstream initializes, want 1: the restarted process adopts the session from Redis", n)
+	}
+	if n := up.calls.Load(); n != 3 {
+		t.Errorf("echo ran %d times for 3 calls, want 3", n)
+	}
+	if out := second.stderr.String(); bytes.Contains([]byte(out), []byte("session store call failed")) {
+		t.Errorf("the store failed (password not used?):\n%s", out)
 	}
 }

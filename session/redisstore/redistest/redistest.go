@@ -27,12 +27,14 @@ type Server struct {
 	t    testing.TB
 	bin  string
 	port int
+	args []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 }
 
-// Start starts an empty, non-persistent redis-server on 127.0.0.1.
-func Start(t testing.TB) *Server {
+// Start starts an empty, non-persistent redis-server on 127.0.0.1, with
+// extra command-line arguments (e.g. "--requirepass", "pw").
+func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -41,7 +43,7 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip("redis-server not installed (apt-get install redis-server); CI runs this test")
 	}
-	s := &Server{t: t, bin: bin, port: freePort(t)}
+	s := &Server{t: t, bin: bin, port: freePort(t), args: args}
 	s.Addr = fmt.Sprintf("127.0.0.1:%d", s.port)
 	s.start()
 	t.Cleanup(s.Stop)
@@ -50,8 +52,9 @@ func Start(t testing.TB) *Server {
 
 func (s *Server) start() {
 	s.t.Helper()
-	cmd := exec.Command(s.bin, "--port", fmt.Sprint(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", s.t.TempDir())
+	args := append([]string{"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", s.t.TempDir()}, s.args...)
+	cmd := exec.Command(s.bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		s.t.Fatal(err)
