@@ -17,11 +17,21 @@ import (
 // startProxy serves mcpheal in front of upstream on a loopback port.
 func startProxy(t testing.TB, upstream string) string {
 	t.Helper()
+	return startProxyWith(t, upstream, nil)
+}
+
+// startProxyWith is startProxy with mod applied to the config.
+func startProxyWith(t testing.TB, upstream string, mod func(*proxy.Config)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxy.New(proxy.Config{Upstream: upstream, Listen: ln.Addr().String()}, zerolog.New(io.Discard))
+	cfg := proxy.Config{Upstream: upstream, Listen: ln.Addr().String()}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := proxy.New(cfg, zerolog.New(io.Discard))
 	if err != nil {
 		t.Fatal(err)
 	}
