@@ -426,6 +426,29 @@ func TestDoOnceSkipsCutIdleConnection(t *testing.T) {
 	}
 }
 
+// TestDoOnceSeesPeerClosedIdleConnection: the server closes an idle
+// connection well before StaleAfter (a restart, a short keep-alive
+// timeout). DoOnce sees the close waiting on the connection and dials a
+// fresh one instead of writing a request that would meet EOF and end as
+// "may have run".
+func TestDoOnceSeesPeerClosedIdleConnection(t *testing.T) {
+	t.Parallel()
+	up := newFakeUpstream(t, 20*time.Millisecond)
+	c := newClientConfig(t, Config{URL: up.url, DialTimeout: time.Second, StaleAfter: time.Hour})
+	for i := range 3 {
+		if err := send(c.DoOnce); err != nil {
+			t.Fatalf("DoOnce #%d after the server closed the idle connection = %v", i+1, err)
+		}
+		time.Sleep(80 * time.Millisecond) // the server closes the connection meanwhile
+	}
+	if n := up.execs.Load(); n != 3 {
+		t.Errorf("upstream ran %d requests, want 3", n)
+	}
+	if n := up.conns.Load(); n != 3 {
+		t.Errorf("upstream accepted %d connections, want 3 (each closed one replaced)", n)
+	}
+}
+
 // TestServerDiesAfterReadOnIdleConnection: the server reads the request,
 // runs the tool and dies without answering, on a connection that idled past
 // staleIdle. Do (replay-safe) may resend, so the request runs twice; DoOnce

@@ -70,6 +70,13 @@ type pool struct {
 
 const bufSize = 16 << 10
 
+// peekAfter is the idle time after which a connection is checked for a
+// close from its peer before a request that must not run twice goes on it
+// (one non-blocking recv). Busier connections are not checked: a server
+// would have to die within this window, and the request then gets -32011,
+// never a second run.
+const peekAfter = time.Millisecond
+
 // get returns the freshest pooled connection idle for less than maxIdle, or
 // dials one. With fresh set it also refuses a connection idle for staleAfter
 // or longer, for a request that must not meet a dropped flow.
@@ -105,6 +112,12 @@ func (p *pool) get(deadline time.Time, fresh bool) (*conn, error) {
 		// the one the request would have used: the fresh connection takes
 		// its place, so the pool does not grow, and the others stay for
 		// replay-safe requests, which may resend, until they are reaped.
+		_ = c.nc.Close()
+		c = nil
+	}
+	if c != nil && fresh && now.Sub(c.idleSince) >= peekAfter && (c.br.Buffered() > 0 || peerGone(c.nc)) {
+		// The server closed it while it idled (a restart): a request
+		// written now would be lost with no way to tell whether it ran.
 		_ = c.nc.Close()
 		c = nil
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/mcpheal/mcpheal/proxy"
+	"github.com/mcpheal/mcpheal/session"
 )
 
 // testdata is the absolute path of the npm fixtures; node runs there.
@@ -445,8 +446,9 @@ type proxyProcess struct {
 
 // startProxyAt serves mcpheal in front of upstream on addr (host:port, the
 // port fixed so that a restart can take it again) with the session key ring
-// keys. Its log is shown if the test fails; cleanup kills it.
-func startProxyAt(t testing.TB, addr, upstream, keys string) *proxyProcess {
+// keys and, if given, a shared session store. Its log is shown if the test
+// fails; cleanup kills it.
+func startProxyAt(t testing.TB, addr, upstream, keys string, shared ...session.Shared) *proxyProcess {
 	t.Helper()
 	var ln net.Listener
 	var err error
@@ -466,6 +468,7 @@ func startProxyAt(t testing.TB, addr, upstream, keys string) *proxyProcess {
 		HealTimeout: 5 * time.Second,
 		SessionKeys: keys,
 		AdminListen: "off",
+		Shared:      sharedOrNil(shared),
 	}, zerolog.New(logs).Level(zerolog.DebugLevel))
 	if err != nil {
 		_ = ln.Close()
@@ -486,6 +489,13 @@ func startProxyAt(t testing.TB, addr, upstream, keys string) *proxyProcess {
 		}
 	})
 	return p
+}
+
+func sharedOrNil(s []session.Shared) session.Shared {
+	if len(s) == 0 {
+		return nil
+	}
+	return s[0]
 }
 
 // url is the URL agents use.
