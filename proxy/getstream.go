@@ -77,6 +77,9 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	// GET resuming another upstream stream evicts only if the upstream
 	// refuses it.
 	evicted := !g.resume && s.streams.evict(sess.ID, s.cfg.MaxStreams-1)
+	if !g.resume {
+		s.claimStream(sess) // and in the other processes of the fleet
+	}
 
 	a := &attempt{s: s, ctx: ctx, sess: sess, msg: message{get: true}, up: up, gen: gen}
 	a.req = fasthttp.AcquireRequest()
@@ -86,7 +89,7 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	a.resp = upstream.AcquireResponse()
 	ok := a.run()
 	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && try <= 5; try++ {
-		if !evicted && !s.streams.evict(sess.ID, 0) {
+		if !evicted && !s.streams.evict(sess.ID, 0) && s.watcher == nil {
 			break // the conflicting GET is not the proxy's
 		}
 		evicted = true

@@ -55,6 +55,12 @@ func (c *countingShared) Watch(ctx context.Context, fn func(session.Event)) {
 	c.Shared.(session.Watcher).Watch(ctx, fn)
 }
 
+func (c *countingShared) Tell(ctx context.Context, e session.Event) error {
+	return c.Shared.(session.Watcher).Tell(ctx, e)
+}
+
+var _ session.Watcher = (*countingShared)(nil)
+
 // sharedKinds runs f with a fresh in-memory store and with a fresh Redis
 // one (srv nil for memory).
 func sharedKinds(t *testing.T, f func(t *testing.T, sh *countingShared, srv *redistest.Server)) {
@@ -481,6 +487,56 @@ func TestFleetSessionStateAcrossReplicas(t *testing.T) {
 		}
 		if n := up.ToolCalls("sample"); n != 6 {
 			t.Fatalf("sample ran %d times for 6 calls", n)
+		}
+		f.check()
+	})
+}
+
+// TestFleetGetStreamMoves: the agent's GET stream is held by one replica;
+// the agent opens it again through another (its connection to the first was
+// lost, or the balancer moved it). The upstream allows one GET per session
+// (the Go SDK answers 409 to a second), so the first replica lets go when
+// told, and the second opens it: the agent gets its stream, not a 409.
+func TestFleetGetStreamMoves(t *testing.T) {
+	t.Parallel()
+	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
+		up := startGoSDK(t, goSDKOpts{})
+		f := startFleet(t, 2, up.URL(), sh)
+		sid := peerRawInitialize(t, f.replica(0))
+		open := func(url string) *http.Response {
+			t.Helper()
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+			resp, err := http.DefaultTransport.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("GET %s: %v", url, err)
+			}
+			t.Cleanup(func() { resp.Body.Close() })
+			return resp
+		}
+		first := open(f.replica(0))
+		if first.StatusCode != http.StatusOK {
+			t.Fatalf("GET on replica 0: %d", first.StatusCode)
+		}
+		ended := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, first.Body)
+			close(ended)
+		}()
+		second := open(f.replica(1))
+		if second.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(second.Body)
+			t.Fatalf("GET on replica 1 while replica 0 holds the stream: %d %s, want 200", second.StatusCode, body)
+		}
+		select {
+		case <-ended:
+		case <-time.After(5 * time.Second):
+			t.Fatal("replica 0's stream still open 5 s after replica 1 took it")
+		}
+		if n := up.Inits(); n != 1 {
+			t.Fatalf("%d upstream initializes, want 1", n)
 		}
 		f.check()
 	})

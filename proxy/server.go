@@ -205,7 +205,8 @@ type Server struct {
 	shared      sharedStats
 	watcher     session.Watcher // Config.Shared's events, or nil
 	keys        sync.Map        // Watcher.Key → session.ClientID of the sessions held (with a watcher)
-	restoreMu   sync.Mutex // one restore of an id at a time
+	instance    string          // this process among the fleet's (Event.Owner)
+	restoreMu   sync.Mutex      // one restore of an id at a time
 	breaker     *upstream.Breaker
 	streams     streamSet
 	inflight    atomic.Int64 // ServeMCP calls running
@@ -276,6 +277,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	}
 	if w, ok := cfg.Shared.(session.Watcher); ok {
 		s.watcher = w
+		s.instance = rand.Text() // random per process
 		s.bg.Add(1)
 		go s.watchShared()
 	}

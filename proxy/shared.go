@@ -45,10 +45,11 @@ const (
 	opLead
 	opJournal
 	opEnd
+	opStream
 	numStoreOps
 )
 
-var storeOpNames = [numStoreOps]string{"load", "advance", "lead", "journal", "end"}
+var storeOpNames = [numStoreOps]string{"load", "advance", "lead", "journal", "end", "stream"}
 
 func (st *sharedStats) init(upstream string) {
 	labels := prometheus.Labels{"upstream": upstream}
@@ -273,6 +274,12 @@ func (s *Server) onShared(e session.Event) {
 		return
 	}
 	id := v.(session.ClientID)
+	if e.Stream {
+		if e.Owner != s.instance && s.streams.evict(id, 0) {
+			s.log.Debug().Str(logSession, id.Short()).Msg("GET stream handed to another process")
+		}
+		return
+	}
 	if e.Ended {
 		s.graves.bury(string(id), s.cfg.SessionMaxAge)
 		if sess, ok := s.store.Remove(id); ok {
@@ -293,4 +300,15 @@ func (s *Server) onShared(e session.Event) {
 			s.streams.healed(id, e.Gen)
 		}
 	}
+}
+
+// claimStream tells the fleet that this process opens the session's GET
+// stream: one that holds another lets go, since the upstream allows one.
+func (s *Server) claimStream(sess *session.Session) {
+	if s.watcher == nil {
+		return
+	}
+	_ = s.storeCall(context.Background(), opStream, func(ctx context.Context) error {
+		return s.watcher.Tell(ctx, session.Event{Key: s.watcher.Key(sess.ID), Stream: true, Owner: s.instance})
+	})
 }

@@ -54,9 +54,13 @@ type State struct {
 type Event struct {
 	// Key names the session (Watcher.Key).
 	Key string
-	// Ended: the agent ended the session. Otherwise the session advanced to
+	// Ended: the agent ended the session. Stream: the process Owner opens
+	// the agent's GET stream for the session (the upstream allows one): any
+	// other process holding one lets go. Otherwise the session advanced to
 	// generation Gen on upstream session Upstream.
 	Ended    bool
+	Stream   bool
+	Owner    string
 	Upstream UpstreamID
 	Gen      uint64
 }
@@ -72,6 +76,8 @@ type Watcher interface {
 	// ends. Events may be lost (a reconnect): they are hints, never the
 	// only way a process learns.
 	Watch(ctx context.Context, fn func(Event))
+	// Tell sends a Stream event (Advance and End send theirs themselves).
+	Tell(ctx context.Context, e Event) error
 }
 
 // MemShared is Shared in memory, for mcpheal processes that share an
@@ -162,6 +168,14 @@ func (m *MemShared) Watch(ctx context.Context, fn func(Event)) {
 	m.mu.Lock()
 	delete(m.watchers, &fn)
 	m.mu.Unlock()
+}
+
+// Tell implements Watcher.
+func (m *MemShared) Tell(_ context.Context, e Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tellLocked(e)
+	return nil
 }
 
 // tellLocked hands e to every watcher, each on its own goroutine (a

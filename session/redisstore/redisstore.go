@@ -130,7 +130,8 @@ func (st *Store) Key(id session.ClientID) string {
 }
 
 // channel carries this prefix's events: "a <key> <gen> <upstream id>"
-// after a won Advance, "e <key>" after End.
+// after a won Advance, "e <key>" after End, "s <key> <owner>" (Tell) when a
+// process opens the session's GET stream.
 func (st *Store) channel() string { return st.prefix + "events" }
 
 // Watch implements session.Watcher. go-redis resubscribes after a lost
@@ -154,6 +155,14 @@ func (st *Store) Watch(ctx context.Context, fn func(session.Event)) {
 	}
 }
 
+// Tell implements session.Watcher.
+func (st *Store) Tell(ctx context.Context, e session.Event) error {
+	if !e.Stream || e.Key == "" || e.Owner == "" || strings.ContainsAny(e.Owner+e.Key, " ") {
+		return errors.New("redisstore: only a Stream event with a key and an owner is told")
+	}
+	return st.c.Publish(ctx, st.channel(), "s "+e.Key+" "+e.Owner).Err()
+}
+
 // parseEvent reads one events-channel message.
 func parseEvent(p string) (session.Event, bool) {
 	kind, rest, _ := strings.Cut(p, " ")
@@ -164,6 +173,11 @@ func parseEvent(p string) (session.Event, bool) {
 	switch kind {
 	case "e":
 		return session.Event{Key: key, Ended: true}, true
+	case "s":
+		if rest == "" {
+			return session.Event{}, false
+		}
+		return session.Event{Key: key, Stream: true, Owner: rest}, true
 	case "a":
 		g, up, _ := strings.Cut(rest, " ")
 		gen, err := strconv.ParseUint(g, 10, 64)
