@@ -541,3 +541,45 @@ func TestFleetGetStreamMoves(t *testing.T) {
 		f.check()
 	})
 }
+
+// TestFleetStoreFrozen: Redis stops answering without closing its
+// connections (an overloaded or partitioned store). Healthy calls do not
+// notice; an upstream restart still heals, each store call giving up after
+// redis.timeout, so no call takes much longer than the store's timeouts.
+func TestFleetStoreFrozen(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	st, err := redisstore.New(redisstore.Config{Addr: srv.Addr, Prefix: "default", Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	up := startGoSDK(t, goSDKOpts{})
+	sh := &countingShared{Shared: st}
+	f := startFleet(t, 3, up.URL(), sh)
+	cs := goSDKClient(t, f.url())
+	for i := range 3 {
+		callEcho(t, cs, "before "+strconv.Itoa(i))
+	}
+	srv.Freeze()
+	defer srv.Thaw()
+	calls := sh.calls.Load()
+	for i := range 6 {
+		callEcho(t, cs, "store frozen "+strconv.Itoa(i))
+	}
+	if n := sh.calls.Load() - calls; n != 0 {
+		t.Errorf("%d store calls for 6 healthy calls with the store frozen, want 0", n)
+	}
+	up.Restart()
+	for i := range 6 {
+		start := time.Now()
+		callEcho(t, cs, "store frozen, upstream restarted "+strconv.Itoa(i))
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("call %d took %v with the store frozen", i, d)
+		}
+	}
+	if n := up.Inits(); n < 2 || n > 4 {
+		t.Fatalf("%d upstream initializes; want the agent's and at most one heal per replica", n)
+	}
+	f.check()
+}
