@@ -35,6 +35,7 @@ type harness struct {
 	hostileSlowBytes int
 	hostileElapsed   time.Duration
 	gobench          []benchLine
+	storeBench       []benchLine // BenchmarkSessionStore, -count 5
 	profile          *profileResult
 	failed           []string // correctness failures
 	started          time.Time

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -93,6 +94,44 @@ func (h *harness) writeGoBench(w writer) {
 	w("| package | benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|---|\n")
 	for _, b := range h.gobench {
 		w("| %s | %s | %.0f | %.0f | %.0f |\n", strings.TrimPrefix(b.Pkg, "github.com/mcpheal/mcpheal/"), b.Name, b.NsOp, b.BOp, b.AllocsOp)
+	}
+	w("\n")
+	h.writeStoreBench(w)
+}
+
+// writeStoreBench compares a healthy session's call with the memory and
+// the Redis session store: medians of five runs, and their ratio.
+func (h *harness) writeStoreBench(w writer) {
+	type agg struct{ ns, p99, allocs []float64 }
+	runs := map[string]*agg{}
+	var names []string
+	for _, b := range h.storeBench {
+		name := strings.TrimPrefix(b.Name, "BenchmarkSessionStore/")
+		if i := strings.LastIndex(name, "-"); i > 0 {
+			name = name[:i] // the GOMAXPROCS suffix
+		}
+		a := runs[name]
+		if a == nil {
+			a = &agg{}
+			runs[name] = a
+			names = append(names, name)
+		}
+		a.ns, a.p99, a.allocs = append(a.ns, b.NsOp), append(a.p99, b.P99us), append(a.allocs, b.AllocsOp)
+	}
+	if len(names) == 0 {
+		return
+	}
+	w("## Session store: memory against Redis (issue 14)\n\n")
+	w("`go test -run '^$' -bench BenchmarkSessionStore -count 5 ./bench/`: one healthy session's echo call through mcpheal with the in-memory store and with `session_store: redis` (a real redis-server on loopback), medians of 5 runs. A held session never reads the store, so the ratio is noise around 1.0 (`TestFleetHealsOncePerDeath` asserts 0 store calls for healthy calls).\n\n")
+	w("| store/clients | ns/op (median) | p99 µs (median) | allocs/op | ratio to memory (ns/op, p99) |\n|---|---|---|---|---|\n")
+	for _, name := range names {
+		a := runs[name]
+		base := runs["memory/"+strings.TrimPrefix(strings.TrimPrefix(name, "memory/"), "redis/")]
+		ratio := "1.00, 1.00"
+		if strings.HasPrefix(name, "redis/") && base != nil {
+			ratio = fmt.Sprintf("%.2f, %.2f", median(a.ns)/median(base.ns), median(a.p99)/median(base.p99))
+		}
+		w("| %s | %.0f | %.0f | %.0f | %s |\n", name, median(a.ns), median(a.p99), median(a.allocs), ratio)
 	}
 	w("\n")
 }
@@ -187,4 +226,17 @@ func (h *harness) writeMethod(w writer) {
 	w("- Open model: vegeta v12.12.0 (pinned in `bench/tools/go.mod`) at each rate; warm-up of %s per target first; rounds rotate the target order (A B C, B C A, C A B …).\n", h.cfg.warmup)
 	w("- CPU: utime+stime from `/proc/<pid>/stat` before and after each run, per request. Peak RSS: VmHWM. Allocations: `runtime.MemStats.Mallocs` delta of the mcpheal process per request (the `/stats` reads are included, a few hundred objects per run).\n")
 	w("- Latency percentiles are exact (nearest rank) over all requests of a run, as vegeta measures them (request written → body read).\n")
+}
+
+// median returns the median of v (0 for none); v is not modified.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
