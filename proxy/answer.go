@@ -45,7 +45,8 @@ const (
 	// outEndResumption: an empty event stream for a GET resuming a dead
 	// session's events.
 	outEndResumption
-	// outTooLarge: 502, the upstream's answer passed max_answer.
+	// outTooLarge: 502, the upstream's answer passed max_answer; or 503,
+	// it passed the memory budget as it was read.
 	outTooLarge
 )
 
@@ -90,12 +91,25 @@ func (a *attempt) answer(out outcome) bool {
 		endResumption(a.ctx)
 	case outTooLarge:
 		c.request(&a.msg, out.class)
+		if errors.Is(out.err, upstream.ErrOverBudget) {
+			a.overBudget(len(a.resp.Body()))
+			break
+		}
 		a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Err(out.err).
 			Msg("upstream answer too large; not relayed")
 		writeError(a.ctx, fasthttp.StatusBadGateway, codeTooLarge, a.msg.idOrNull(),
 			"upstream answer larger than mcpheal's max_answer limit ("+out.err.Error()+")")
 	}
 	return false
+}
+
+// overBudget answers an upstream answer that the memory budget has no room
+// for; read is how much of it had been read.
+func (a *attempt) overBudget(read int) {
+	a.s.log.Warn().Int("bytes", read).Int64("budget", a.s.mem.limit).Msg("answer not buffered: memory budget")
+	writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeBudget, a.msg.idOrNull(),
+		"upstream answer not relayed (at least "+strconv.Itoa(read)+" bytes): mcpheal's memory_budget is reached; retry later")
+	a.ctx.Response.Header.Set("Retry-After", "1")
 }
 
 // refuse answers an ambiguous failure of a request that is unsafe to run
@@ -166,22 +180,28 @@ func (s *Server) respond(a *attempt) bool {
 		s.dropMintedSession(r)
 	}
 	if !r.IsStream() {
-		// The body now exists twice (upstream's, agent's) until the
-		// handler ends: count it against the budget.
-		n := 2 * int64(len(r.Body()))
-		if !s.mem.take(n) {
-			s.log.Warn().Int("bytes", len(r.Body())).Int64("budget", s.mem.limit).Msg("answer not buffered: memory budget")
-			writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, a.msg.idOrNull(),
-				"upstream answer of "+strconv.Itoa(len(r.Body()))+" bytes not relayed: mcpheal's memory_budget is reached; retry later")
-			ctx.Response.Header.Set("Retry-After", "1")
-			return false
-		}
-		a.charged = n
 		if a.msg.method == "tools/list" && a.sess != nil {
 			learnTools(a.sess, r.Body())
 		}
-		ctx.Response.SetBody(r.Body())
 		s.count.bytesOut.Add(uint64(len(r.Body())))
+		if !a.msg.get {
+			// Written from the upstream's buffer, never copied; the budget
+			// charge it took as it was read (forward: SetBudget) stays
+			// until fasthttp has written it, or the agent has gone, and
+			// calls jsonBody.Close. write_timeout bounds that wait.
+			ctx.Response.SetBodyStream((*jsonBody)(a), len(r.Body()))
+			return true
+		}
+		// A GET's JSON answer (a refusal) is copied, since its caller
+		// releases a.resp at once; the copy and the upstream's are
+		// counted until the handler ends.
+		n := 2 * int64(len(r.Body()))
+		if !s.mem.take(n) {
+			a.overBudget(len(r.Body()))
+			return false
+		}
+		a.charged = n
+		ctx.Response.SetBody(r.Body())
 		return false
 	}
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
@@ -393,6 +413,44 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 func (b *sseBody) Close() error {
 	a := (*attempt)(b)
 	a.s.armWrite(a.conn) // the chunked answer's end is written after Close
+	upstream.ReleaseResponse(a.resp)
+	a.release()
+	return nil
+}
+
+// jsonBody is a POST's JSON answer as the agent's response body, written
+// from the upstream's buffer. From SetBodyStream on, the body owns a and
+// a.resp; fasthttp calls Close once, when the answer is written or the agent
+// has gone, and Close releases both, and with a.resp the body's memory
+// budget charge.
+type jsonBody attempt
+
+// Read copies the rest of the body to p (fasthttp uses WriteTo).
+func (b *jsonBody) Read(p []byte) (int, error) {
+	a := (*attempt)(b)
+	rest := a.resp.Body()[a.outPos:]
+	if len(rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, rest)
+	a.outPos += n
+	return n, nil
+}
+
+// SupportsBodyWriteTo tells fasthttp to write the answer with WriteTo.
+func (b *jsonBody) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo writes the body in one Write.
+func (b *jsonBody) WriteTo(w io.Writer) (int64, error) {
+	a := (*attempt)(b)
+	n, err := w.Write(a.resp.Body()[a.outPos:])
+	a.outPos += n
+	return int64(n), err
+}
+
+// Close releases the upstream response and the attempt.
+func (b *jsonBody) Close() error {
+	a := (*attempt)(b)
 	upstream.ReleaseResponse(a.resp)
 	a.release()
 	return nil

@@ -14,12 +14,13 @@ import (
 //
 // What is counted is what grows with what agents and upstreams send: per
 // session, its recorded initialize and headers plus a fixed overhead (the
-// session, its journal, the store's entries); per buffered answer, its body
-// twice (the upstream's copy and the agent's) from the moment it is read
-// until the handler hands it to the connection. An SSE answer relayed line
-// by line holds one read buffer and at most one held line (max_sse_line),
-// and is not counted; write_timeout bounds how long any answer waits for a
-// slow agent.
+// session, its journal, the store's entries); per JSON answer, twice its
+// body (its buffer grows by doubling), from its first byte as it is read
+// (upstream.Response.SetBudget; one with a Content-Length at once) until
+// the agent's connection has taken it: the agent's answer is written from
+// that buffer (jsonBody), so a slow agent's answer stays counted, for at
+// most write_timeout. An SSE answer relayed line by line holds one read
+// buffer and at most one held line (max_sse_line), and is not counted.
 type budget struct {
 	limit int64
 	used  atomic.Int64
@@ -43,6 +44,13 @@ func (b *budget) take(n int64) bool {
 
 // give returns n bytes taken before.
 func (b *budget) give(n int64) { b.used.Add(-n) }
+
+// Take is take for upstream, which charges a JSON answer as it is read
+// (upstream.Budget).
+func (b *budget) Take(n int64) bool { return b.take(n) }
+
+// Give is give for upstream (upstream.Budget).
+func (b *budget) Give(n int64) { b.give(n) }
 
 // sessionCost is what a session is counted for, the same when it is
 // admitted and when it leaves.

@@ -20,8 +20,8 @@ const (
 	// it had just created; the agent's session stays valid.
 	actFail
 	// actTooLarge answers 502 with -32016: the upstream's answer passed
-	// mcpheal's cap. The upstream answered, so it is neither retried nor a
-	// transport failure.
+	// mcpheal's cap (or 503 with -32017: its memory_budget). The upstream
+	// answered, so it is neither retried nor a transport failure.
 	actTooLarge
 )
 
@@ -52,7 +52,8 @@ type facts struct {
 	mayHeal bool
 	// healed: this request already healed the session once.
 	healed bool
-	// tooLarge: the answer passed max_answer and was not read.
+	// tooLarge: the answer passed max_answer, or the memory budget, and
+	// was not read.
 	tooLarge bool
 }
 

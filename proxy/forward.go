@@ -67,12 +67,13 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg me
 	*a = attempt{s: s, ctx: ctx, sess: sess, msg: msg, req: req,
 		rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0]}, buf: a.buf, out: a.out[:0]}
 	a.resp = upstream.AcquireResponse()
+	a.resp.SetBudget(&s.mem) // a JSON answer is counted from its first byte until written
 	if sess != nil {
 		a.up, a.gen = sess.Current()
 	}
 	if a.run() {
-		// The answer's body (sseBody, or serveStream's relay) now owns a
-		// and a.resp: nothing here may touch them again.
+		// The answer's body (sseBody, jsonBody) now owns a and a.resp:
+		// nothing here may touch them again.
 		return
 	}
 	upstream.ReleaseResponse(a.resp)
@@ -95,8 +96,8 @@ func (a *attempt) release() {
 }
 
 // run loops until the agent has an answer, then writes it: the one exit of
-// every request. It reports whether that answer is a stream that now owns
-// a.resp.
+// every request. It reports whether that answer is a body that now owns a
+// and a.resp.
 func (a *attempt) run() bool {
 	a.replaySafe = a.replayable()
 	out := a.loop()
@@ -181,7 +182,7 @@ func (a *attempt) judge(err error) facts {
 	if err != nil {
 		f.class, f.dispatched = failClass(err), upstream.Delivered(err)
 		var tl *upstream.TooLargeError
-		if errors.As(err, &tl) {
+		if errors.As(err, &tl) || errors.Is(err, upstream.ErrOverBudget) {
 			f.class, f.tooLarge = classify.Protocol, true // it answered
 		}
 		return f

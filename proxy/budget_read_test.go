@@ -1,0 +1,197 @@
+package proxy
+
+// The memory budget and JSON answers: counted from their first byte as
+// they are read, and until the agent has taken them. Five concurrent
+// chunked 100 MB answers once peaked at ~260-290 MB RSS uncounted (each
+// read up to max_answer), and an answer waiting for a slow agent was
+// uncounted once the handler returned.
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// chunkedUpstream answers tools/call with a chunked JSON answer of size
+// bytes, written in 64 KiB pieces; it stops after stallAt bytes until
+// release is closed.
+type chunkedUpstream struct {
+	url     string
+	runs    atomic.Int64
+	release chan struct{}
+}
+
+func startChunkedUpstream(t *testing.T, size, stallAt int) *chunkedUpstream {
+	t.Helper()
+	u := &chunkedUpstream{release: make(chan struct{})}
+	const head, tail = `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"`, `"}]}}`
+	text := strings.Repeat("x", size-len(head)-len(tail))
+	body := head + text + tail
+	u.url = startStub(t, nil, func(w http.ResponseWriter, r *http.Request, method string) {
+		if method != "tools/call" {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		u.runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		rc := http.NewResponseController(w)
+		for i := 0; i < len(body); i += 64 << 10 {
+			if i == stallAt {
+				select {
+				case <-u.release:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			if _, err := io.WriteString(w, body[i:min(i+64<<10, len(body))]); err != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+	})
+	t.Cleanup(func() { u.open() })
+	return u
+}
+
+// open lets every answer finish.
+func (u *chunkedUpstream) open() {
+	select {
+	case <-u.release:
+	default:
+		close(u.release)
+	}
+}
+
+// TestJSONAnswerChargedWhileRead: a chunked JSON answer counts against the
+// memory budget (twice its bytes) while mcpheal reads it, not only once it
+// is whole, and the charge comes back when the agent has it.
+func TestJSONAnswerChargedWhileRead(t *testing.T) {
+	t.Parallel()
+	up := startChunkedUpstream(t, 3<<20, 2<<20)
+	s, url := startProxy(t, up.url, nil)
+	sid := peerRawInitialize(t, url)
+	base := s.mem.used.Load()
+	done := make(chan []byte, 1)
+	go func() {
+		resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`))
+		if err != nil {
+			done <- nil
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		done <- b
+	}()
+	peerWait(t, "the partial answer charged", func() bool { return s.mem.used.Load()-base >= 4<<20 })
+	up.open()
+	if b := <-done; len(b) != 3<<20 {
+		t.Fatalf("the agent got %d bytes, want the whole 3 MiB answer", len(b))
+	}
+	peerWait(t, "the charge given back", func() bool { return s.mem.used.Load() == base })
+}
+
+// TestJSONAnswersPastBudget: concurrent chunked answers that would pass the
+// budget between them are refused as they are read, with 503 -32017 naming
+// memory_budget, before any of them is whole; none is replayed (although
+// --replay-tool names it), and none counts as an outage.
+func TestJSONAnswersPastBudget(t *testing.T) {
+	t.Parallel()
+	const calls = 5
+	up := startChunkedUpstream(t, 4<<20, 2<<20)
+	s, url := startProxy(t, up.url, func(c *Config) {
+		c.MemoryBudget = 16 << 20 // room for 4 stalled answers at most (2 MiB read, 4 MiB charged each)
+		c.ReplayTools = []string{"big"}
+	})
+	sid := peerRawInitialize(t, url)
+	base := s.mem.used.Load()
+	type answer struct {
+		status int
+		raw    []byte
+	}
+	answers := make(chan answer, calls)
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`))
+			if err != nil {
+				answers <- answer{}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			answers <- answer{resp.StatusCode, b}
+		})
+	}
+	// While every answer is stalled, one at least is refused already.
+	first := <-answers
+	if code, msg, _ := rpcError(t, first.raw); first.status != http.StatusServiceUnavailable || code != codeBudget ||
+		!strings.Contains(msg, "memory_budget") {
+		t.Fatalf("first answer while all stall: %d %.200s; want 503 -32017 naming memory_budget", first.status, first.raw)
+	}
+	if used := s.mem.used.Load(); used > 16<<20 {
+		t.Fatalf("budget used %d, past its limit", used)
+	}
+	up.open()
+	wg.Wait()
+	close(answers)
+	for a := range answers {
+		code, _, _ := rpcError(t, a.raw)
+		if !(a.status == http.StatusOK && len(a.raw) == 4<<20) && !(a.status == http.StatusServiceUnavailable && code == codeBudget) {
+			t.Fatalf("answer %d %.200s; want the whole answer or 503 -32017", a.status, a.raw)
+		}
+	}
+	if n := up.runs.Load(); n != calls {
+		t.Fatalf("the tool ran %d times for %d calls, want no replay", n, calls)
+	}
+	if st := s.Stats(); st.Replays != 0 || st.UpstreamDown != 0 || s.breakerState() != 0 {
+		t.Fatalf("stats %+v, breaker %d: an answer past the budget is no outage", st, s.breakerState())
+	}
+	peerWait(t, "the charges given back", func() bool { return s.mem.used.Load() == base })
+}
+
+// TestSlowAgentAnswerCharged: an answer waiting for an agent that does not
+// read stays counted after the handler returns, until write_timeout lets
+// it go.
+func TestSlowAgentAnswerCharged(t *testing.T) {
+	t.Parallel()
+	const size = 16 << 20
+	up := startChunkedUpstream(t, size, -1)
+	s, url := startProxy(t, up.url, func(c *Config) { c.WriteTimeout = 2 * time.Second })
+	sid := peerRawInitialize(t, url)
+	base := s.mem.used.Load()
+	c, addr := dialAgent(t, url)
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	if _, err := io.WriteString(c, rawRequest(addr, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	peerWait(t, "the handler done", func() bool { return up.runs.Load() == 1 && s.inflight.Load() == 0 })
+	if held := s.mem.used.Load() - base; held < 2*size {
+		t.Fatalf("%d bytes charged while the answer waits for the agent, want at least %d", held, 2*size)
+	}
+	peerWait(t, "the answer let go", func() bool { return s.mem.used.Load() == base })
+}
+
+// rawRequest is the bytes of one agent POST on session sid.
+func rawRequest(addr, sid, body string) string {
+	return "POST /mcp HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\n" +
+		"Accept: application/json, text/event-stream\r\nMcp-Session-Id: " + sid + "\r\nMcp-Protocol-Version: 2025-11-25\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}
+
+// dialAgent opens a raw agent connection to the proxy at url.
+func dialAgent(t *testing.T, url string) (net.Conn, string) {
+	t.Helper()
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, addr
+}
