@@ -583,3 +583,28 @@ func TestFleetStoreFrozen(t *testing.T) {
 	}
 	f.check()
 }
+
+// TestFleetLeaseHolderDied: a process took the lease on the session's next
+// generation and died before recording a session. The fleet waits out the
+// lease (leaseTTL), not the whole heal budget, then heals.
+func TestFleetLeaseHolderDied(t *testing.T) {
+	t.Parallel()
+	sh := &countingShared{Shared: session.NewMemShared()}
+	up := startGoSDK(t, goSDKOpts{})
+	f := startFleet(t, 2, up.URL(), sh)
+	cs := goSDKClient(t, f.url())
+	callEcho(t, cs, "before")
+	if ok, _ := sh.Lead(context.Background(), session.ClientID(cs.ID()), 1, leaseTTL); !ok {
+		t.Fatal("could not take the lease")
+	}
+	up.Restart()
+	start := time.Now()
+	callEcho(t, cs, "after the dead leader's lease")
+	if d := time.Since(start); d < leaseTTL-500*time.Millisecond || d > leaseTTL+2*time.Second {
+		t.Errorf("the call took %v; want about leaseTTL (%v)", d, leaseTTL)
+	}
+	if n := up.Inits(); n != 2 {
+		t.Errorf("%d upstream initializes, want 2", n)
+	}
+	f.check()
+}

@@ -179,25 +179,31 @@ func (s *Server) adopt(ctx context.Context, sess *session.Session, seen uint64) 
 			s.shared.adopted.n.Inc()
 			return st.Upstream, st.Gen, nil
 		}
-		if leaseUntil.IsZero() {
-			// The lease lasts as long as a heal may: its holder either
-			// records a session within it or has given up.
-			ttl := time.Until(deadlineOf(ctx, time.Now().Add(s.cfg.HealTimeout)))
+		if time.Now().After(leaseUntil) {
+			// No lease yet, or its holder neither recorded a session nor
+			// gave up in time (it died mid-heal): claim it.
 			var lead bool
 			err := s.storeCall(ctx, opLead, func(ctx context.Context) (err error) {
-				lead, err = s.cfg.Shared.Lead(ctx, sess.ID, seen, ttl)
+				lead, err = s.cfg.Shared.Lead(ctx, sess.ID, seen, leaseTTL)
 				return err
 			})
 			if err != nil || lead {
 				return "", 0, errAdopt
 			}
-			leaseUntil = time.Now().Add(ttl)
+			leaseUntil = time.Now().Add(leaseTTL)
 		}
-		if time.Now().After(leaseUntil) || !s.sleep(25*time.Millisecond) || ctx.Err() != nil {
-			return "", 0, errAdopt // the holder gave up, or time is up: try alone
+		if !s.sleep(25*time.Millisecond) || ctx.Err() != nil {
+			return "", 0, errAdopt // time is up: try alone
 		}
 	}
 }
+
+// leaseTTL bounds how long one process may hold a generation's heal: an
+// upstream initialize takes milliseconds, and a process that dies holding
+// the lease must not stall the session's heals fleet-wide for longer. A
+// heal slower than this may meet a second one; the compare-and-set then
+// keeps one upstream session.
+const leaseTTL = 3 * time.Second
 
 // publish records up, created by this process for the generation after
 // seen. When another process recorded one first, up is DELETEd and the
