@@ -48,6 +48,10 @@ const (
 	// outTooLarge: 502, the upstream's answer passed max_answer; or 503,
 	// it passed the memory budget as it was read.
 	outTooLarge
+	// outAgentGone: the agent closed its connection while its request
+	// waited; the answer written goes nowhere (unless the agent only
+	// half-closed it).
+	outAgentGone
 )
 
 // answer writes the agent's answer for out and counts it. It reports
@@ -99,6 +103,10 @@ func (a *attempt) answer(out outcome) bool {
 			Msg("upstream answer too large; not relayed")
 		writeError(a.ctx, fasthttp.StatusBadGateway, codeTooLarge, a.msg.idOrNull(),
 			"upstream answer larger than mcpheal's max_answer limit ("+out.err.Error()+")")
+	case outAgentGone:
+		a.ctx.SetConnectionClose()
+		writeError(a.ctx, fasthttp.StatusOK, codeMaybeExecuted, a.msg.idOrNull(), "the agent closed its connection while "+
+			a.msg.method+" waited for the upstream; mcpheal ended the exchange, and the request may or may not have run")
 	}
 	return false
 }
@@ -412,6 +420,7 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 // left early) and the attempt.
 func (b *sseBody) Close() error {
 	a := (*attempt)(b)
+	a.unwatch()
 	a.s.armWrite(a.conn) // the chunked answer's end is written after Close
 	upstream.ReleaseResponse(a.resp)
 	a.release()
@@ -451,6 +460,7 @@ func (b *jsonBody) WriteTo(w io.Writer) (int64, error) {
 // Close releases the upstream response and the attempt.
 func (b *jsonBody) Close() error {
 	a := (*attempt)(b)
+	a.unwatch()
 	upstream.ReleaseResponse(a.resp)
 	a.release()
 	return nil

@@ -23,9 +23,13 @@ const (
 	// mcpheal's cap (or 503 with -32017: its memory_budget). The upstream
 	// answered, so it is neither retried nor a transport failure.
 	actTooLarge
+	// actAbandon gives up on the request: its agent closed its connection
+	// while it waited, so there is nobody to answer and nothing is sent
+	// again.
+	actAbandon
 )
 
-var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too large"}
+var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too large", "abandon"}
 
 func (a action) String() string { return actionNames[a] }
 
@@ -55,6 +59,9 @@ type facts struct {
 	// tooLarge: the answer passed max_answer, or the memory budget, and
 	// was not read.
 	tooLarge bool
+	// agentGone: the agent closed its connection while the request waited
+	// on the upstream (agentWatch), which interrupted the exchange.
+	agentGone bool
 }
 
 // decide is the README's "What it does with each answer" and "Replay
@@ -67,6 +74,9 @@ type facts struct {
 // was written is ambiguous, and an ambiguous request that is not replay-safe
 // is refused, never run twice.
 func decide(f facts) action {
+	if f.agentGone {
+		return actAbandon // whatever the upstream did, nobody waits for it
+	}
 	if f.tooLarge {
 		return actTooLarge // never replayed: it ran, and would be as large again
 	}

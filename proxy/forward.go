@@ -51,6 +51,9 @@ type attempt struct {
 	eof        bool     // the upstream stream has ended
 	conn       net.Conn // the agent's connection, while sseBody writes to it
 	charged    int64    // taken from the memory budget for a buffered answer
+	// watch notices the agent going away while it waits (gone.go); nil
+	// for attempts that are not pooled. It stays with the pooled attempt.
+	watch *agentWatch
 }
 
 var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
@@ -65,7 +68,10 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg me
 	s.copyRequest(ctx, req)
 	a := attemptPool.Get().(*attempt)
 	*a = attempt{s: s, ctx: ctx, sess: sess, msg: msg, req: req,
-		rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0]}, buf: a.buf, out: a.out[:0]}
+		rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0]}, buf: a.buf, out: a.out[:0], watch: a.watch}
+	if a.watch == nil {
+		a.watch = newAgentWatch()
+	}
 	a.resp = upstream.AcquireResponse()
 	a.resp.SetBudget(&s.mem) // a JSON answer is counted from its first byte until written
 	if sess != nil {
@@ -91,18 +97,24 @@ func (a *attempt) release() {
 		h = nil
 	}
 	a.rw.fr.Reset(64 << 10)
-	*a = attempt{rw: eventRewriter{fr: a.rw.fr, held: h[:0]}, buf: b, out: o[:0]}
+	*a = attempt{rw: eventRewriter{fr: a.rw.fr, held: h[:0]}, buf: b, out: o[:0], watch: a.watch}
 	attemptPool.Put(a)
 }
 
 // run loops until the agent has an answer, then writes it: the one exit of
 // every request. It reports whether that answer is a body that now owns a
-// and a.resp.
+// and a.resp. The agent's connection is watched from the first send until
+// the answer is written.
 func (a *attempt) run() bool {
 	a.replaySafe = a.replayable()
+	a.watchAgent()
 	out := a.loop()
 	a.endProbe()
-	return a.answer(out)
+	if a.answer(out) {
+		return true // the body stops the watch once written (Close)
+	}
+	a.unwatch()
+	return false
 }
 
 // loop is send → judge → decide → act. Each turn either ends with the
@@ -126,9 +138,13 @@ func (a *attempt) loop() outcome {
 		err := a.send()
 		f := a.judge(err)
 		a.mayHaveRun = a.mayHaveRun || f.dispatched
-		a.s.count.class(f.class)
-		a.s.recordHealth(f.class)
+		if !f.agentGone { // an interrupted exchange says nothing of the upstream
+			a.s.count.class(f.class)
+			a.s.recordHealth(f.class)
+		}
 		switch decide(f) {
+		case actAbandon:
+			return outcome{kind: outAgentGone}
 		case actPass:
 			return outcome{kind: outUpstream, class: f.class}
 		case actRefuse:
@@ -179,6 +195,12 @@ func (a *attempt) send() error {
 // the upstream may have run the request.
 func (a *attempt) judge(err error) facts {
 	f := facts{replaySafe: a.replaySafe, session: a.sess != nil, healed: a.healed}
+	if a.agentGone() {
+		// Interrupted, or answered as the agent left: either way nobody
+		// waits for this answer.
+		f.agentGone, f.dispatched = true, err == nil || upstream.Delivered(err)
+		return f
+	}
 	if err != nil {
 		f.class, f.dispatched = failClass(err), upstream.Delivered(err)
 		var tl *upstream.TooLargeError

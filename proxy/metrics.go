@@ -32,6 +32,9 @@ var (
 	descDown = prometheus.NewDesc("mcpheal_upstream_unavailable_total",
 		"Requests answered 503 because the upstream stayed unreachable for the heal budget.",
 		[]string{"upstream"}, nil)
+	descAgentGone = prometheus.NewDesc("mcpheal_agent_gone_total",
+		"Requests whose agent closed its connection while they waited on the upstream; the exchange was interrupted, nothing resent.",
+		[]string{"upstream"}, nil)
 	descPanics = prometheus.NewDesc("mcpheal_panics_total",
 		"Recovered panics (bugs).", []string{"upstream"}, nil)
 	descBytes = prometheus.NewDesc("mcpheal_bytes_total",
@@ -98,6 +101,7 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	counter(descJournal, k.journal[outcomeFailed].Load(), "failed")
 	counter(descInits, k.upstreamInits.Load())
 	counter(descDown, k.upstreamDown.Load())
+	counter(descAgentGone, k.agentGone.Load())
 	counter(descPanics, k.panics.Load())
 	counter(descBytes, k.bytesIn.Load(), "in")
 	counter(descBytes, k.bytesOut.Load(), "out")

@@ -110,6 +110,7 @@ type counters struct {
 	restored      atomic.Uint64 // sessions re-created from their sealed id
 	upstreamInits atomic.Uint64 // initialize requests sent upstream (agent's and re-inits)
 	upstreamDown  atomic.Uint64 // 503 answers after the heal budget
+	agentGone     atomic.Uint64 // agents that closed their connection while their request waited (agentWatch)
 	panics        atomic.Uint64
 	bytesIn       atomic.Uint64 // request bodies sent upstream
 	bytesOut      atomic.Uint64 // response bodies returned to agents
@@ -158,6 +159,7 @@ type Stats struct {
 	// although they may have run: always 0 unless mcpheal has a bug.
 	UnsafeResends uint64
 	UpstreamDown  uint64
+	AgentGone     uint64 // requests whose agent closed its connection while they waited on the upstream
 	Panics        uint64
 	Sessions      int
 	Classes       map[classify.Class]uint64
@@ -172,6 +174,7 @@ func (s *Server) Stats() Stats {
 		ReplaysRefused: c.replaysRefused.Load(),
 		UnsafeResends:  c.unsafeResends.Load(),
 		UpstreamDown:   c.upstreamDown.Load(),
+		AgentGone:      c.agentGone.Load(),
 		Panics:         c.panics.Load(),
 		Sessions:       s.store.Len(),
 		Classes:        make(map[classify.Class]uint64),
