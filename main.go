@@ -11,6 +11,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -20,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -430,6 +432,7 @@ func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log 
 		}
 		return errors.Join(first, err)
 	}
+	setMemoryLimit(rc.ups, log)
 	announce(log, rc, r.AdminAddr())
 	for {
 		select {
@@ -518,7 +521,32 @@ func reload(o *options, cur *resolved, r *proxy.Router, creds *credCache, log ze
 		log.Warn().Msg("log settings apply at restart only")
 	}
 	cur.ups = next.ups
+	setMemoryLimit(cur.ups, log)
 	announceUpstreams(log, cur)
+}
+
+// memoryHeadroom is what the process may hold beyond its upstreams' memory
+// budgets before the Go runtime's memory limit presses: code, goroutine
+// stacks, connection buffers, SSE read buffers and held lines, and freed
+// memory not yet collected.
+const memoryHeadroom = 256 << 20
+
+// setMemoryLimit sets the Go runtime's soft memory limit to the sum of the
+// upstreams' memory_budget plus memoryHeadroom, unless GOMEMLIMIT is set
+// (the operator's value, or "off", wins). Without a limit Go collects only
+// when the heap doubles and returns freed memory to the OS over minutes;
+// near the limit it collects and returns memory at once, so a burst of
+// large answers does not leave the process holding twice the budget.
+func setMemoryLimit(ups []proxy.Config, log zerolog.Logger) {
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		return
+	}
+	limit := int64(memoryHeadroom)
+	for _, c := range ups {
+		limit += int64(cmp.Or(c.MemoryBudget, proxy.Defaults().MemoryBudget))
+	}
+	debug.SetMemoryLimit(limit)
+	log.Debug().Int64("bytes", limit).Msg("Go memory limit: the memory budgets plus headroom (GOMEMLIMIT overrides)")
 }
 
 // announce logs the listen URL, the operations URLs (admin is "" when the
