@@ -32,7 +32,10 @@ type upcall struct {
 	body []byte
 	// lastEventID resumes an upstream stream (GET only).
 	lastEventID string
-	deadline    time.Time
+	// mcpMethod and mcpName are the Mcp-Method and Mcp-Name headers of a
+	// 2026-07-28 request; zero sends none.
+	mcpMethod, mcpName string
+	deadline           time.Time
 }
 
 // build fills req for c.
@@ -73,12 +76,18 @@ func (s *Server) build(req *fasthttp.Request, c *upcall) {
 	if c.version != "" {
 		h.SetBytesK(hdrProtocolVersion, c.version)
 	}
+	if c.mcpMethod != "" {
+		h.Set("Mcp-Method", c.mcpMethod)
+	}
+	if c.mcpName != "" {
+		h.Set("Mcp-Name", mcpNameValue(c.mcpName))
+	}
 }
 
 // ownHeaders are the headers each upcall sets itself, never taken from the
 // agent's.
 var ownHeaders = []string{"Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id", "Content-Type",
-	"Content-Length", "Accept"}
+	"Content-Length", "Accept", "Mcp-Method", "Mcp-Name"}
 
 // reply is the answer to an upcall, read whole.
 type reply struct {

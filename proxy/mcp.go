@@ -95,6 +95,8 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 			// A recipe is kept for the session's life: agents' are < 2 KiB.
 			writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, msg.idOrNull(),
 				"initialize body larger than "+strconv.Itoa(s.cfg.MaxInitBody)+" bytes (max_init_body)")
+		case msg.method == "initialize" && !isStatelessEra(ctx, &msg) && s.bridged():
+			s.bridgeInitialize(ctx, &msg)
 		case msg.method == "initialize":
 			s.initialize(ctx, &msg)
 		case isStatelessEra(ctx, &msg):
@@ -108,6 +110,10 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 	sess, ok := s.lookup(ctx, sid)
 	if !ok {
 		s.sessionNotFound(ctx, msg.idOrNull())
+		return
+	}
+	if !isStatelessEra(ctx, &msg) && s.bridged() {
+		s.bridgePost(ctx, sess, msg)
 		return
 	}
 	if msg.method == "" && msg.id != "" && !msg.batch {
@@ -129,6 +135,17 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	s.forward(ctx, sess, msg)
+	if ctx.Response.StatusCode() == fasthttp.StatusBadRequest && !ctx.Response.IsBodyStream() &&
+		legacyRefused(fasthttp.StatusBadRequest, ctx.Response.Body()) {
+		// The upstream now speaks only 2026-07-28 (a deploy changed its
+		// era) and refused the request before running it: the session
+		// goes on through the bridge.
+		s.forgetEra()
+		if s.bridged() {
+			ctx.Response.Reset()
+			s.bridgePost(ctx, sess, msg)
+		}
+	}
 }
 
 func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
@@ -150,6 +167,10 @@ func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
 	sess, ok := s.lookup(ctx, sid)
 	if !ok || !s.sameBinding(ctx, sess) {
 		s.sessionNotFound(ctx, "null")
+		return
+	}
+	if !isStatelessEra(ctx, &message{}) && s.bridged() {
+		s.bridgeListen(ctx, sess)
 		return
 	}
 	s.serveStream(ctx, sess)

@@ -125,6 +125,11 @@ type Config struct {
 	// StoreTimeout bounds each call to Shared; past it the process carries
 	// on alone. Zero means 250 ms.
 	StoreTimeout time.Duration
+	// EraBridge is "auto" (the default): legacy agents of an upstream that
+	// speaks only MCP 2026-07-28 go through the bridge (README "Legacy
+	// agents, 2026-07-28 servers"); "off": never, their traffic passes
+	// through.
+	EraBridge string
 	// MemoryBudget caps the bytes of session state and buffered answers the
 	// upstream's sessions may hold (see budget); zero means 512 MiB.
 	MemoryBudget int
@@ -203,6 +208,8 @@ type Server struct {
 	ring        *seal.Ring // seals and opens agent session ids (Config.SessionKeys)
 	graves      graveyard  // ids ended by DELETE, never restored
 	shared      sharedStats
+	eras        eraState    // the upstream's protocol era (era.go)
+	bridge      bridgeState // legacy agents of a 2026-07-28 upstream (bridge.go)
 	watcher     session.Watcher // Config.Shared's events, or nil
 	keys        sync.Map        // Watcher.Key → session.ClientID of the sessions held (with a watcher)
 	instance    string          // this process among the fleet's (Event.Owner)

@@ -246,6 +246,7 @@ func (s *Server) follow(sess *session.Session) uint64 {
 // release gives back what a session held once it left the store.
 func (s *Server) release(sess *session.Session) {
 	s.mem.give(sessionCost(sess))
+	s.stopListen(sess.ID)
 	if s.watcher != nil {
 		s.keys.Delete(s.watcher.Key(sess.ID))
 	}
