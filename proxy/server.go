@@ -208,8 +208,8 @@ type Server struct {
 	ring        *seal.Ring // seals and opens agent session ids (Config.SessionKeys)
 	graves      graveyard  // ids ended by DELETE, never restored
 	shared      sharedStats
-	eras        eraState    // the upstream's protocol era (era.go)
-	bridge      bridgeState // legacy agents of a 2026-07-28 upstream (bridge.go)
+	eras        eraState        // the upstream's protocol era (era.go)
+	bridge      bridgeState     // legacy agents of a 2026-07-28 upstream (bridge.go)
 	watcher     session.Watcher // Config.Shared's events, or nil
 	keys        sync.Map        // Watcher.Key → session.ClientID of the sessions held (with a watcher)
 	instance    string          // this process among the fleet's (Event.Owner)
