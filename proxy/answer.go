@@ -60,6 +60,14 @@ func (a *attempt) answer(out outcome) bool {
 	c := &a.s.count
 	switch out.kind {
 	case outUpstream:
+		if a.sess != nil && a.eraRefused() && a.s.bridged() {
+			// The upstream now speaks only 2026-07-28 (a deploy changed
+			// its era) and refused the request before running it: the
+			// session goes on through the bridge.
+			a.ctx.Response.Reset()
+			a.s.bridgePost(a.ctx, a.sess, a.msg)
+			return false
+		}
 		c.request(&a.msg, out.class)
 		if out.class == classify.OK && a.sess != nil {
 			a.accepted()

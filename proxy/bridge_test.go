@@ -25,6 +25,7 @@ type modernServer struct {
 	discover atomic.Int64
 	echoes   atomic.Int64
 	samples  atomic.Int64 // sample calls that completed
+	aborted  atomic.Int64 // slow calls whose request context ended early
 	close    func()
 }
 
@@ -73,6 +74,16 @@ func startModern(t *testing.T) *modernServer {
 					Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: in.Text}}}}},
 				RequestState: "round-1",
 			}, nil, nil
+		})
+	mcp.AddTool(m.srv, &mcp.Tool{Name: "slow", Description: "waits 10 s unless cancelled"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			select {
+			case <-ctx.Done():
+				m.aborted.Add(1)
+				return nil, nil, ctx.Err()
+			case <-time.After(10 * time.Second):
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "slept"}}}, nil, nil
 		})
 	m.srv.AddResource(&mcp.Resource{URI: "test://r1", Name: "r1"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "test://r1", Text: "one"}}}, nil
@@ -162,7 +173,7 @@ func TestBridgeGoSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 3 {
+	if err != nil || len(tools.Tools) != 4 {
 		t.Fatalf("tools/list: %v, %v", tools, err)
 	}
 	callEcho(t, cs, "bridged")
@@ -193,5 +204,68 @@ func TestBridgeGoSDK(t *testing.T) {
 	if n := up.samples.Load(); n != 1 {
 		t.Errorf("sample completed %d times, want 1", n)
 	}
-	_ = time.Second
+}
+
+// TestBridgeCancel: the agent gives up on a bridged call (the Go SDK sends
+// notifications/cancelled); mcpheal closes the upstream request, which is
+// how 2026-07-28 cancels, and the server's handler sees it end.
+func TestBridgeCancel(t *testing.T) {
+	t.Parallel()
+	up := startModern(t)
+	_, url := startProxy(t, up.url, nil)
+	cs, err := legacyClient(t, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow"}); err == nil {
+		t.Fatal("slow returned before it was cancelled")
+	}
+	peerWait(t, "the server to see the call cancelled", func() bool { return up.aborted.Load() == 1 })
+	callEcho(t, cs, "after a cancel") // the session goes on
+}
+
+// TestBridgeEraChange: the upstream is deployed again as a 2026-07-28-only
+// server while an agent's session-era session is live. The agent's next
+// call is refused by the new server as of the wrong era; mcpheal asks the
+// era again and carries the session on through the bridge: the call
+// succeeds, and runs once.
+func TestBridgeEraChange(t *testing.T) {
+	t.Parallel()
+	modern := startModern(t)
+	legacy := mcp.NewServer(&mcp.Implementation{Name: "legacy-go", Version: "1"}, nil)
+	var legacyEchoes atomic.Int64
+	mcp.AddTool(legacy, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		legacyEchoes.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+	})
+	legacyH := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return legacy }, nil)
+	modernH := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return modern.srv },
+		&mcp.StreamableHTTPOptions{Stateless: true})
+	var isModern atomic.Bool
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isModern.Load() {
+			modernH.ServeHTTP(w, r)
+			return
+		}
+		legacyH.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	_, url := startProxy(t, hs.URL+"/mcp", nil)
+	cs, err := legacyClient(t, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callEcho(t, cs, "on the session-era server")
+	isModern.Store(true) // the redeploy
+	hs.CloseClientConnections()
+	time.Sleep(5 * time.Millisecond) // a redeploy takes longer than upstream.peekAfter
+	callEcho(t, cs, "on the 2026-07-28 server")
+	callEcho(t, cs, "and again")
+	if n, m := legacyEchoes.Load(), modern.echoes.Load(); n != 1 || m != 2 {
+		t.Fatalf("echo ran %d times on the old server and %d on the new one, want 1 and 2", n, m)
+	}
 }

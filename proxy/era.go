@@ -175,3 +175,14 @@ func answers(msg []byte, id string) bool {
 	return r.Get("method").Type == gjson.Null && r.Get("id").Raw == id &&
 		(r.Get("result").Exists() || r.Get("error").Exists())
 }
+
+// eraRefused reports an upstream answer that refuses the request as of the
+// session era (legacyRefused); the era is then asked again.
+func (a *attempt) eraRefused() bool {
+	r := a.resp
+	if r.StatusCode() != fasthttp.StatusBadRequest || r.IsStream() || !legacyRefused(fasthttp.StatusBadRequest, r.Body()) {
+		return false
+	}
+	a.s.forgetEra()
+	return true
+}

@@ -135,17 +135,6 @@ func (s *Server) servePost(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	s.forward(ctx, sess, msg)
-	if ctx.Response.StatusCode() == fasthttp.StatusBadRequest && !ctx.Response.IsBodyStream() &&
-		legacyRefused(fasthttp.StatusBadRequest, ctx.Response.Body()) {
-		// The upstream now speaks only 2026-07-28 (a deploy changed its
-		// era) and refused the request before running it: the session
-		// goes on through the bridge.
-		s.forgetEra()
-		if s.bridged() {
-			ctx.Response.Reset()
-			s.bridgePost(ctx, sess, msg)
-		}
-	}
 }
 
 func (s *Server) serveGet(ctx *fasthttp.RequestCtx) {
