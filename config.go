@@ -43,6 +43,7 @@ type settings struct {
 	SessionKeys              string
 	SessionMaxAge            time.Duration
 	WriteTimeout             time.Duration
+	EraBridge                string // "auto" or "off"
 }
 
 // builtin holds the defaults used when neither flags nor file set a value:
@@ -70,6 +71,7 @@ var builtin = func() settings {
 		MemoryBudget:             d.MemoryBudget,
 		SessionMaxAge:            d.SessionMaxAge,
 		WriteTimeout:             d.WriteTimeout,
+		EraBridge:                d.EraBridge,
 	}
 }()
 
@@ -114,6 +116,7 @@ func (s settings) or(base settings) settings {
 		SessionKeys:              pickStr(s.SessionKeys, base.SessionKeys),
 		SessionMaxAge:            pick(s.SessionMaxAge, base.SessionMaxAge),
 		WriteTimeout:             pick(s.WriteTimeout, base.WriteTimeout),
+		EraBridge:                pickStr(s.EraBridge, base.EraBridge),
 	}
 }
 
@@ -191,6 +194,7 @@ func (f *fileConfig) proxyConfigs(creds func(*credSpec) upstream.Credentials) []
 			SessionKeys:              cmp.Or(s.SessionKeys, os.Getenv("MCPHEAL_SESSION_KEYS")),
 			SessionMaxAge:            s.SessionMaxAge,
 			WriteTimeout:             s.WriteTimeout,
+			EraBridge:                s.EraBridge,
 		}
 		if u.Credentials != nil && creds != nil {
 			c.Credentials = creds(u.Credentials)
@@ -319,4 +323,5 @@ type shadowSettings struct {
 	SessionKeys              string `yaml:"session_keys"`
 	SessionMaxAge            string `yaml:"session_max_age"`
 	WriteTimeout             string `yaml:"write_timeout"`
+	EraBridge                string `yaml:"era_bridge"`
 }

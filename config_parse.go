@@ -98,7 +98,7 @@ var (
 	settingKeys = []string{"heal_timeout", "response_timeout", "session_ttl", "max_idle_conn", "keepalive",
 		"stream_keepalive", "read_timeout", "max_sessions", "max_body", "max_streams",
 		"max_sessions_per_credential", "max_header_bytes", "max_json_depth", "max_init_body", "max_answer",
-		"max_sse_line", "write_timeout", "memory_budget", "session_keys", "session_max_age"}
+		"max_sse_line", "write_timeout", "memory_budget", "session_keys", "session_max_age", "era_bridge"}
 	upstreamKeys = append([]string{"url", "path", "headers", "credentials", "auth_tokens", "replay_tools"}, settingKeys...)
 	credKeys     = []string{"header", "value", "oauth"}
 	oauthKeys    = []string{"token_url", "client_id", "client_secret", "refresh_token", "scopes"}
@@ -314,6 +314,10 @@ func (p *parser) setting(s *settings, path, key string, v *yaml.Node) {
 		s.MaxSSELine = p.positive(v, path)
 	case "write_timeout":
 		s.WriteTimeout = p.duration(v, path, false)
+	case "era_bridge":
+		if s.EraBridge = p.str(v, path); s.EraBridge != "auto" && s.EraBridge != "off" {
+			p.errorf(v, path, "want auto or off, got %q", s.EraBridge)
+		}
 	}
 }
 

@@ -121,6 +121,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.s.SessionMaxAge, "session-max-age", builtin.SessionMaxAge, "how long a sealed session id stays valid")
 	fs.IntVar(&o.s.MemoryBudget, "memory-budget", builtin.MemoryBudget, "bytes of session state and buffered answers mcpheal may hold per upstream (503 beyond)")
 	fs.DurationVar(&o.s.WriteTimeout, "write-timeout", builtin.WriteTimeout, "a single write to an agent taking longer ends its connection")
+	fs.StringVar(&o.s.EraBridge, "era-bridge", builtin.EraBridge, "auto: bridge session-era agents to an upstream that speaks only MCP 2026-07-28; off: pass their traffic through")
 	storeFlags(fs, o)
 	fs.Var(&o.hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
 	fs.Var(&o.tools, "replay-tool", "tool safe to run twice although not annotated so (repeatable)")
@@ -245,7 +246,7 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 			HealTimeout: flagS.HealTimeout, ResponseTimeout: flagS.ResponseTimeout, SessionTTL: flagS.SessionTTL,
 			MaxSessions: flagS.MaxSessions, MaxBody: flagS.MaxBody, MaxIdleConn: flagS.MaxIdleConn,
 			Keepalive: flagS.Keepalive, MaxJSONDepth: flagS.MaxJSONDepth, MaxInitBody: flagS.MaxInitBody,
-			MaxAnswer: flagS.MaxAnswer, MaxSSELine: flagS.MaxSSELine, WriteTimeout: flagS.WriteTimeout,
+			MaxAnswer: flagS.MaxAnswer, MaxSSELine: flagS.MaxSSELine, WriteTimeout: flagS.WriteTimeout, EraBridge: flagS.EraBridge,
 			MemoryBudget: flagS.MemoryBudget, SessionMaxAge: flagS.SessionMaxAge,
 			// From the environment, never a flag: the process table is public.
 			SessionKeys: os.Getenv("MCPHEAL_SESSION_KEYS"),
@@ -376,6 +377,9 @@ func overrideSettings(c *proxy.Config, set map[string]bool, s settings) {
 		if set[name] {
 			*n.dst = n.v
 		}
+	}
+	if set["era-bridge"] {
+		c.EraBridge = s.EraBridge
 	}
 }
 

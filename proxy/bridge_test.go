@@ -269,3 +269,25 @@ func TestBridgeEraChange(t *testing.T) {
 		t.Fatalf("echo ran %d times on the old server and %d on the new one, want 1 and 2", n, m)
 	}
 }
+
+// TestBridgeOff: with era_bridge off the proxy passes a legacy agent's
+// traffic through and never asks server/discover: the 2026-07-28-only
+// server refuses the agent, as it would directly.
+func TestBridgeOff(t *testing.T) {
+	t.Parallel()
+	up := startModern(t)
+	_, url := startProxy(t, up.url, func(c *Config) { c.EraBridge = "off" })
+	cs, err := legacyClient(t, url, nil)
+	if err == nil {
+		_, err = cs.ListTools(context.Background(), nil)
+	}
+	if err == nil {
+		t.Fatal("a legacy agent worked through mcpheal with era_bridge off")
+	}
+	if n := up.discover.Load(); n != 0 {
+		t.Fatalf("%d server/discover probes with era_bridge off, want 0", n)
+	}
+	if _, err := New(Config{Upstream: up.url, EraBridge: "sometimes"}, nopLog()); err == nil {
+		t.Fatal("era_bridge: sometimes accepted")
+	}
+}

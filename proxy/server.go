@@ -169,6 +169,13 @@ func (c *Config) normalize() error {
 	c.MemoryBudget = orInt(c.MemoryBudget, 512<<20)
 	c.SessionMaxAge = orDur(c.SessionMaxAge, 7*24*time.Hour)
 	c.StoreTimeout = orDur(c.StoreTimeout, 250*time.Millisecond)
+	switch c.EraBridge {
+	case "":
+		c.EraBridge = "auto"
+	case "auto", "off":
+	default:
+		return fmt.Errorf("era_bridge: want auto or off, got %q", c.EraBridge)
+	}
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
 	c.AdminListen = orStr(c.AdminListen, "127.0.0.1:8788")
 	if c.AdminListen != adminOff {
