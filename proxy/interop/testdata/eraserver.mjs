@@ -28,7 +28,7 @@
 //   - sample {prompt}: answers an InputRequiredResult asking for
 //     sampling/createMessage of prompt; on the retry returns
 //     "sampled <text of the client's answer>";
-//   - slow {ms}: sleeps ms milliseconds unless cancelled, returns "slept".
+//   - slow {ms, tag?}: sleeps ms milliseconds unless cancelled, returns "slept".
 // Resource test://r1 (text "r1"). Capabilities: tools.listChanged,
 // resources.subscribe and listChanged, logging.
 //
@@ -37,7 +37,8 @@
 //   INITIALIZE <clientInfo.name>     a legacy initialize (refused unless LEGACY=stateless)
 //   LISTEN <uri,uri,…>               a subscriptions/listen, with its resourceSubscriptions
 //   CALL <tool>                      a tools/call (each MRTR round is one)
-//   CANCELLED <tool>                 a tool's request was aborted before it finished
+//   CANCELLED <tool> [<tag>]         a tool's request was aborted before it finished
+//                                    (tag: the call's tag argument, if any)
 //   POST <method>                    every JSON-RPC message posted (requests and notifications)
 //   HTTP <method>                    every request that is not a POST (GET, DELETE)
 //   NOTIFIED <what>                  a stdin command was published on the event bus
@@ -69,12 +70,13 @@ function sleep(ms, signal) {
   });
 }
 
-// tool registers a tool whose handler prints CANCELLED <name> if its
-// request is aborted before it returns.
+// tool registers a tool whose handler prints CANCELLED <name> [<tag>] if
+// its request is aborted before it returns.
 function tool(s, name, config, fn) {
   s.registerTool(name, config, async (args, ctx) => {
     const signal = ctx.mcpReq.signal;
-    const onAbort = () => say(`CANCELLED ${name}`);
+    const tag = typeof args?.tag === "string" ? ` ${args.tag}` : "";
+    const onAbort = () => say(`CANCELLED ${name}${tag}`);
     signal.addEventListener("abort", onAbort, { once: true });
     try {
       return await fn(args, ctx);
@@ -147,7 +149,10 @@ function newServer() {
     const answer = Array.isArray(c) ? c.filter((p) => p.type === "text").map((p) => p.text).join("") : c?.text;
     return text(`sampled ${answer}`);
   });
-  tool(s, "slow", { description: "Sleeps ms milliseconds unless cancelled.", inputSchema: z.object({ ms: z.number().int().min(0) }) },
+  tool(s, "slow", {
+    description: "Sleeps ms milliseconds unless cancelled.",
+    inputSchema: z.object({ ms: z.number().int().min(0), tag: z.string().optional() }),
+  },
     async ({ ms }, ctx) => {
       const aborted = await sleep(ms, ctx.mcpReq.signal);
       return text(aborted ? "cancelled" : "slept");
