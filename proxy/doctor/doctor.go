@@ -248,7 +248,17 @@ func initBody(version string) string {
 
 // conclude sets the verdict and its notes.
 func conclude(r *Report) {
+	r.Bridged = r.Discover.Accepted
+	for _, v := range r.Discover.SupportedVersions {
+		if v < "2026-07-28" {
+			r.Bridged = false // it serves session-era agents itself
+		}
+	}
 	switch {
+	case r.Bridged:
+		r.Verdict = VerdictStateless
+		r.Notes = append(r.Notes, "speaks only 2026-07-28 (no sessions): mcpheal bridges session-era agents to it "+
+			"(it owns their sessions and translates each request), passes 2026-07-28 agents through, and retries transport failures")
 	case r.Protocol == "" && r.Discover.Accepted:
 		r.Verdict = VerdictStateless
 		r.Notes = append(r.Notes, "speaks only 2026-07-28 (no sessions): mcpheal passes it through and retries transport failures only")

@@ -105,6 +105,10 @@ type Report struct {
 	Server   string // serverInfo "name version", if given
 	Versions []VersionProbe
 	Discover DiscoverProbe
+	// Bridged: the server speaks only MCP 2026-07-28 (server/discover lists
+	// no session-era version), so mcpheal bridges session-era agents to it
+	// (era_bridge: auto).
+	Bridged bool
 	// Protocol is the version the later probes used ("" if none accepted).
 	Protocol string
 	// Stateful: initialize answered with an Mcp-Session-Id.
@@ -144,6 +148,13 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 		line("initialize", "%s: %s", v.Version, v.describe())
 	}
 	line("discover", "2026-07-28: %s", r.Discover.describe())
+	if r.Bridged {
+		line("era", "2026-07-28 only: mcpheal bridges session-era agents to it (era_bridge: auto)")
+	} else if r.Discover.Accepted {
+		line("era", "both eras: session-era agents pass through, as 2026-07-28 ones do")
+	} else {
+		line("era", "session era: no bridge needed")
+	}
 	switch {
 	case r.Protocol == "":
 	case r.Stateful:
