@@ -83,6 +83,15 @@ func (s *Server) listenChanged(id session.ClientID) {
 	}
 }
 
+// stopListens ends every bridged GET stream (shutdown).
+func (s *Server) stopListens() {
+	s.bridge.listens.Range(func(k, v any) bool {
+		s.bridge.listens.Delete(k)
+		v.(*listenState).stop()
+		return true
+	})
+}
+
 // stopListen ends the session's bridged GET stream.
 func (s *Server) stopListen(id session.ClientID) {
 	if v, ok := s.bridge.listens.LoadAndDelete(id); ok {

@@ -389,6 +389,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	t := r.routes.Load()
 	for _, s := range t.servers() {
 		s.streams.stopAll() // held-open GET streams would stall the drain
+		s.stopListens()
 	}
 	err := errors.Join(r.srv.ShutdownWithContext(ctx), r.adm.ShutdownWithContext(ctx))
 	var wg sync.WaitGroup

@@ -397,6 +397,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.srvOnce.Do(func() {}) // a Serve racing with Shutdown gets no server
 	s.streams.stopAll()     // held-open GET streams would stall the drain
+	s.stopListens()
 	if s.srv != nil {
 		err = s.srv.ShutdownWithContext(ctx)
 	}
@@ -410,6 +411,7 @@ func (s *Server) Close() {
 	s.doneOnce.Do(func() {
 		close(s.done)
 		s.streams.stopAll()
+		s.stopListens()
 		s.store.Close()
 		s.up.Close() // cuts exchanges in flight, so background work ends at once
 		s.bg.Wait()
