@@ -254,3 +254,21 @@ func TestDecideAgentGone(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchForgetsGoneAgent: a pooled attempt whose agent went away does
+// not carry that into its next request, even one on a connection it cannot
+// watch (TLS, a RequestCtx made by Init): the fuzzer's next ping was once
+// abandoned as "agent closed its connection".
+func TestWatchForgetsGoneAgent(t *testing.T) {
+	t.Parallel()
+	w := newAgentWatch()
+	w.gone.Store(true)
+	if !w.stop() {
+		t.Fatal("stop after the agent left = false, want true")
+	}
+	w.gone.Store(true) // set late, after stop: arm must still start clean
+	w.arm(nil, nil)    // no socket: not watched
+	if w.gone.Load() || w.stop() {
+		t.Fatal("the next request, not watched, inherits the last agent's departure")
+	}
+}

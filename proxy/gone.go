@@ -64,12 +64,12 @@ func newAgentWatch() *agentWatch {
 // connection that is not a socket of its own (TLS: its bytes are records,
 // not requests; a stand-in made by RequestCtx.Init) is not watched.
 func (w *agentWatch) arm(nc net.Conn, resp *upstream.Response) {
+	w.gone.Store(false)
 	sc, ok := nc.(syscall.Conn)
 	if !ok || !canWatch {
 		return
 	}
 	w.nc, w.sc, w.resp = nc, sc, resp
-	w.gone.Store(false)
 	w.state.Store(watchArmed)
 	w.timer.Reset(watchAfter)
 }
@@ -91,7 +91,8 @@ func (w *agentWatch) start() {
 }
 
 // stop ends the watch, waiting for start's goroutine if it runs, and
-// reports whether the agent closed its connection. It must run before
+// reports whether the agent closed its connection; the watch forgets it,
+// since it goes back to the pool with its attempt. It must run before
 // fasthttp reads the connection again.
 func (w *agentWatch) stop() bool {
 	w.timer.Stop()
@@ -106,7 +107,7 @@ func (w *agentWatch) stop() bool {
 		w.state.Store(watchIdle)
 	}
 	w.nc, w.sc, w.resp = nil, nil, nil
-	return w.gone.Load()
+	return w.gone.Swap(false)
 }
 
 // watchAgent starts watching the agent's connection while the attempt
