@@ -132,6 +132,9 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 	s, url := startProxy(t, rl.URL(), func(c *Config) {
 		c.ResponseTimeout = respTimeout
 		c.HealTimeout = healTimeout
+		// The era check after an outage would take the pooled connection
+		// this test sends into the hole.
+		c.EraBridge = "off"
 	})
 	sid := peerRawInitialize(t, url)
 	ping := `{"jsonrpc":"2.0","id":"ping-1","method":"ping"}`

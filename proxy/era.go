@@ -35,9 +35,10 @@ type discovery struct {
 
 // eraState caches the upstream's era.
 type eraState struct {
-	v    atomic.Int32
-	info atomic.Pointer[discovery]
-	mu   sync.Mutex // one probe at a time
+	v          atomic.Int32
+	info       atomic.Pointer[discovery]
+	mu         sync.Mutex  // one probe at a time
+	rechecking atomic.Bool // a background recheck runs
 }
 
 // eraProbeTimeout bounds one server/discover probe.
@@ -79,6 +80,32 @@ func (s *Server) forgetEra() {
 	}
 }
 
+// recheckEra asks the era again in the background after an outage (the
+// upstream may have been redeployed as another era); requests go on with
+// the era known so far until it answers.
+func (s *Server) recheckEra() {
+	if s.cfg.EraBridge == "off" || s.eras.v.Load() == eraUnknown || !s.eras.rechecking.CompareAndSwap(false, true) {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.eras.rechecking.Store(false)
+		s.eras.mu.Lock()
+		defer s.eras.mu.Unlock()
+		v, d := s.probeEra()
+		if v == eraUnknown {
+			return
+		}
+		if d != nil {
+			s.eras.info.Store(d)
+		}
+		if old := s.eras.v.Swap(int32(v)); int(old) != v {
+			s.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era changed")
+		}
+	}()
+}
+
 // bridged reports whether legacy agents of this upstream go through the
 // bridge.
 func (s *Server) bridged() bool { return s.era() == eraModern }
@@ -93,7 +120,7 @@ func (s *Server) probeEra() (int, *discovery) {
 		`"io.modelcontextprotocol/clientInfo":{"name":"mcpheal","version":"1"},` +
 		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
 	rep, err := s.call(&upcall{body: []byte(body), version: statelessVersion, mcpMethod: "server/discover",
-		deadline: time.Now().Add(eraProbeTimeout)})
+		deadline: time.Now().Add(min(eraProbeTimeout, s.cfg.ResponseTimeout))})
 	if err != nil {
 		return eraUnknown, nil
 	}

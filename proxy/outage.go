@@ -96,7 +96,7 @@ func (s *Server) upSuccess() {
 	s.breaker.Success()
 	if s.failing.Load() && s.failing.Swap(false) {
 		s.wakeAll()
-		s.forgetEra() // it may have restarted as another era
+		s.recheckEra() // it may have restarted as another era
 	}
 }
 

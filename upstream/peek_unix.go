@@ -4,8 +4,11 @@ package upstream
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
+	"os"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -23,6 +26,9 @@ func peerGone(nc net.Conn) bool {
 	if !ok {
 		return false
 	}
+	// The last exchange's read deadline has usually passed: with it the
+	// poller would refuse to look at all. The next exchange sets its own.
+	_ = nc.SetReadDeadline(time.Time{})
 	rc, err := sc.SyscallConn()
 	if err != nil {
 		return false
@@ -38,5 +44,5 @@ func peerGone(nc net.Conn) bool {
 		_ = n
 		return true // never wait for readiness
 	})
-	return gone || err != nil
+	return gone || (err != nil && !errors.Is(err, os.ErrDeadlineExceeded))
 }
