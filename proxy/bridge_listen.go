@@ -65,8 +65,9 @@ func (s *Server) bridgeListen(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	s.count.request(&message{get: true}, classify.OK)
 	out := make(chan []byte, 16)
-	s.bg.Add(1)
-	go s.listenPump(sess, l, hdr, out)
+	if s.bg.Add(1) {
+		go s.listenPump(sess, l, hdr, out)
+	}
 	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer s.bridge.listens.CompareAndDelete(sess.ID, l)

@@ -87,7 +87,10 @@ func (s *Server) recheckEra() {
 	if s.cfg.EraBridge == "off" || s.eras.v.Load() == eraUnknown || !s.eras.rechecking.CompareAndSwap(false, true) {
 		return
 	}
-	s.bg.Add(1)
+	if !s.bg.Add(1) {
+		s.eras.rechecking.Store(false)
+		return
+	}
 	go func() {
 		defer s.bg.Done()
 		defer s.eras.rechecking.Store(false)

@@ -112,8 +112,12 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	g.resp, g.gen = a.resp, a.gen
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	s.streams.add(sess.ID, g)
-	s.bg.Add(1)
-	go g.pump()
+	if s.bg.Add(1) {
+		go g.pump()
+	} else { // closing: the stream ends at once
+		close(g.done)
+		upstream.ReleaseResponse(g.resp)
+	}
 	g.conn = ctx.Conn()
 	ctx.SetBodyStreamWriter(g.write)
 }

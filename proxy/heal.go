@@ -80,8 +80,7 @@ func (s *Server) healSession(ctx context.Context, sess *session.Session, seen ui
 		log.Warn().Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Uint64(logGen, gen).
 			Dur(logDuration, time.Since(start)).Dur("upstream_age", age).Msg("session healed")
 		s.streams.healed(sess.ID, gen)
-		if sess.ToolsSeen() {
-			s.bg.Add(1)
+		if sess.ToolsSeen() && s.bg.Add(1) {
 			go s.checkTools(sess, recipeHeader(sess))
 		}
 	case errors.Is(err, session.ErrClosed):
@@ -184,7 +183,9 @@ func (s *Server) deleteUpstream(up session.UpstreamID, auth []byte, dead bool) {
 	if len(auth) > 0 {
 		authCopy = append([]byte(nil), auth...)
 	}
-	s.bg.Add(1)
+	if !s.bg.Add(1) {
+		return // closing: a killed process says no goodbye either
+	}
 	go func() {
 		defer s.bg.Done()
 		err := s.deleteNow(up, authCopy, time.Now().Add(2*time.Second))

@@ -47,7 +47,9 @@ func (s *Server) keepaliveLoop() {
 			case <-s.done:
 				return
 			}
-			s.bg.Add(1)
+			if !s.bg.Add(1) {
+				return
+			}
 			go func() {
 				defer s.bg.Done()
 				defer func() { <-sem }()

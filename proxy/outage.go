@@ -115,8 +115,11 @@ func (s *Server) upFailure() {
 	s.failing.Store(true)
 	s.breaker.Failure()
 	if !s.watching.Load() && s.watching.CompareAndSwap(false, true) {
-		s.bg.Add(1)
-		go s.watchOutage()
+		if s.bg.Add(1) {
+			go s.watchOutage()
+		} else {
+			s.watching.Store(false)
+		}
 	}
 }
 

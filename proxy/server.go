@@ -228,7 +228,7 @@ type Server struct {
 	srvOnce sync.Once
 	srv     *fasthttp.Server // only when served alone (Serve)
 
-	bg       sync.WaitGroup // background work: DELETEs, keepalive
+	bg       bgGroup        // background work: DELETEs, keepalive
 	done     chan struct{}  // closed by Close: stops backoff waits and keepalive
 	doneOnce sync.Once
 
@@ -292,8 +292,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if w, ok := cfg.Shared.(session.Watcher); ok {
 		s.watcher = w
 		s.instance = rand.Text() // random per process
-		s.bg.Add(1)
-		go s.watchShared()
+		if s.bg.Add(1) {
+			go s.watchShared()
+		}
 	}
 	s.mem.limit = int64(cfg.MemoryBudget)
 	bc := cfg.Breaker
@@ -303,8 +304,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	}
 	s.breaker = upstream.NewBreaker(bc)
 	if cfg.Keepalive > 0 {
-		s.bg.Add(1)
-		go s.keepaliveLoop()
+		if s.bg.Add(1) {
+			go s.keepaliveLoop()
+		}
 	}
 	return s, nil
 }
