@@ -228,8 +228,8 @@ type Server struct {
 	srvOnce sync.Once
 	srv     *fasthttp.Server // only when served alone (Serve)
 
-	bg       bgGroup        // background work: DELETEs, keepalive
-	done     chan struct{}  // closed by Close: stops backoff waits and keepalive
+	bg       bgGroup       // background work: DELETEs, keepalive
+	done     chan struct{} // closed by Close: stops backoff waits and keepalive
 	doneOnce sync.Once
 
 	readyMu  sync.Mutex // protects readyAt, readyErr
