@@ -92,7 +92,7 @@ func editDistance(a, b string) int {
 }
 
 var (
-	topKeys     = []string{"listen", "admin_listen", "insecure_listen", "auth_tokens", "log", "allow_hosts", "defaults", "upstreams",
+	topKeys = []string{"listen", "admin_listen", "insecure_listen", "auth_tokens", "log", "allow_hosts", "defaults", "upstreams",
 		"session_store", "redis"}
 	logKeys     = []string{"level", "format"}
 	settingKeys = []string{"heal_timeout", "response_timeout", "session_ttl", "max_idle_conn", "keepalive",
