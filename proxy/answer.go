@@ -229,6 +229,10 @@ func (s *Server) respond(a *attempt) bool {
 	if a.out, err = a.rw.startStream(a.out); err != nil {
 		a.out = a.settle(a.out, err, nil)
 	}
+	// A tools/list response framed whole by the peek goes out with a.out
+	// before the relay reads again: learn its tools now, or the agent's
+	// next call could overtake them.
+	a.learn()
 	if answered && a.finish() {
 		// The answer is complete: one buffered write, no chunking.
 		a.learn()

@@ -7,6 +7,7 @@ package proxy
 // servers do: the last of duplicate keys wins.
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/session"
 )
 
 // scripted is an MCP server on net/http whose tools misbehave on purpose:
@@ -53,6 +56,9 @@ type scripted struct {
 	// listSSE answers tools/list as SSE in pieces of 1000 bytes with this
 	// many extra tools.
 	listSSE int
+	// listOpen answers tools/list as one SSE response event, then keeps
+	// the stream open until this is closed.
+	listOpen chan struct{}
 }
 
 func startScripted(t testing.TB, mod func(*scripted)) *scripted {
@@ -160,6 +166,13 @@ func (sc *scripted) toolsList(w http.ResponseWriter, id json.RawMessage) {
 			i, strings.Repeat("d", 200)))
 	}
 	result := `{"tools":[` + strings.Join(tools, ",") + `]}`
+	if sc.listOpen != nil {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}\n\n", id, result)
+		_ = http.NewResponseController(w).Flush()
+		<-sc.listOpen
+		return
+	}
 	if sc.listSSE == 0 {
 		writeJSON(w, id, result)
 		return
@@ -362,6 +375,43 @@ func TestLargeSSEInitialize(t *testing.T) {
 	}
 	if n := up.inits.Load(); n != 2 {
 		t.Fatalf("%d initializes, want 2 (one heal)", n)
+	}
+}
+
+// TestToolsLearnedBeforeAnswerPasses: a tools/list response that goes to
+// the agent while its upstream stream stays open has taught the proxy its
+// tools already: an agent's next call, sent the moment the answer arrives,
+// must find lookup replay-safe (it once raced the relay's next read, and a
+// read-only tool cut by a crash was refused instead of replayed).
+func TestToolsLearnedBeforeAnswerPasses(t *testing.T) {
+	t.Parallel()
+	open := make(chan struct{})
+	up := startScripted(t, func(sc *scripted) { sc.listOpen = open })
+	defer close(open)
+	s, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	resp, err := http.DefaultClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("tools/list stream ended before its response: %v", err)
+		}
+		if strings.HasPrefix(line, "data: ") && strings.Contains(line, `"result"`) {
+			break
+		}
+	}
+	sess, ok := s.store.Get(session.ClientID(sid))
+	if !ok {
+		t.Fatalf("session %s not in the store", sid)
+	}
+	if !sess.Replayable("lookup") || sess.Replayable("charge") {
+		t.Fatalf("with the answer at the agent: lookup replayable %v, charge %v; want true, false",
+			sess.Replayable("lookup"), sess.Replayable("charge"))
 	}
 }
 
