@@ -36,6 +36,10 @@ type upcall struct {
 	// 2026-07-28 request; zero sends none.
 	mcpMethod, mcpName string
 	deadline           time.Time
+	// checked sends on a connection whose peer is known to be there (one
+	// that idled is peeked first: upstream.Client.DoOnce), for a second
+	// try after a failure on a pooled connection.
+	checked bool
 }
 
 // build fills req for c.
@@ -108,7 +112,11 @@ func (s *Server) call(c *upcall) (reply, error) {
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
 	s.build(req, c)
-	if err := s.do(req, resp, c.deadline); err != nil {
+	send := s.do
+	if c.checked {
+		send = s.doOnce
+	}
+	if err := send(req, resp, c.deadline); err != nil {
 		return reply{class: failClass(err)}, err
 	}
 	rep := reply{status: resp.StatusCode(), session: session.UpstreamID(resp.Header.PeekBytes(hdrSessionID))}

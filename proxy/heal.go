@@ -164,6 +164,7 @@ func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 				return "", 0, err
 			}
 			s.upFailure()
+			s.log.Debug().Str(logSession, sess.ID.Short()).Int("try", try).Err(err).Msg("upstream initialize failed; retrying")
 			dl, _ := ctx.Deadline()
 			if time.Now().Add(delay).After(dl) || !s.sleep(delay) {
 				return "", 0, fmt.Errorf("reinit after %d tries: %w", try, err)

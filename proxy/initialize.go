@@ -167,11 +167,21 @@ func (s *Server) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 		return "", fmt.Errorf("%w: protocol version %q, session has %q", errRecipeRefused, got, version)
 	}
 	// notifications/initialized (MCP lifecycle: the client MUST send it).
-	_, err = s.call(&upcall{hdr: agent, session: rep.session, version: version, body: initializedNote, deadline: deadline})
-	if err != nil {
-		return "", fmt.Errorf("notifications/initialized: %w", err)
+	// A notification does no harm twice, so a transport failure (a pooled
+	// connection the upstream closed as it restarted) sends it again on a
+	// checked connection: giving up would throw away the session the
+	// initialize just made, and make another.
+	note := upcall{hdr: agent, session: rep.session, version: version, body: initializedNote, deadline: deadline}
+	for try := 1; ; try++ {
+		if _, err = s.call(&note); err == nil {
+			return rep.session, nil
+		}
+		if try == 3 || time.Now().After(deadline) {
+			s.deleteUpstream(rep.session, agent.PeekBytes(hdrAuthorization), true)
+			return "", fmt.Errorf("notifications/initialized: %w", err)
+		}
+		note.checked = true
 	}
-	return rep.session, nil
 }
 
 var initializedNote = []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)

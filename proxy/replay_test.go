@@ -59,6 +59,10 @@ type scripted struct {
 	// listOpen answers tools/list as one SSE response event, then keeps
 	// the stream open until this is closed.
 	listOpen chan struct{}
+	// dropInitialized: this many notifications/initialized are met by
+	// closing the connection, as a restarting server does.
+	dropInitialized atomic.Int64
+	initializedN    atomic.Int64 // notifications/initialized received
 }
 
 func startScripted(t testing.TB, mod func(*scripted)) *scripted {
@@ -126,6 +130,13 @@ func (sc *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch msg.Method {
 	case "notifications/initialized":
+		sc.initializedN.Add(1)
+		if sc.dropInitialized.Add(-1) >= 0 {
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = c.Close()
+			}
+			return
+		}
 		w.WriteHeader(http.StatusAccepted)
 	case "ping":
 		writeJSON(w, msg.ID, `{}`)
@@ -412,6 +423,33 @@ func TestToolsLearnedBeforeAnswerPasses(t *testing.T) {
 	if !sess.Replayable("lookup") || sess.Replayable("charge") {
 		t.Fatalf("with the answer at the agent: lookup replayable %v, charge %v; want true, false",
 			sess.Replayable("lookup"), sess.Replayable("charge"))
+	}
+}
+
+// TestHealKeepsSessionWhenInitializedLost: the connection carrying a heal's
+// notifications/initialized breaks. The notification is sent again; the
+// upstream session the initialize made is kept, not thrown away for
+// another initialize (which once left one upstream session per lost
+// notification behind).
+func TestHealKeepsSessionWhenInitializedLost(t *testing.T) {
+	t.Parallel()
+	up := startScripted(t, nil)
+	_, url := startProxy(t, up.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	up.Expire()
+	up.dropInitialized.Store(1)
+	status, ans := callTool(t, url, sid, "lookup")
+	if status != http.StatusOK || ans.Get("result.content.0.text").Str != "lookup:x" {
+		t.Fatalf("lookup after a heal whose initialized was lost: %d %s", status, ans.Raw)
+	}
+	if n := up.inits.Load(); n != 2 {
+		t.Fatalf("%d upstream initializes, want 2 (the agent's and one heal)", n)
+	}
+	if n := up.initializedN.Load(); n != 3 {
+		t.Fatalf("%d notifications/initialized, want 3 (the agent's, the lost one, its resend)", n)
+	}
+	if n := up.Runs("lookup"); n != 1 {
+		t.Fatalf("lookup ran %d times, want 1", n)
 	}
 }
 
