@@ -10,11 +10,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,6 +133,29 @@ func (f *fleet) check() {
 			f.t.Errorf("replica %d: %d unsafe resends, %d panics", i, st.UnsafeResends, st.Panics)
 		}
 	}
+}
+
+// initsByReplica describes, for a failure message, the upstream
+// initializes and heals each replica made.
+func (f *fleet) initsByReplica() string {
+	var b strings.Builder
+	for i, p := range f.procs {
+		st := p.s.Stats()
+		fmt.Fprintf(&b, " replica %d: %d initializes, %d heals;", i, st.UpstreamInits, st.Heals)
+	}
+	return b.String()
+}
+
+// initRequests describes, for a failure message, the initializes the
+// upstream received: their JSON-RPC ids tell the agent's from mcpheal's.
+func initRequests(up *peer) string {
+	var b strings.Builder
+	for _, r := range up.Requests() {
+		if r.RPCMethod == "initialize" {
+			fmt.Fprintf(&b, " initialize id %s;", r.RPCID)
+		}
+	}
+	return b.String()
 }
 
 // balancer is a round-robin HTTP balancer: each request goes to the next
@@ -257,7 +282,7 @@ func TestFleetHealsOncePerDeath(t *testing.T) {
 			callEcho(t, cs, "after the upstream restart "+strconv.Itoa(i))
 		}
 		if n := up.Inits(); n != 2 {
-			t.Fatalf("%d upstream initializes after one upstream restart, want 2 (one heal fleet-wide)", n)
+			t.Fatalf("%d upstream initializes after one upstream restart, want 2 (one heal fleet-wide);%s%s", n, f.initsByReplica(), initRequests(up))
 		}
 		if n := up.ToolCalls("echo"); n != 27 {
 			t.Fatalf("echo ran %d times for 27 calls", n)
@@ -366,7 +391,7 @@ func TestFleetStoreDown(t *testing.T) {
 		callEcho(t, cs, "store down, upstream restarted "+strconv.Itoa(i))
 	}
 	if n := up.Inits(); n < 2 || n > 4 {
-		t.Fatalf("%d upstream initializes; want the agent's and at most one heal per replica", n)
+		t.Fatalf("%d upstream initializes; want the agent's and at most one heal per replica;%s%s", n, f.initsByReplica(), initRequests(up))
 	}
 	inits := up.Inits()
 	srv.Restart() // empty
@@ -579,7 +604,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 		}
 	}
 	if n := up.Inits(); n < 2 || n > 4 {
-		t.Fatalf("%d upstream initializes; want the agent's and at most one heal per replica", n)
+		t.Fatalf("%d upstream initializes; want the agent's and at most one heal per replica;%s%s", n, f.initsByReplica(), initRequests(up))
 	}
 	f.check()
 }
