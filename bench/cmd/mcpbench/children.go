@@ -91,10 +91,20 @@ type proxyStats struct {
 	NumGC     uint32 `json:"num_gc"`
 }
 
+// relay is what the "proxy" subcommand serves: mcpheal, or the bare
+// pass-through that measures the floor under it.
+type relay interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Stats() proxy.Stats
+}
+
 // runProxy is the "proxy" subcommand: mcpheal (proxy.New with main.go's
 // defaults and an info-level JSON logger to stderr) on -listen, plus
 // /stats and /debug/pprof on -stats, so that its CPU, memory and
-// allocations are its own process's.
+// allocations are its own process's. With MCPBENCH_PROXY=passthrough in
+// its environment it serves the bare fasthttp relay instead
+// (passthrough.go).
 func runProxy(args []string) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	upstream := fs.String("upstream", "", "upstream MCP endpoint")
@@ -105,11 +115,17 @@ func runProxy(args []string) error {
 		return err
 	}
 	runtime.MemProfileRate = *memRate
-	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
-	// Every benchmark session comes from one agent without a credential, so
-	// the per-credential cap (default 1000) would stop the storm and the
-	// memory run: it is raised to the session cap.
-	p, err := proxy.New(proxy.Config{Upstream: *upstream, Listen: *listen, MaxSessionsPerCredential: 100_000}, log)
+	var p relay
+	var err error
+	if os.Getenv("MCPBENCH_PROXY") == "passthrough" {
+		p, err = newPassthrough(*upstream)
+	} else {
+		log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+		// Every benchmark session comes from one agent without a credential, so
+		// the per-credential cap (default 1000) would stop the storm and the
+		// memory run: it is raised to the session cap.
+		p, err = proxy.New(proxy.Config{Upstream: *upstream, Listen: *listen, MaxSessionsPerCredential: 100_000}, log)
+	}
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/mcpheal/mcpheal/bench"
@@ -114,7 +115,7 @@ func (h *harness) startEnv(ctx context.Context, variant string) (*env, error) {
 	e.targets = append(e.targets, &target{name: mcpheal, sess: bench.Session{URL: proxyURL},
 		pids: func() []int { return []int{e.proxy.pid()} }, stats: statsURL})
 	if h.cfg.alt != "" {
-		altURL, altStats, ap, err := h.startProxyBin(ctx, h.cfg.alt, filepath.Join(e.dir, "alt"), upURL)
+		altURL, altStats, ap, err := h.startProxyBin(ctx, h.altBin(), filepath.Join(e.dir, "alt"), upURL, h.altEnv())
 		if err != nil {
 			return nil, err
 		}
@@ -147,12 +148,12 @@ func (h *harness) startUpstream(ctx context.Context, e *env) error {
 // startProxy starts a mcpheal child in front of upURL and returns its MCP
 // URL and its /stats URL. extra are more flags for the child.
 func (h *harness) startProxy(ctx context.Context, dir, upURL string, extra ...string) (string, string, *child, error) {
-	return h.startProxyBin(ctx, h.self, dir, upURL, extra...)
+	return h.startProxyBin(ctx, h.self, dir, upURL, h.cfg.proxyEnv, extra...)
 }
 
 // startProxyBin is startProxy with the proxy subcommand of another mcpbench
 // binary.
-func (h *harness) startProxyBin(ctx context.Context, bin, dir, upURL string, extra ...string) (string, string, *child, error) {
+func (h *harness) startProxyBin(ctx context.Context, bin, dir, upURL string, env []string, extra ...string) (string, string, *child, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", nil, err
 	}
@@ -165,7 +166,7 @@ func (h *harness) startProxyBin(ctx context.Context, bin, dir, upURL string, ext
 		return "", "", nil, err
 	}
 	argv := append([]string{bin, "proxy", "-upstream", upURL, "-listen", listen, "-stats", stats}, extra...)
-	p, err := startChild(ctx, "mcpheal", filepath.Join(dir, "mcpheal.log"), true, h.cfg.proxyEnv, argv...)
+	p, err := startChild(ctx, "mcpheal", filepath.Join(dir, "mcpheal.log"), true, env, argv...)
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -242,4 +243,18 @@ func (e *env) upstreamStatsOf(ctx context.Context) (upstreamStats, error) {
 	var s upstreamStats
 	err := getJSON(ctx, e.hc, http.MethodGet, "http://"+e.upAddr+"/admin/stats", &s)
 	return s, err
+}
+
+// altBin is the binary whose "proxy" subcommand is measured as mcpheal-alt.
+func (h *harness) altBin() string {
+	if h.cfg.alt == "self" {
+		return h.self
+	}
+	return h.cfg.alt
+}
+
+// altEnv is the alt proxy's extra environment: -proxy-env, then -alt-env,
+// whose values win.
+func (h *harness) altEnv() []string {
+	return append(slices.Clip(h.cfg.proxyEnv), h.cfg.altEnv...)
 }

@@ -298,7 +298,7 @@ func (h *harness) largeRun(ctx context.Context, size int) error {
 	e.targets = append(e.targets, &target{name: mcpheal, sess: bench.Session{URL: proxyURL},
 		pids: func() []int { return []int{e.proxy.pid()} }, stats: statsURL})
 	if h.cfg.alt != "" {
-		altURL, altStats, ap, err := h.startProxyBin(ctx, h.cfg.alt, filepath.Join(e.dir, "alt"), upURL)
+		altURL, altStats, ap, err := h.startProxyBin(ctx, h.altBin(), filepath.Join(e.dir, "alt"), upURL, h.altEnv())
 		if err != nil {
 			return err
 		}

@@ -65,7 +65,8 @@ type config struct {
 	foreignMax   float64 // percent of machine CPU used by others; a run above it is repeated
 	nice         int
 	proxyEnv     []string // extra environment of the mcpheal processes (experiments)
-	alt          string   // a second mcpbench binary whose proxy is measured as mcpheal-alt
+	alt          string   // a second mcpbench binary whose proxy is measured as mcpheal-alt ("self": this one)
+	altEnv       []string // extra environment of the alt proxy, after proxyEnv
 	healRate     int      // 0 skips heal under load
 	healFor      time.Duration
 	healAt       time.Duration
@@ -97,7 +98,7 @@ type config struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var variants, rates, proxyEnv, largeSizes, hostile, hostileAttacks string
+	var variants, rates, proxyEnv, altEnv, largeSizes, hostile, hostileAttacks string
 	fs := flag.NewFlagSet("mcpbench", flag.ContinueOnError)
 	fs.BoolVar(&c.smoke, "smoke", false, "CI mode: one round of 2 s per target at one rate, short heal and storm, correctness only")
 	fs.StringVar(&variants, "variants", "json,sse", "upstream answer variants")
@@ -111,7 +112,8 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.stealMax, "steal-max", 5, "repeat a round with a run above this hypervisor steal, percent")
 	fs.Float64Var(&c.foreignMax, "foreign-max", 30, "repeat a round with a run where other processes used more of the machine's CPU, percent")
 	fs.IntVar(&c.nice, "nice", -10, "nice value of every process started (0: inherit); negative needs root")
-	fs.StringVar(&c.alt, "alt", "", "another mcpbench binary (built from a patched tree): its proxy is measured beside mcpheal as "+altProxy)
+	fs.StringVar(&c.alt, "alt", "", "another mcpbench binary (built from a patched tree), or \"self\" for this one with -alt-env: its proxy is measured beside mcpheal as "+altProxy)
+	fs.StringVar(&altEnv, "alt-env", "", "comma-separated KEY=VALUE added to the -alt proxy's environment after -proxy-env, e.g. GOMAXPROCS=1, or MCPBENCH_PROXY=passthrough for a bare fasthttp relay")
 	fs.StringVar(&proxyEnv, "proxy-env", "", "comma-separated KEY=VALUE added to mcpheal's environment, e.g. GOMAXPROCS=1")
 	fs.IntVar(&c.healRate, "heal-rate", 300, "heal-under-load rate (0 skips)")
 	fs.DurationVar(&c.healFor, "heal-duration", 10*time.Second, "heal-under-load length")
@@ -174,6 +176,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if proxyEnv != "" {
 		c.proxyEnv = strings.Split(proxyEnv, ",")
+	}
+	if altEnv != "" {
+		c.altEnv = strings.Split(altEnv, ",")
 	}
 	for _, r := range strings.Split(rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(r))

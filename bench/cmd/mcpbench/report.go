@@ -81,6 +81,9 @@ func (h *harness) writeMachine(w writer) {
 	if len(h.cfg.proxyEnv) > 0 {
 		w("| mcpheal environment | `%s` |\n", strings.Join(h.cfg.proxyEnv, " "))
 	}
+	if h.cfg.alt != "" {
+		w("| %s | `%s` with environment `%s` |\n", altProxy, h.cfg.alt, strings.Join(h.altEnv(), " "))
+	}
 	w("| vegeta | %s |\n", vegetaVersion(h.vegeta))
 	if h.nginx != "" {
 		w("| nginx | %s |\n", h.toolVersion(h.nginx, "-v"))
