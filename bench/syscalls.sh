@@ -10,7 +10,9 @@
 # (MCPBENCH_PROXY=passthrough); nginx is the harness's keepalive config.
 # Needs strace (and nginx for that relay); everything listens on loopback
 # and stops at the end. STRACE_ARGS replaces -c (e.g. "-tt -e trace=close");
-# KEEP=<dir> keeps vegeta's results, the relay's log and strace's output.
+# KEEP=<dir> keeps vegeta's results, the relay's log and strace's output;
+# RELAY_ENV="GOMAXPROCS=1 ..." is added to mcpheal's or the bare relay's
+# environment only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -66,8 +68,8 @@ EOF
 	pids+=($!)
 	;;
 mcpheal | passthrough)
-	env_=()
-	[ "$relay" = passthrough ] && env_=(MCPBENCH_PROXY=passthrough)
+	read -r -a env_ <<<"${RELAY_ENV:-}"
+	[ "$relay" = passthrough ] && env_+=(MCPBENCH_PROXY=passthrough)
 	env "${env_[@]}" "$w/mcpbench" proxy -upstream "http://127.0.0.1:$up/mcp" \
 		-listen "127.0.0.1:$listen" -stats "127.0.0.1:$stats" >"$w/relay.log" 2>&1 &
 	pids+=($!)
