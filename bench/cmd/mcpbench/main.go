@@ -15,6 +15,8 @@
 //
 // The same binary is its own upstream and proxy processes (subcommands
 // "upstream" and "proxy"), so that each has its own CPU and memory figures.
+// "nginx-conf" and "targets" give bench/syscalls.sh the harness's nginx
+// configuration and its session and vegeta targets.
 package main
 
 import (
@@ -37,6 +39,10 @@ func main() {
 		err = runUpstream(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "proxy":
 		err = runProxy(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "nginx-conf":
+		err = runNginxConf(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "targets":
+		err = runTargets(os.Args[2:])
 	default:
 		var code int
 		code, err = runHarness(os.Args[1:])

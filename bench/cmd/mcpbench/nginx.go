@@ -87,16 +87,23 @@ type nginxProc struct {
 	pids   []int // master and workers, for CPU and memory
 }
 
-// startNginx runs nginx in front of upstream (host:port) on listen.
-func startNginx(ctx context.Context, bin, dir, upstream, listen string) (*nginxProc, error) {
+// writeNginxConf writes nginxConf for upstream (host:port) and listen into
+// dir, with the temp paths it names, and returns the file's path.
+func writeNginxConf(dir, upstream, listen string) (string, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o777); err != nil {
-		return nil, err
+		return "", err
 	}
 	// Workers run as an unprivileged user and may need the temp paths.
 	_ = os.Chmod(dir, 0o755)
 	_ = os.Chmod(filepath.Join(dir, "tmp"), 0o777)
 	conf := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, dir, upstream, listen, nginxBufferConf()), 0o644); err != nil {
+	return conf, os.WriteFile(conf, fmt.Appendf(nil, nginxConf, dir, upstream, listen, nginxBufferConf()), 0o644)
+}
+
+// startNginx runs nginx in front of upstream (host:port) on listen.
+func startNginx(ctx context.Context, bin, dir, upstream, listen string) (*nginxProc, error) {
+	conf, err := writeNginxConf(dir, upstream, listen)
+	if err != nil {
 		return nil, err
 	}
 	m, err := startChild(ctx, "nginx", filepath.Join(dir, "stderr.log"), false, nil, bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))

@@ -19,6 +19,7 @@ func TestPassthrough(t *testing.T) {
 	for _, jsonAnswers := range []bool{true, false} {
 		echo := bench.NewEcho(jsonAnswers)
 		up := httptest.NewServer(echo.Handler)
+		t.Cleanup(up.Close)
 		p, err := newPassthrough(up.URL + "/mcp")
 		if err != nil {
 			t.Fatal(err)
@@ -28,7 +29,9 @@ func TestPassthrough(t *testing.T) {
 			t.Fatal(err)
 		}
 		go func() { _ = p.Serve(ln) }()
+		t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Cleanup(cancel)
 		hc := &http.Client{}
 		s, err := bench.Initialize(ctx, hc, "http://"+ln.Addr().String()+"/mcp", true)
 		if err != nil {
@@ -45,9 +48,6 @@ func TestPassthrough(t *testing.T) {
 		if echo.Initializes() != 1 {
 			t.Errorf("json %v: upstream saw %d initializes, want 1", jsonAnswers, echo.Initializes())
 		}
-		_ = p.Shutdown(ctx)
-		cancel()
-		up.Close()
 	}
 	if _, err := newPassthrough("not a url"); err == nil {
 		t.Error("newPassthrough accepted an upstream without a host")
