@@ -2,10 +2,10 @@
 # Every system call per request of one relay, by name (issue 16): strace -c -f
 # on the relay process under vegeta at a fixed rate, on the harness's
 # session and targets (mcpbench targets): each request an echo tools/call,
-# known read-only, with its own id. strace slows every call, so
-# the figures are counts, not costs.
+# known read-only, with an id no other request of the run carries. strace
+# slows every call, so the figures are counts, not costs.
 #
-#   bench/syscalls.sh [json|sse] [mcpheal|passthrough|nginx] [rate] [duration]
+#   bench/syscalls.sh [json|sse] [mcpheal|passthrough|nginx] [rate] [seconds, e.g. 8s]
 #
 # mcpheal is `mcpbench proxy`; passthrough is the bare fasthttp relay
 # (MCPBENCH_PROXY=passthrough); nginx runs the harness's config (mcpbench
@@ -66,7 +66,12 @@ relay_pid=${pids[-1]}
 # The harness's session (initialize, notifications/initialized, tools/list,
 # so mcpheal knows the echo tool is read-only) and its targets, each call
 # with its own JSON-RPC id.
-"$w/mcpbench" targets -url "http://127.0.0.1:$listen/mcp" -n 1024 -out "$w/targets.json"
+# One target per request of the warm-up and the run: an id that came round
+# again while a stalled call with it was still in flight would be refused by
+# the upstream (the Go SDK: 400 "duplicate in-flight request ID").
+secs=${dur%s}
+[[ "$secs" =~ ^[0-9]+$ ]] || { echo "duration: whole seconds, e.g. 8s" >&2; exit 2; }
+"$w/mcpbench" targets -url "http://127.0.0.1:$listen/mcp" -n $((rate * (secs + 2) + 100)) -out "$w/targets.json"
 "$w/vegeta" attack -format json -rate "$rate" -duration 2s -targets "$w/targets.json" >/dev/null # warm-up
 
 traced=("$relay_pid")
