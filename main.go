@@ -30,15 +30,23 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/mcpheal/mcpheal/proxy"
+	"github.com/mcpheal/mcpheal/proxy/sysmon"
 	"github.com/mcpheal/mcpheal/session/redisstore"
 )
 
 func main() {
+	keepSysmonAwake = sysmon.Reexec
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
+
+// keepSysmonAwake runs once the command line asks to serve, before
+// anything is opened or read: main's starts the process again with the
+// runtime's sysmon kept awake (proxy/sysmon; README "Performance"). Tests,
+// which call cli in their own process, leave it nil.
+var keepSysmonAwake func() error
 
 // exitError carries an exit status other than the usual 2.
 type exitError struct {
@@ -169,6 +177,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("--upstream or --config is required")
 	}
+	var sysmonErr error
+	if keepSysmonAwake != nil {
+		sysmonErr = keepSysmonAwake() // returns only if it did not exec
+	}
 	creds := newCredCache()
 	defer creds.Close()
 	rc, err := resolve(o, os.LookupEnv, creds)
@@ -178,6 +190,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log, err := newLogger(stderr, rc.logLevel, rc.logFormat)
 	if err != nil {
 		return err
+	}
+	if sysmonErr != nil {
+		log.Warn().Err(sysmonErr).Msg("the runtime's sysmon sleeps as usual: more CPU per request at light load")
 	}
 	return serve(ctx, o, rc, creds, log)
 }
@@ -557,7 +572,7 @@ func setMemoryLimit(ups []proxy.Config, log zerolog.Logger) {
 // admin listener is off) and, per upstream, the URL agents use.
 func announce(log zerolog.Logger, rc *resolved, admin string) {
 	ev := log.Info().Str("listen", "http://"+rc.listen).Int("upstreams", len(rc.ups)).
-		Str("health", agentURL(rc.listen, "/healthz"))
+		Str("health", agentURL(rc.listen, "/healthz")).Bool("sysmon_awake", sysmon.Awake())
 	if admin != "" {
 		ev = ev.Str("metrics", agentURL(admin, "/metrics")).Str("ready", agentURL(admin, "/readyz"))
 	} else {

@@ -16,13 +16,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpheal/mcpheal/proxy/sysmon"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
 
@@ -280,5 +284,42 @@ func TestBinaryRestartWithRedis(t *testing.T) {
 	}
 	if out := second.stderr.String(); bytes.Contains([]byte(out), []byte("session store call failed")) {
 		t.Errorf("the store failed (password not used?):\n%s", out)
+	}
+}
+
+// TestBinaryKeepsSysmonAwake (README "Performance"): the real binary, asked
+// to serve, starts itself again as the same process with the runtime's
+// sysmon kept awake (GODEBUG schedtrace added to the operator's settings)
+// and says so; an operator's own schedtrace, here 0, is left alone.
+func TestBinaryKeepsSysmonAwake(t *testing.T) {
+	bin := buildBinary(t)
+	up := startCountingServer(t)
+	cases := []struct {
+		godebug, want string
+		awake         bool
+	}{
+		{"http2client=0", "http2client=0," + sysmon.Setting, true},
+		{"schedtrace=0", "schedtrace=0", false},
+	}
+	for _, c := range cases {
+		t.Setenv("GODEBUG", c.godebug)
+		addr := fixedAddr(t)
+		ch := startChild(t, bin, addr, nil, "--upstream", up.URL, "--listen", addr, "--admin-listen", "off", "--log-format", "json")
+		if runtime.GOOS == "linux" {
+			env, err := os.ReadFile("/proc/" + strconv.Itoa(ch.cmd.Process.Pid) + "/environ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			godebug := slices.DeleteFunc(strings.Split(string(env), "\x00"), func(kv string) bool {
+				return !strings.HasPrefix(kv, "GODEBUG=")
+			})
+			if !slices.Equal(godebug, []string{"GODEBUG=" + c.want}) {
+				t.Errorf("GODEBUG %s: process %d runs with %q, want GODEBUG=%s", c.godebug, ch.cmd.Process.Pid, godebug, c.want)
+			}
+		}
+		if want := `"sysmon_awake":` + strconv.FormatBool(c.awake); !strings.Contains(ch.stderr.String(), want) {
+			t.Errorf("GODEBUG %s: start-up log has no %s:\n%s", c.godebug, want, ch.stderr)
+		}
+		ch.kill(t)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/bench"
 	"github.com/mcpheal/mcpheal/proxy"
+	"github.com/mcpheal/mcpheal/proxy/sysmon"
 )
 
 // readyLine is what a child prints on stdout once it is listening.
@@ -113,6 +114,12 @@ func runProxy(args []string) error {
 	memRate := fs.Int("memprofilerate", runtime.MemProfileRate, "runtime.MemProfileRate (bytes per allocation sample)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// As main.go does before it serves: the measured relay runs with the
+	// runtime's sysmon kept awake unless its GODEBUG names schedtrace
+	// (-alt-env GODEBUG=schedtrace=0 measures it without).
+	if err := sysmon.Reexec(); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpbench proxy:", err)
 	}
 	runtime.MemProfileRate = *memRate
 	var p relay
