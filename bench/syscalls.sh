@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
-# Every system call per request of one relay, by name (issue 16): strace -c -f
-# on the relay process under vegeta at a fixed rate, on the harness's
-# session and targets (mcpbench targets): each request an echo tools/call,
-# known read-only, with an id no other request of the run carries. strace
-# slows every call, so the figures are counts, not costs.
+# Every system call per request of one relay, by name (issue 16), under vegeta
+# at a fixed rate, on the harness's session and targets (mcpbench targets):
+# each request an echo tools/call, known read-only, with an id no other
+# request of the run carries. Counted with perf stat's syscall tracepoints
+# (COUNTER=perf, the default where perf can read them: the relay runs at full
+# speed, and context switches and task-clock CPU per request come with the
+# counts) or strace -c -f (COUNTER=strace: strace slows every call, and so
+# changes the timing that the Go scheduler's own calls depend on; its counts
+# of futex and nanosleep are not those of an untraced run).
 #
 #   bench/syscalls.sh [json|sse] [mcpheal|passthrough|nginx] [rate] [seconds, e.g. 8s]
 #
 # mcpheal is `mcpbench proxy`; passthrough is the bare fasthttp relay
 # (MCPBENCH_PROXY=passthrough); nginx runs the harness's config (mcpbench
 # nginx-conf).
-# Needs strace (and nginx for that relay); everything listens on loopback
-# and stops at the end. STRACE_ARGS replaces -c (e.g. "-tt -e trace=close");
-# KEEP=<dir> keeps vegeta's results, the relay's log and strace's output;
-# RELAY_ENV="GOMAXPROCS=1 ..." is added to mcpheal's or the bare relay's
-# environment only.
+# Needs perf (Debian's linux-perf) or strace, and nginx for that relay;
+# everything listens on loopback and stops at the end. STRACE_ARGS replaces
+# strace's -c (e.g. "-tt -e trace=close"); KEEP=<dir> keeps vegeta's results,
+# the relay's log and the counter's output; RELAY_ENV="GOMAXPROCS=1 ..." is
+# added to mcpheal's or the bare relay's environment only
+# (RELAY_ENV=GODEBUG=schedtrace=0: with the runtime's sysmon sleeping as
+# usual, proxy/sysmon).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 mode=${1:-json} relay=${2:-mcpheal} rate=${3:-1000} dur=${4:-8s}
-command -v strace >/dev/null || { echo "strace is not installed" >&2; exit 2; }
+if [ -z "${COUNTER:-}" ]; then
+	COUNTER=strace
+	perf stat -e raw_syscalls:sys_enter -o /dev/null true 2>/dev/null && COUNTER=perf
+fi
+case "$COUNTER" in
+perf) command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 2; } ;;
+strace) command -v strace >/dev/null || { echo "strace is not installed" >&2; exit 2; } ;;
+*) echo "COUNTER: perf or strace" >&2; exit 2 ;;
+esac
 
 w=$(mktemp -d)
 pids=()
@@ -76,29 +90,55 @@ secs=${dur%s}
 
 traced=("$relay_pid")
 [ "$relay" = nginx ] && mapfile -t traced < <(pgrep -P "$relay_pid")
-strace ${STRACE_ARGS:--c} -f -o "$w/strace.out" $(printf -- '-p %s ' "${traced[@]}") &
-strace_pid=$!
+if [ "$COUNTER" = perf ]; then
+	# Every system call, and by name those a relay here makes.
+	ev=task-clock,context-switches,raw_syscalls:sys_enter
+	for c in read write recvfrom writev futex nanosleep epoll_pwait epoll_wait sched_yield getsockopt setsockopt \
+		accept4 close tgkill getpid madvise mmap; do
+		ev+=",syscalls:sys_enter_$c"
+	done
+	perf stat -x, -e "$ev" -o "$w/counts.out" -p "$(IFS=,; echo "${traced[*]}")" &
+else
+	strace ${STRACE_ARGS:--c} -f -o "$w/counts.out" $(printf -- '-p %s ' "${traced[@]}") &
+fi
+counter_pid=$!
 sleep 0.5
 "$w/vegeta" attack -format json -rate "$rate" -duration "$dur" -targets "$w/targets.json" >"$w/results.bin"
 "$w/vegeta" report -type json <"$w/results.bin" >"$w/report.json"
 
-kill -INT "$strace_pid"
-wait "$strace_pid" 2>/dev/null || true
-if [ -n "${KEEP:-}" ]; then cp "$w/results.bin" "$w/relay.log" "$w/strace.out" "$KEEP/"; fi
-python3 - "$mode" "$relay" "$rate" "$w/report.json" "$w/strace.out" <<'EOF'
+kill -INT "$counter_pid"
+wait "$counter_pid" 2>/dev/null || true
+if [ -n "${KEEP:-}" ]; then cp "$w/results.bin" "$w/relay.log" "$w/counts.out" "$KEEP/"; fi
+python3 - "$mode" "$relay" "$rate" "$w/report.json" "$w/counts.out" "$COUNTER" <<'EOF'
 import json, sys
-mode, relay, rate, report, trace = sys.argv[1:]
+mode, relay, rate, report, counts, counter = sys.argv[1:]
 r = json.load(open(report))
 n, ok = r["requests"], r["status_codes"].get("200", 0)
-calls = []
-for line in open(trace):
-    f = line.split()
-    if len(f) >= 5 and f[0][0].isdigit() and f[-1] != "total":
-        calls.append((int(f[3]), f[-1]))
-total = sum(c for c, _ in calls)
+calls, extra, total = [], "", 0
+if counter == "perf":
+    for line in open(counts):
+        f = line.strip().split(",")
+        if len(f) < 3 or line.startswith("#") or not f[0].replace(".", "").isdigit():
+            continue
+        v, name = float(f[0]), f[2]
+        if name == "task-clock":
+            extra += f"; CPU {v * 1e3 / n:.1f} µs per request (task-clock)"
+        elif name == "context-switches":
+            extra += f"; {v / n:.2f} context switches per request"
+        elif name == "raw_syscalls:sys_enter":
+            total = v
+        else:
+            calls.append((v, name.removeprefix("syscalls:sys_enter_")))
+    calls.append((total - sum(c for c, _ in calls), "other"))
+else:
+    for line in open(counts):
+        f = line.split()
+        if len(f) >= 5 and f[0][0].isdigit() and f[-1] != "total":
+            calls.append((int(f[3]), f[-1]))
+    total = sum(c for c, _ in calls)
 other = {k: v for k, v in r["status_codes"].items() if k != "200"}
 if other:
     print(f"not 200: {other}; errors: {r.get('errors') or []}")
-print(f"{mode} {relay} at {rate}/s: {n} requests, {ok} answered 200; {total / n:.2f} system calls per request: "
-      + ", ".join(f"{name} {c / n:.2f}" for c, name in sorted(calls, reverse=True) if c / n >= 0.005))
+print(f"{mode} {relay} at {rate}/s ({counter}): {n} requests, {ok} answered 200; {total / n:.2f} system calls per request: "
+      + ", ".join(f"{name} {c / n:.2f}" for c, name in sorted(calls, reverse=True) if c / n >= 0.005) + extra)
 EOF
