@@ -178,7 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("--upstream or --config is required")
 	}
 	var sysmonErr error
-	if keepSysmonAwake != nil {
+	if keepSysmonAwake != nil && ctx.Err() == nil { // a signal before the exec would be lost with it
 		sysmonErr = keepSysmonAwake() // returns only if it did not exec
 	}
 	creds := newCredCache()

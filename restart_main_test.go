@@ -316,6 +316,10 @@ func TestBinaryKeepsSysmonAwake(t *testing.T) {
 			if !slices.Equal(godebug, []string{"GODEBUG=" + c.want}) {
 				t.Errorf("GODEBUG %s: process %d runs with %q, want GODEBUG=%s", c.godebug, ch.cmd.Process.Pid, godebug, c.want)
 			}
+			// ps, pgrep and killall match this name: exec'ing /proc/self/exe would make it "exe".
+			if comm, err := os.ReadFile("/proc/" + strconv.Itoa(ch.cmd.Process.Pid) + "/comm"); err != nil || string(comm) != "mcpheal\n" {
+				t.Errorf("GODEBUG %s: process %d is named %q (%v), want mcpheal", c.godebug, ch.cmd.Process.Pid, comm, err)
+			}
 		}
 		if want := `"sysmon_awake":` + strconv.FormatBool(c.awake); !strings.Contains(ch.stderr.String(), want) {
 			t.Errorf("GODEBUG %s: start-up log has no %s:\n%s", c.godebug, want, ch.stderr)

@@ -15,11 +15,15 @@
 // How: the runtime keeps sysmon awake, sleeping at most 10 ms at a time,
 // whenever GODEBUG's schedtrace is set, and reads GODEBUG only at start.
 // [Reexec] therefore replaces the process with itself (same PID, arguments
-// and environment) with GODEBUG schedtrace=2147483647 added: the longest
-// period the setting takes, so the scheduler summary it asks for is
-// printed once on standard error when the host's monotonic clock passes
-// 24.8 days and every 24.8 days after. The price is sysmon's own 10 ms tick
-// while the process is idle.
+// and environment, and the same executable path, so the same name in ps)
+// with GODEBUG schedtrace=2147483647 added, and MCPHEAL_SYSMON_REEXEC=1 so
+// that the new image never execs again. The price is sysmon's own 10 ms
+// tick while the process is idle, and two things schedtrace asks the
+// runtime to print on standard error: a one-line scheduler summary
+// ("SCHED …") once per period, 2147483647 ms (24.9 days) of the host's
+// monotonic clock, so at every start on a host up longer than that and
+// every 24.9 days after; and, on a fatal panic or throw, a dump of every P,
+// M and G before the usual panic output (runtime/panic.go, startpanic_m).
 //
 // An operator who sets schedtrace in GODEBUG (schedtrace=0 turns this
 // off) keeps that setting: [Env] adds nothing then.

@@ -16,17 +16,24 @@ import (
 // sleeping as usual. Call it before the process opens anything a second
 // start would open again: only descriptors without close-on-exec (Go opens
 // none of its own so) survive.
+//
+// It execs the executable's path, so the process keeps its name (comm, what
+// ps and pgrep match: execve names a process after the path it was given).
+// If that path is gone or cannot be run, it execs the running binary through
+// /proc/self/exe on Linux, and the process is then named "exe". (A binary
+// replaced at that path since the start is the one that runs, as after a
+// restart.)
 func Reexec() error {
 	env, add := Env(os.Environ())
 	if !add {
 		return nil
 	}
-	exe := "/proc/self/exe" // the running binary, even if its file was replaced
-	if runtime.GOOS != "linux" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return fmt.Errorf("keep sysmon awake: %w", err)
-		}
+	exe, err := os.Executable()
+	if err == nil {
+		err = syscall.Exec(exe, os.Args, env)
 	}
-	return fmt.Errorf("keep sysmon awake: exec %s: %w", exe, syscall.Exec(exe, os.Args, env))
+	if err != nil && runtime.GOOS == "linux" {
+		err = syscall.Exec("/proc/self/exe", os.Args, env)
+	}
+	return fmt.Errorf("keep sysmon awake: exec %s: %w", exe, err)
 }

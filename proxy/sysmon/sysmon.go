@@ -2,6 +2,7 @@ package sysmon
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -10,11 +11,20 @@ import (
 // longest period, in milliseconds (an int32).
 const Setting = "schedtrace=2147483647"
 
-// Env returns env with [Setting] added to GODEBUG, and whether it added it.
-// It adds nothing when GODEBUG already names schedtrace, whatever its value:
-// that is the operator's choice. Like the runtime, it reads the first
-// GODEBUG entry of env.
+// marker is added to the environment with [Setting]: a process that has it
+// was started by [Reexec] and never exec's again, whatever became of
+// GODEBUG.
+const marker = "MCPHEAL_SYSMON_REEXEC=1"
+
+// Env returns env with [Setting] added to GODEBUG (and [marker] to env),
+// and whether it added them. It adds nothing when GODEBUG already names
+// schedtrace, whatever its value (that is the operator's choice), or when
+// env has [marker]. Like the runtime, it reads the first GODEBUG entry of
+// env.
 func Env(env []string) ([]string, bool) {
+	if slices.Contains(env, marker) {
+		return env, false
+	}
 	for i, kv := range env {
 		v, ok := strings.CutPrefix(kv, "GODEBUG=")
 		if !ok {
@@ -23,7 +33,7 @@ func Env(env []string) ([]string, bool) {
 		if _, set := lookup(v, "schedtrace"); set {
 			return env, false
 		}
-		out := append([]string(nil), env...)
+		out := append(append([]string(nil), env...), marker)
 		if v == "" {
 			out[i] = "GODEBUG=" + Setting
 		} else {
@@ -31,24 +41,31 @@ func Env(env []string) ([]string, bool) {
 		}
 		return out, true
 	}
-	return append(append([]string(nil), env...), "GODEBUG="+Setting), true
+	return append(append([]string(nil), env...), "GODEBUG="+Setting, marker), true
 }
 
 // Awake reports whether the runtime keeps this process's sysmon awake:
-// GODEBUG's schedtrace (the last one, as the runtime reads it) is above 0,
-// as [Reexec] leaves it.
+// the schedtrace it read from GODEBUG at start is above 0, as [Reexec]
+// leaves it. (The runtime reads schedtrace only at start; mcpheal never
+// changes GODEBUG after.)
 func Awake() bool {
-	v, _ := lookup(os.Getenv("GODEBUG"), "schedtrace")
-	n, err := strconv.ParseInt(v, 10, 32)
-	return err == nil && n > 0
+	n, _ := lookup(os.Getenv("GODEBUG"), "schedtrace")
+	return n > 0
 }
 
-// lookup returns the value of key's last entry in the GODEBUG value v.
-func lookup(v, key string) (val string, set bool) {
+// lookup returns key's value in the GODEBUG value v as the runtime takes
+// it at start (runtime1.go, parsegodebug): the last entry whose value is an
+// int32 wins, others are ignored. set reports whether any entry names key.
+func lookup(v, key string) (n int64, set bool) {
 	for f := range strings.SplitSeq(v, ",") {
-		if k, x, ok := strings.Cut(f, "="); ok && k == key {
-			val, set = x, true
+		k, x, ok := strings.Cut(f, "=")
+		if !ok || k != key {
+			continue
+		}
+		set = true
+		if m, err := strconv.ParseInt(x, 10, 32); err == nil {
+			n = m
 		}
 	}
-	return val, set
+	return n, set
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -11,19 +13,22 @@ import (
 
 func TestEnv(t *testing.T) {
 	t.Parallel()
+	const set, mark = "GODEBUG=" + Setting, marker
 	cases := []struct {
 		name string
 		env  []string
 		want []string
 		add  bool
 	}{
-		{"no GODEBUG", []string{"PATH=/bin"}, []string{"PATH=/bin", "GODEBUG=" + Setting}, true},
-		{"empty GODEBUG", []string{"GODEBUG=", "A=1"}, []string{"GODEBUG=" + Setting, "A=1"}, true},
-		{"other settings kept", []string{"GODEBUG=http2client=0"}, []string{"GODEBUG=http2client=0," + Setting}, true},
+		{"no GODEBUG", []string{"PATH=/bin"}, []string{"PATH=/bin", set, mark}, true},
+		{"empty GODEBUG", []string{"GODEBUG=", "A=1"}, []string{set, "A=1", mark}, true},
+		{"other settings kept", []string{"GODEBUG=http2client=0"}, []string{"GODEBUG=http2client=0," + Setting, mark}, true},
 		{"operator's schedtrace=0 wins", []string{"GODEBUG=schedtrace=0"}, []string{"GODEBUG=schedtrace=0"}, false},
 		{"operator's own period wins", []string{"GODEBUG=x=1,schedtrace=1000"}, []string{"GODEBUG=x=1,schedtrace=1000"}, false},
-		{"a setting that only ends in schedtrace", []string{"GODEBUG=noschedtrace=1"}, []string{"GODEBUG=noschedtrace=1," + Setting}, true},
-		{"first GODEBUG is the one read", []string{"GODEBUG=a=1", "GODEBUG=schedtrace=0"}, []string{"GODEBUG=a=1," + Setting, "GODEBUG=schedtrace=0"}, true},
+		{"a setting that only ends in schedtrace", []string{"GODEBUG=noschedtrace=1"}, []string{"GODEBUG=noschedtrace=1," + Setting, mark}, true},
+		{"first GODEBUG is the one read", []string{"GODEBUG=a=1", "GODEBUG=schedtrace=0"}, []string{"GODEBUG=a=1," + Setting, "GODEBUG=schedtrace=0", mark}, true},
+		// Whatever became of GODEBUG, a process Reexec started never execs again.
+		{"started by Reexec", []string{"GODEBUG=", mark}, []string{"GODEBUG=", mark}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -47,7 +52,9 @@ const helperEnv = "MCPHEAL_SYSMON_HELPER"
 // Reexec returned (if it returned).
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
-		fmt.Printf("start %d %q awake=%v mark=%s\n", os.Getpid(), os.Getenv("GODEBUG"), Awake(), os.Getenv("MCPHEAL_SYSMON_MARK"))
+		comm, _ := os.ReadFile("/proc/self/comm") // Linux: what ps and pgrep match
+		fmt.Printf("start %d %q awake=%v mark=%s comm=%s\n", os.Getpid(), os.Getenv("GODEBUG"), Awake(),
+			os.Getenv("MCPHEAL_SYSMON_MARK"), strings.TrimSpace(string(comm)))
 		err := Reexec()
 		fmt.Printf("returned %d %v\n", os.Getpid(), err)
 		os.Exit(0)
@@ -63,20 +70,20 @@ func TestReexec(t *testing.T) {
 	cases := []struct {
 		name    string
 		godebug string
-		want    []string // %d is the helper's PID
+		want    []string // %[1]d is the helper's PID, %[2]s its name
 	}{
 		{"other settings", "http2client=0", []string{
-			`start %d "http2client=0" awake=false mark=kept`,
-			`start %d "http2client=0,` + Setting + `" awake=true mark=kept`,
-			`returned %d <nil>`,
+			`start %[1]d "http2client=0" awake=false mark=kept comm=%[2]s`,
+			`start %[1]d "http2client=0,` + Setting + `" awake=true mark=kept comm=%[2]s`,
+			`returned %[1]d <nil>`,
 		}},
 		{"operator's schedtrace=0", "schedtrace=0", []string{
-			`start %d "schedtrace=0" awake=false mark=kept`,
-			`returned %d <nil>`,
+			`start %[1]d "schedtrace=0" awake=false mark=kept comm=%[2]s`,
+			`returned %[1]d <nil>`,
 		}},
 		{"operator's own period", "schedtrace=60000", []string{
-			`start %d "schedtrace=60000" awake=true mark=kept`,
-			`returned %d <nil>`,
+			`start %[1]d "schedtrace=60000" awake=true mark=kept comm=%[2]s`,
+			`returned %[1]d <nil>`,
 		}},
 	}
 	for _, c := range cases {
@@ -90,13 +97,19 @@ func TestReexec(t *testing.T) {
 				t.Fatalf("helper: %v\n%s", err, out)
 			}
 			lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+			comm := "" // /proc/self/comm: the name the kernel gives the process, at most 15 bytes
+			if runtime.GOOS == "linux" {
+				if comm = filepath.Base(os.Args[0]); len(comm) > 15 {
+					comm = comm[:15]
+				}
+			}
 			var pid int
 			if _, err := fmt.Sscanf(lines[0], "start %d", &pid); err != nil {
 				t.Fatalf("helper printed %q", out)
 			}
 			want := make([]string, len(c.want))
 			for i, w := range c.want {
-				want[i] = fmt.Sprintf(w, pid)
+				want[i] = fmt.Sprintf(w, pid, comm)
 			}
 			if !slices.Equal(lines, want) {
 				t.Errorf("helper printed\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
