@@ -311,6 +311,54 @@ func TestSlowloris(t *testing.T) {
 	t.Fatal("a one-byte-at-a-time client was never cut off")
 }
 
+// TestIdleNewConnectionTimesOut408: a connection on which the client sends
+// nothing (one it dialed ahead and has not used) is closed at the read
+// timeout with 408, which Go's net/http client takes as the server closing
+// an unused connection; it was answered "400 malformed HTTP request", which
+// Go clients logged as an unsolicited response. A request cut off half-way
+// gets the same 408; a malformed one still gets 400.
+func TestIdleNewConnectionTimesOut408(t *testing.T) {
+	t.Parallel()
+	up := startDialect(t, dialectWP200)
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.ReadTimeout = 300 * time.Millisecond })
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+	cases := []struct {
+		name, send string
+		status     int
+	}{
+		{"nothing sent", "", http.StatusRequestTimeout},
+		{"half a request head", "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n", http.StatusRequestTimeout},
+		{"malformed request line", "BOGUS\r\n\r\n", http.StatusBadRequest},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(conn, c.send); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || !resp.Close {
+				t.Fatalf("answered %d (close %v) %s, want %d and the connection closed", resp.StatusCode, resp.Close, body, c.status)
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Errorf("connection still open after the %d (read: %v)", c.status, err)
+			}
+		})
+	}
+}
+
 // TestHeaderTooLarge: an oversized request head gets 431.
 func TestHeaderTooLarge(t *testing.T) {
 	t.Parallel()

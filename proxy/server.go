@@ -463,6 +463,18 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 				"Request header fields too large")
 			return
 		}
+		var te interface{ Timeout() bool }
+		if errors.As(err, &te) && te.Timeout() {
+			// read_timeout passed before a whole request came, often on a
+			// connection a client dialed and has not used yet. 408 is the
+			// status for it (RFC 9110 §15.5.9), and clients take a 408 on an
+			// unused connection as the server closing it (Go's net/http
+			// drops it without a word); a 400 "malformed" there was logged
+			// by Go clients as an unsolicited response.
+			writeError(ctx, fasthttp.StatusRequestTimeout, codeInvalidRequest, "null",
+				"Request Timeout: no whole request within read_timeout")
+			return
+		}
 		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null", "Bad Request: malformed HTTP request")
 	}
 }
