@@ -43,9 +43,10 @@ func main() {
 }
 
 // keepSysmonAwake runs once the command line asks to serve, before
-// anything is opened or read: main's starts the process again with the
-// runtime's sysmon kept awake (proxy/sysmon; README "Performance"). Tests,
-// which call cli in their own process, leave it nil.
+// anything is opened or read. main sets it to sysmon.Reexec, which starts
+// the process again with the runtime's sysmon kept awake (proxy/sysmon;
+// README "Performance"); tests, which call cli in their own process, leave
+// it nil.
 var keepSysmonAwake func() error
 
 // exitError carries an exit status other than the usual 2.
