@@ -44,6 +44,26 @@ func TestEnv(t *testing.T) {
 	}
 }
 
+// TestAwake: schedtrace as the runtime reads it at start, the last entry
+// whose value is an int32.
+func TestAwake(t *testing.T) {
+	for godebug, want := range map[string]bool{
+		"":                           false,
+		Setting:                      true,
+		"schedtrace=0":               false,
+		"x=1,schedtrace=1000":        true,
+		"schedtrace=5,schedtrace=x":  true, // the runtime ignores the value that does not parse
+		"schedtrace=5,schedtrace=0":  false,
+		"schedtrace=99999999999":     false, // not an int32: ignored
+		"noschedtrace=1,schedtrace=": false,
+	} {
+		t.Setenv("GODEBUG", godebug)
+		if got := Awake(); got != want {
+			t.Errorf("GODEBUG=%q: Awake() = %v, want %v", godebug, got, want)
+		}
+	}
+}
+
 // helperEnv makes the test binary act as a program that calls Reexec.
 const helperEnv = "MCPHEAL_SYSMON_HELPER"
 
@@ -90,7 +110,9 @@ func TestReexec(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") }),
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+				return strings.HasPrefix(kv, "GODEBUG=") || strings.HasPrefix(kv, "MCPHEAL_SYSMON_REEXEC=")
+			}),
 				helperEnv+"=1", "MCPHEAL_SYSMON_MARK=kept", "GODEBUG="+c.godebug)
 			out, err := cmd.Output()
 			if err != nil {
