@@ -28,6 +28,6 @@
 // An operator who sets schedtrace in GODEBUG (schedtrace=0 turns this
 // off) keeps that setting: [Env] adds nothing then.
 //
-// This package must not be imported by code that runs in a process that is
-// not about to serve: [Reexec] starts the program again from main.
+// Only a process about to serve calls [Reexec]: it starts the program again
+// from main, so a short-lived command (healthcheck, doctor) must not.
 package sysmon

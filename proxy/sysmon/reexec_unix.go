@@ -33,7 +33,9 @@ func Reexec() error {
 		err = syscall.Exec(exe, os.Args, env)
 	}
 	if err != nil && runtime.GOOS == "linux" {
-		err = syscall.Exec("/proc/self/exe", os.Args, env)
+		if err2 := syscall.Exec("/proc/self/exe", os.Args, env); err2 != nil {
+			err = fmt.Errorf("%w; /proc/self/exe: %w", err, err2)
+		}
 	}
-	return fmt.Errorf("keep sysmon awake: exec %s: %w", exe, err)
+	return fmt.Errorf("keep sysmon awake: exec %q: %w", exe, err)
 }
