@@ -26,6 +26,9 @@ type conn struct {
 	// discarded).
 	meter      *Response
 	overBudget bool
+	// slot is c's index in its pool's active list while it is in an
+	// exchange, -1 otherwise.
+	slot int
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -64,7 +67,7 @@ type pool struct {
 
 	mu     sync.Mutex // protects idle, active, closed
 	idle   []*conn
-	active map[*conn]struct{} // connections in an exchange
+	active []*conn // connections in an exchange (conn.slot)
 	closed bool
 }
 
@@ -102,6 +105,7 @@ func (p *pool) get(deadline time.Time, fresh bool) (*conn, error) {
 		c = p.idle[k-1]
 		p.idle[k-1] = nil
 		p.idle = p.idle[:k-1]
+		p.add(c) // under the same lock; untracked below if it is not used
 	}
 	p.mu.Unlock()
 	for _, s := range stale {
@@ -112,17 +116,16 @@ func (p *pool) get(deadline time.Time, fresh bool) (*conn, error) {
 		// the one the request would have used: the fresh connection takes
 		// its place, so the pool does not grow, and the others stay for
 		// replay-safe requests, which may resend, until they are reaped.
-		_ = c.nc.Close()
+		p.discard(c)
 		c = nil
 	}
 	if c != nil && fresh && now.Sub(c.idleSince) >= peekAfter && (c.br.Buffered() > 0 || peerGone(c.nc)) {
 		// The server closed it while it idled (a restart): a request
 		// written now would be lost with no way to tell whether it ran.
-		_ = c.nc.Close()
+		p.discard(c)
 		c = nil
 	}
 	if c != nil {
-		p.track(c)
 		return c, nil
 	}
 	c, err := p.dial(deadline)
@@ -153,7 +156,7 @@ func (p *pool) dial(deadline time.Time) (*conn, error) {
 		}
 		nc = tc
 	}
-	c := &conn{nc: nc}
+	c := &conn{nc: nc, slot: -1}
 	c.br = bufio.NewReaderSize(c, bufSize)
 	c.bw = bufio.NewWriterSize(c, bufSize)
 	return c, nil
@@ -166,17 +169,34 @@ func (p *pool) track(c *conn) bool {
 	if p.closed {
 		return false
 	}
-	if p.active == nil {
-		p.active = make(map[*conn]struct{})
-	}
-	p.active[c] = struct{}{}
+	p.add(c)
 	return true
+}
+
+// add puts c on the active list; p.mu is held.
+func (p *pool) add(c *conn) {
+	c.slot = len(p.active)
+	p.active = append(p.active, c)
+}
+
+// remove takes c off the active list, if it is on it; p.mu is held.
+func (p *pool) remove(c *conn) {
+	i := c.slot
+	if i < 0 || i >= len(p.active) || p.active[i] != c {
+		return
+	}
+	last := len(p.active) - 1
+	p.active[i] = p.active[last]
+	p.active[i].slot = i
+	p.active[last] = nil
+	p.active = p.active[:last]
+	c.slot = -1
 }
 
 // discard closes a connection whose exchange failed or cannot be reused.
 func (p *pool) discard(c *conn) {
 	p.mu.Lock()
-	delete(p.active, c)
+	p.remove(c)
 	p.mu.Unlock()
 	_ = c.nc.Close()
 }
@@ -201,7 +221,7 @@ func (p *pool) reap(now time.Time) {
 func (p *pool) put(c *conn) {
 	c.idleSince = time.Now()
 	p.mu.Lock()
-	delete(p.active, c)
+	p.remove(c)
 	if p.closed || len(p.idle) >= p.maxConns {
 		p.mu.Unlock()
 		_ = c.nc.Close()
@@ -220,9 +240,7 @@ func (p *pool) closeIdle(final bool) {
 	var active []*conn
 	if final {
 		p.closed = true
-		for c := range p.active {
-			active = append(active, c)
-		}
+		active = append(active, p.active...)
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
