@@ -185,11 +185,9 @@ func (s *Server) respond(a *attempt) bool {
 	ctx, r := a.ctx, a.resp
 	ctx.Response.Reset()
 	r.Header.CopyTo(&ctx.Response.Header)
-	ctx.Response.Header.ResetConnectionClose()
-	for _, h := range respDropHeaders {
-		ctx.Response.Header.Del(h)
-	}
-	ctx.Response.Header.DelBytes(hdrSessionID) // every copy: the upstream id never leaks
+	// The upstream id never leaks: a sole copy is overwritten in place by
+	// SetBytesK below, more than one are all deleted first.
+	stripResponseHeader(&r.Header, &ctx.Response.Header, a.sess != nil)
 	if a.sess != nil {
 		ctx.Response.Header.SetBytesK(hdrSessionID, string(a.sess.ID))
 	} else {

@@ -55,12 +55,7 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	g := &getStream{s: s, sess: sess, hdr: new(fasthttp.RequestHeader),
 		out: make(chan []byte, 16), quit: make(chan struct{}), done: make(chan struct{})}
 	ctx.Request.Header.CopyTo(g.hdr)
-	for _, h := range reqDropHeaders {
-		g.hdr.Del(h)
-	}
-	if s.ownsAuthorization() {
-		g.hdr.DelBytes(hdrAuthorization)
-	}
+	stripRequestHeader(g.hdr, s.requestDrops())
 	s.setOperatorHeaders(g.hdr)
 	up, gen := sess.Current()
 	agentLast := ctx.Request.Header.PeekBytes(hdrLastEventID)

@@ -64,11 +64,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, m *message) {
 	r := a.resp
 	ctx.Response.Reset()
 	r.Header.CopyTo(&ctx.Response.Header)
-	ctx.Response.Header.ResetConnectionClose()
-	for _, h := range respDropHeaders {
-		ctx.Response.Header.Del(h)
-	}
-	ctx.Response.Header.DelBytes(hdrSessionID)
+	stripResponseHeader(&r.Header, &ctx.Response.Header, false)
 	ctx.Response.SetBody(raw) // JSON, or the SSE answer up to the response event
 	version := initializedVersion(r.StatusCode(), msg)
 	s.count.request(m, classify.Classify(r.StatusCode(), mimeJSON, msg))

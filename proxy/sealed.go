@@ -55,12 +55,7 @@ func (s *Server) restore(ctx *fasthttp.RequestCtx, sid []byte) (*session.Session
 	}
 	var hdr fasthttp.RequestHeader
 	ctx.Request.Header.CopyTo(&hdr)
-	for _, h := range reqDropHeaders {
-		hdr.Del(h)
-	}
-	if s.ownsAuthorization() {
-		hdr.DelBytes(hdrAuthorization)
-	}
+	stripRequestHeader(&hdr, s.requestDrops())
 	init := session.Intern(rec.Init)
 	recipe := session.Recipe{
 		InitBody:        init.Value(),

@@ -1,0 +1,158 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestHopByHopHeadersDropped: hop-by-hop headers go no further than the
+// hop, in either direction, whatever their case, and every other header
+// passes with all its values; the upstream's session id never reaches the
+// agent, however many copies it sends.
+func TestHopByHopHeadersDropped(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got http.Header
+	up := startStub(t, nil, func(w http.ResponseWriter, r *http.Request, _ string) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+		h := w.Header()
+		h.Set("Keep-Alive", "timeout=9")
+		h.Set("Proxy-Connection", "keep-alive")
+		h.Set("Upgrade", "h2c")
+		h["x-up"] = []string{"1"}
+		if r.Header.Get("X-Repeat") != "" {
+			h["x-up"] = []string{"1", "2"}
+		}
+		h.Add("Mcp-Session-Id", "UP-1")
+		if r.Header.Get("X-Second-Id") != "" {
+			h.Add("mcp-session-id", "UP-1-AGAIN")
+		}
+		writeJSON(w, json.RawMessage("7"), `{"content":[]}`)
+	})
+	_, url := startProxy(t, up, nil)
+	sid := peerRawInitialize(t, url)
+	for _, c := range []struct{ second, repeat bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
+		second := c.second
+		want := "1" // the X-Up and X-Custom fields in order
+		if c.repeat {
+			want = "1,2"
+		}
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}`
+		head := "POST /mcp HTTP/1.1\r\nHost: " + strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://") + "\r\n" +
+			"content-type: application/json\r\naccept: application/json, text/event-stream\r\n" +
+			"mcp-protocol-version: 2025-11-25\r\nmcp-session-id: " + sid + "\r\n" +
+			"keep-alive: 300\r\nproxy-connection: keep-alive\r\nTE: trailers\r\naccept-encoding: gzip\r\n" +
+			"Connection: keep-alive\r\nx-custom: 1\r\n"
+		if c.repeat {
+			head += "X-Custom: 2\r\nx-repeat: 1\r\n"
+		}
+		if second {
+			head += "x-second-id: 1\r\n"
+		}
+		c, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, head+"content-length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"result"`) {
+			t.Fatalf("answer: %d %s", resp.StatusCode, raw)
+		}
+		for _, h := range []string{"Keep-Alive", "Proxy-Connection", "Upgrade"} {
+			if v := resp.Header.Values(h); len(v) > 0 {
+				t.Errorf("agent got %s: %q; hop-by-hop headers stop at mcpheal", h, v)
+			}
+		}
+		if v := resp.Header.Values("X-Up"); strings.Join(v, ",") != want {
+			t.Errorf("%+v: agent got X-Up %q, want %s", c, v, want)
+		}
+		if v := resp.Header.Values("Mcp-Session-Id"); len(v) != 1 || v[0] != sid {
+			t.Errorf("second copy %v: agent got Mcp-Session-Id %q, want only its own %q", second, v, sid)
+		}
+		mu.Lock()
+		for _, h := range []string{"Keep-Alive", "Proxy-Connection", "Te", "Accept-Encoding"} {
+			if v := got.Values(h); len(v) > 0 {
+				t.Errorf("upstream got %s: %q; hop-by-hop headers stop at mcpheal", h, v)
+			}
+		}
+		if v := got.Values("X-Custom"); strings.Join(v, ",") != want {
+			t.Errorf("%+v: upstream got X-Custom %q, want %s", c, v, want)
+		}
+		mu.Unlock()
+	}
+}
+
+// TestRawHeaderNames: the names are found in a header block whatever their
+// case, and only as field names; a repeated name among the others is
+// noticed.
+func TestRawHeaderNames(t *testing.T) {
+	t.Parallel()
+	names := []string{"Keep-Alive", "TE", "Accept-Encoding"}
+	type want struct {
+		found    uint32
+		repeated bool
+	}
+	many := ""
+	for i := range maxNames + 1 {
+		many += "X-" + strconv.Itoa(i) + ": 1\r\n"
+	}
+	for raw, w := range map[string]want{
+		"Host: x\r\nkeep-alive: 1\r\n\r\n":              {1, false},
+		"te: trailers\r\nACCEPT-ENCODING: gzip\r\n\r\n": {2 | 4, false},
+		"X-Te: 1\r\nX: Keep-Alive: 1\r\n\r\n":           {0, false}, // a value, or a longer name, is no match
+		"X: 1\r\n TE: folded continuation\r\n\r\n":      {0, false},
+		"Accept-Encoding:gzip\nTe:trailers":             {2 | 4, false}, // bare LF and no final line end
+		"":                                              {0, false},
+		":\r\n: x\r\n\r\n":                              {0, false},
+		"X-A: 1\r\nTE: x\r\nx-a: 2\r\n":                 {2, true},
+		"TE: 1\r\nte: 2\r\n":                            {2, false}, // the dropped names may repeat
+		many:                                            {0, true},  // past maxNames, a repeat is assumed
+	} {
+		if f, r := rawHeaderNames([]byte(raw), names); f != w.found || r != w.repeated {
+			t.Errorf("rawHeaderNames(%q) = %b, %v; want %b, %v", raw, f, r, w.found, w.repeated)
+		}
+	}
+}
+
+// TestCopyRequestWithoutRawHeaders: a request that was not parsed from the
+// wire (RequestCtx.Init) has no raw header block to look in, and still
+// loses its hop-by-hop headers.
+func TestCopyRequestWithoutRawHeaders(t *testing.T) {
+	t.Parallel()
+	s := &Server{}
+	var ctx fasthttp.RequestCtx
+	var r fasthttp.Request
+	r.Header.SetMethod(fasthttp.MethodPost)
+	r.Header.Set("Keep-Alive", "1")
+	r.Header.Set("Accept-Encoding", "gzip")
+	r.Header.Set("X-Kept", "1")
+	ctx.Init(&r, nil, nil)
+	var out fasthttp.Request
+	s.copyRequest(&ctx, &out)
+	if len(out.Header.Peek("Keep-Alive")) > 0 || len(out.Header.Peek("Accept-Encoding")) > 0 {
+		t.Fatalf("copied request keeps hop-by-hop headers:\n%s", out.Header.String())
+	}
+	if string(out.Header.Peek("X-Kept")) != "1" {
+		t.Fatalf("copied request lost X-Kept:\n%s", out.Header.String())
+	}
+}
