@@ -80,8 +80,25 @@ func hasData(ev []byte) bool {
 // result or an error and no method), as opposed to a notification or a
 // server→client request sent before it.
 func isResponse(msg []byte) bool {
-	s := b2s(msg)
-	return !jsonHas(s, "method") && (jsonHas(s, "result") || jsonHas(s, "error"))
+	// One pass over the members, where a gjson.Get per key would scan the
+	// object up to three times: this runs on every event of every SSE
+	// answer until its response.
+	r := gjson.Parse(b2s(msg))
+	if !r.IsObject() {
+		return false
+	}
+	method, answer := false, false
+	r.ForEach(func(k, _ gjson.Result) bool {
+		switch k.Str {
+		case "method":
+			method = true
+			return false
+		case "result", "error":
+			answer = true
+		}
+		return true
+	})
+	return answer && !method
 }
 
 // readAnswer reads the JSON-RPC answer of r whole: the body of a JSON
@@ -130,6 +147,3 @@ func readAnswer(r *upstream.Response, er *eventRewriter, limit int) (raw, msg []
 		}
 	}
 }
-
-// jsonHas reports whether the JSON object s has a top-level member key.
-func jsonHas(s, key string) bool { return gjson.Get(s, key).Exists() }

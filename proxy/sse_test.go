@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/mcpheal/mcpheal/classify/sse"
 )
 
@@ -99,4 +101,47 @@ func TestFindResponse(t *testing.T) {
 			t.Errorf("findResponse(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
+}
+
+func TestIsResponse(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{
+		`{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`:                true,
+		`{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}`:  true,
+		` {"result":null,"id":"a"}`:                                       true,
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`: false,
+		`{"jsonrpc":"2.0","id":2,"method":"sampling/createMessage"}`:      false,
+		`{"result":1,"method":"x"}`:                                       false, // a method makes it no response
+		`{"id":1,"params":{"result":1}}`:                                  false, // nested members do not count
+		`{"Result":1}`:                                                    false, // member names are exact, as in gjson.Get
+		`[{"id":1,"result":{}}]`:                                          false, // a batch is not one response
+		`"result"`:                                                        false,
+		``:                                                                false,
+	} {
+		if got := isResponse([]byte(in)); got != want {
+			t.Errorf("isResponse(%s) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+// FuzzIsResponse holds isResponse's single pass to the definition it
+// replaced, one gjson.Get per member name, on valid JSON (on invalid JSON
+// gjson's two ways of reading may differ; the relay only needs an answer
+// that does not crash).
+func FuzzIsResponse(f *testing.F) {
+	for _, s := range []string{`{"id":1,"result":{}}`, `{"method":"m","error":1}`, `{"a":{"result":1}}`,
+		`{"res\u0075lt":1}`, `[1]`, `{"id":1,"result":{},"id":2}`, `{"error":[{"method":1}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := isResponse(b)
+		if !gjson.ValidBytes(b) {
+			return
+		}
+		s := string(b)
+		has := func(k string) bool { return gjson.Get(s, k).Exists() }
+		if want := !has("method") && (has("result") || has("error")); got != want {
+			t.Fatalf("isResponse(%q) = %v, want %v", b, got, want)
+		}
+	})
 }
