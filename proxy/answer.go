@@ -253,22 +253,29 @@ func (a *attempt) learn() {
 }
 
 // finishWait bounds finish's reads, which only read what has already
-// arrived.
+// arrived (and the rest of a chunk that arrived in part).
 const finishWait = 20 * time.Millisecond
 
-// finish reads what has already arrived of an SSE answer whose response has
-// passed (a server SHOULD end the stream after it, MCP 2025-11-25 §Sending
-// Messages to the Server, and the end is normally in the same packet). It
+// endWait is how long finish waits for more of an SSE answer whose
+// response has passed: servers write the stream's end right after the
+// response (the Go and TypeScript SDKs, with one more write), so it is
+// almost always on its way. Waiting lets the answer go out as one buffered
+// write instead of chunks; a stream that stays open only costs its agent
+// endWait, then is relayed as it comes.
+const endWait = 2 * time.Millisecond
+
+// finish reads what has arrived of an SSE answer whose response has passed
+// (a server SHOULD end the stream after it, MCP 2025-11-25 §Sending
+// Messages to the Server), waiting up to endWait for the first of it. It
 // reports whether that included the stream's end: the answer then goes out
-// as one buffered write. It never waits for more; what has not arrived is
-// streamed.
+// as one buffered write. What has not arrived is streamed.
 func (a *attempt) finish() bool {
 	r := a.resp
-	if r.Buffered() == 0 && !r.Complete() || r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
+	if !r.Arrived(endWait) || r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
 		return false
 	}
 	buf := a.readBuf()
-	for len(a.out) < peekLimit && (r.Buffered() > 0 || r.Complete()) {
+	for first := true; len(a.out) < peekLimit && (first || r.Buffered() > 0 || r.Complete()); first = false {
 		n, err := r.Read(buf)
 		// A read that times out here stopped inside the chunked framing
 		// and cannot go on: the answer ends with what came. Its response

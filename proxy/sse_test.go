@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -144,4 +146,56 @@ func FuzzIsResponse(f *testing.F) {
 			t.Fatalf("isResponse(%q) = %v, want %v", b, got, want)
 		}
 	})
+}
+
+// TestSSEAnswerEndWait: an SSE answer whose stream ends just after its
+// response (as servers write it: the response, then the end) goes to the
+// agent as one buffered answer with a Content-Length, not in chunks; one
+// whose stream stays open is relayed as it comes, its response not held
+// back past endWait.
+func TestSSEAnswerEndWait(t *testing.T) {
+	t.Parallel()
+	up := startStub(t, nil, func(w http.ResponseWriter, r *http.Request, _ string) {
+		end, _ := time.ParseDuration(r.Header.Get("X-End-After"))
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"content\":[]}}\n\n")
+		_ = http.NewResponseController(w).Flush()
+		if end < time.Millisecond {
+			// Spun: a short sleep here would last a millisecond or more.
+			for start := time.Now(); time.Since(start) < end; {
+			}
+			return
+		}
+		time.Sleep(end)
+	})
+	_, url := startProxy(t, up, nil)
+	sid := peerRawInitialize(t, url)
+	for _, tc := range []struct {
+		end      time.Duration
+		buffered bool
+		n        int
+	}{{300 * time.Microsecond, true, 20}, {300 * time.Millisecond, false, 4}} {
+		for range tc.n {
+			req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x"}}`)
+			req.Header.Set("X-End-After", tc.end.String())
+			start := time.Now()
+			resp, err := peerRawClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			head := time.Since(start)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || findResponse(body) == nil {
+				t.Fatalf("end after %v: answer %q, %v", tc.end, body, err)
+			}
+			if got := resp.ContentLength == int64(len(body)); got != tc.buffered {
+				t.Fatalf("end after %v: Content-Length %d for %d bytes (%v); buffered = %v, want %v",
+					tc.end, resp.ContentLength, len(body), resp.TransferEncoding, got, tc.buffered)
+			}
+			if !tc.buffered && head > tc.end/2 {
+				t.Fatalf("end after %v: the answer's head took %v", tc.end, head)
+			}
+		}
+	}
 }

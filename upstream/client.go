@@ -516,6 +516,21 @@ func (r *Response) Buffered() int {
 	return r.conn.br.Buffered()
 }
 
+// Arrived reports whether more of a streamed answer is here to read, waiting
+// up to wait for it to arrive; it reads nothing. After it reports true the
+// next Read finds bytes, the end of the stream, or an error without
+// waiting for the peer (it may wait for the rest of a chunk or TLS record
+// that arrived in part). It leaves no read deadline behind.
+func (r *Response) Arrived(wait time.Duration) bool {
+	switch {
+	case r.conn == nil:
+		return false
+	case r.Buffered() > 0 || r.Complete():
+		return true
+	}
+	return readable(r.conn.nc, time.Now().Add(wait))
+}
+
 // Complete reports whether a streamed answer with a Content-Length has
 // been read whole: the next Read returns io.EOF without waiting.
 func (r *Response) Complete() bool {

@@ -685,3 +685,65 @@ func TestCloseClearsStreamState(t *testing.T) {
 type nopConn struct{ net.Conn }
 
 func (nopConn) Close() error { return nil }
+
+// TestArrived: Arrived waits for more of a stream without reading it. The
+// end that comes within the wait is reported at once; one that comes later
+// is not, and the stream then reads on whole, with no read deadline left
+// behind.
+func TestArrived(t *testing.T) {
+	t.Parallel()
+	const ev = "data: {\"n\":1}\n\n"
+	endAfter := make(chan time.Duration, 4)
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			fmt.Fprintf(c, "%x\r\n%s\r\n", len(ev), ev)
+			time.Sleep(<-endAfter)
+			io.WriteString(c, "0\r\n\r\n")
+		}
+	})
+	c := newClient(t, url)
+	readEvent := func(resp *Response) {
+		t.Helper()
+		buf := make([]byte, len(ev))
+		if _, err := io.ReadFull(resp, buf); err != nil || string(buf) != ev {
+			t.Fatalf("first event: %q, %v", buf, err)
+		}
+	}
+	for _, tc := range []struct {
+		end, wait time.Duration
+		want      bool
+	}{
+		{50 * time.Millisecond, 5 * time.Second, true},
+		{400 * time.Millisecond, 20 * time.Millisecond, false},
+	} {
+		endAfter <- tc.end
+		resp, err := post(c, `{}`, 5*time.Second)
+		if err != nil || !resp.IsStream() {
+			t.Fatalf("post: %v, stream %v", err, resp.IsStream())
+		}
+		readEvent(resp)
+		start := time.Now()
+		got := resp.Arrived(tc.wait)
+		took := time.Since(start)
+		if got != tc.want {
+			t.Fatalf("end after %v: Arrived(%v) = %v after %v, want %v", tc.end, tc.wait, got, took, tc.want)
+		}
+		if tc.want && took > tc.end+time.Second || !tc.want && took < tc.wait {
+			t.Fatalf("end after %v: Arrived(%v) took %v", tc.end, tc.wait, took)
+		}
+		if !tc.want && resp.Buffered() != 0 {
+			t.Fatalf("Arrived read %d bytes of the stream", resp.Buffered())
+		}
+		// Whatever it reported, the stream reads to its end: no deadline
+		// is left to cut it.
+		if rest, err := io.ReadAll(resp); err != nil || len(rest) != 0 {
+			t.Fatalf("end after %v: rest %q, %v", tc.end, rest, err)
+		}
+		ReleaseResponse(resp)
+	}
+}

@@ -46,3 +46,40 @@ func peerGone(nc net.Conn) bool {
 	})
 	return gone || (err != nil && !errors.Is(err, os.ErrDeadlineExceeded))
 }
+
+// readable waits until nc has something to read (bytes, its peer's close,
+// or an error) or deadline passes, without consuming anything, and reports
+// which. It peeks first (one recv(MSG_PEEK|MSG_DONTWAIT)) and waits for
+// readiness only if nothing is there: readiness alone could have been
+// reported, and reset, before the wait began. It leaves nc without a read
+// deadline. A TLS connection is looked at below its records: a readable
+// socket may hold part of one.
+func readable(nc net.Conn, deadline time.Time) bool {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil || nc.SetReadDeadline(deadline) != nil {
+		return false
+	}
+	waited := false
+	err = rc.Read(func(fd uintptr) bool {
+		if waited {
+			return true // the poller reported it readable
+		}
+		var b byte
+		_, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b)), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		if errno == syscall.EAGAIN || errno == syscall.EWOULDBLOCK {
+			waited = true
+			return false // nothing yet: wait for readiness
+		}
+		return true // bytes, end of stream, or an error: the next read sees it
+	})
+	_ = nc.SetReadDeadline(time.Time{})
+	return !errors.Is(err, os.ErrDeadlineExceeded)
+}
