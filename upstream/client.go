@@ -517,10 +517,11 @@ func (r *Response) Buffered() int {
 }
 
 // Arrived reports whether more of a streamed answer is here to read, waiting
-// up to wait for it to arrive; it reads nothing. After it reports true the
-// next Read finds bytes, the end of the stream, or an error without
-// waiting for the peer (it may wait for the rest of a chunk or TLS record
-// that arrived in part). It leaves no read deadline behind.
+// up to wait for it to arrive; it reads nothing and sets no deadline. After
+// it reports true the next Read finds bytes, the end of the stream, or an
+// error without waiting for the peer (it may wait for the rest of a chunk
+// that arrived in part). It waits only on Linux, and not over TLS;
+// elsewhere it reports what is buffered.
 func (r *Response) Arrived(wait time.Duration) bool {
 	switch {
 	case r.conn == nil:
@@ -528,7 +529,7 @@ func (r *Response) Arrived(wait time.Duration) bool {
 	case r.Buffered() > 0 || r.Complete():
 		return true
 	}
-	return readable(r.conn.nc, time.Now().Add(wait))
+	return readable(r.conn.nc, wait)
 }
 
 // Complete reports whether a streamed answer with a Content-Length has
