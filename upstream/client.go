@@ -529,7 +529,7 @@ func (r *Response) Arrived(wait time.Duration) bool {
 	case r.Buffered() > 0 || r.Complete():
 		return true
 	}
-	return readable(r.conn.nc, wait)
+	return r.conn.wait.readable(wait)
 }
 
 // Complete reports whether a streamed answer with a Content-Length has

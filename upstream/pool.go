@@ -29,6 +29,7 @@ type conn struct {
 	// slot is c's index in its pool's active list while it is in an
 	// exchange, -1 otherwise.
 	slot int
+	wait *waiter // nil where Response.Arrived cannot wait
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -156,7 +157,7 @@ func (p *pool) dial(deadline time.Time) (*conn, error) {
 		}
 		nc = tc
 	}
-	c := &conn{nc: nc, slot: -1}
+	c := &conn{nc: nc, slot: -1, wait: newWaiter(nc)}
 	c.br = bufio.NewReaderSize(c, bufSize)
 	c.bw = bufio.NewWriterSize(c, bufSize)
 	return c, nil

@@ -7,6 +7,11 @@ import (
 	"time"
 )
 
-// readable does not wait here: it reports nothing arrived, and the caller
-// goes on as it would have without it.
-func readable(net.Conn, time.Duration) bool { return false }
+// waiter cannot wait without reading here.
+type waiter struct{}
+
+func newWaiter(net.Conn) *waiter { return nil }
+
+// readable reports nothing arrived, and the caller goes on as it would have
+// without it.
+func (*waiter) readable(time.Duration) bool { return false }
