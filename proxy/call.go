@@ -49,7 +49,7 @@ func (s *Server) build(req *fasthttp.Request, c *upcall) {
 	}
 	h := &req.Header
 	h.ResetConnectionClose()
-	for _, k := range reqDropHeaders {
+	for _, k := range reqDropHeaders.names {
 		h.Del(k)
 	}
 	for _, k := range ownHeaders {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	mathbits "math/bits"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -19,7 +20,7 @@ func setSessionHeader(req *fasthttp.Request, up session.UpstreamID) {
 
 // Hop-by-hop headers (RFC 9110 §7.6.1) and headers the proxy owns.
 var (
-	reqDropHeaders = []string{
+	reqDropHeaders = newNameSet(
 		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "TE", "Trailer",
 		"Transfer-Encoding", "Upgrade",
 		// fasthttp has answered the agent's Expect: 100-continue itself.
@@ -29,21 +30,65 @@ var (
 		// The proxy has checked Origin against its own names; the upstream
 		// would compare it with a Host it no longer sees.
 		"Origin",
-	}
-	respDropHeaders = []string{
+	)
+	// reqDropWithAuth is reqDropHeaders when mcpheal supplies the
+	// upstream credential itself: the agent's Authorization stays behind.
+	reqDropWithAuth = newNameSet(append(append([]string(nil), reqDropHeaders.names...), "Authorization")...)
+	respDropHeaders = newNameSet(
 		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "TE", "Trailer",
 		"Transfer-Encoding", "Upgrade",
 		// The upstream's session id never reaches the agent (idBit).
 		"Mcp-Session-Id",
-	}
-	// reqDropWithAuth is reqDropHeaders when mcpheal supplies the
-	// upstream credential itself: the agent's Authorization stays behind.
-	reqDropWithAuth = append(append([]string(nil), reqDropHeaders...), "Authorization")
+	)
+	// The fields fasthttp keeps out of its list of fields (or, for a
+	// request's Cookie, that are left where they are: adding one parses
+	// it; a response's Date is managed by fasthttp).
+	requestApart  = newNameSet("Host", "Content-Type", "Content-Length", "User-Agent", "Cookie")
+	responseApart = newNameSet("Content-Type", "Content-Length", "Content-Encoding", "Server", "Set-Cookie", "Date")
 )
+
+// idBit is Mcp-Session-Id's bit in respDropHeaders.
+var idBit = respDropHeaders.bits(hdrSessionID)
+
+// nameSet is a set of up to 32 field names, looked up ignoring case.
+type nameSet struct {
+	names []string
+	byLen [maxNameLen + 1]uint32 // the bits of the names of each length
+}
+
+const maxNameLen = 23
+
+func newNameSet(names ...string) *nameSet {
+	if len(names) > 32 {
+		panic("nameSet: more than 32 names")
+	}
+	s := &nameSet{names: names}
+	for i, n := range names {
+		if len(n) > maxNameLen {
+			panic("nameSet: name longer than maxNameLen: " + n)
+		}
+		s.byLen[len(n)] |= 1 << i
+	}
+	return s
+}
+
+// bits returns 1<<i if name is names[i] (ignoring case), else 0.
+func (s *nameSet) bits(name []byte) uint32 {
+	if len(name) > maxNameLen {
+		return 0
+	}
+	for m := s.byLen[len(name)]; m != 0; m &= m - 1 {
+		i := mathbits.TrailingZeros32(m)
+		if strings.EqualFold(b2s(name), s.names[i]) {
+			return 1 << i
+		}
+	}
+	return 0
+}
 
 // requestDrops returns the names of the agent's fields that never go
 // upstream.
-func (s *Server) requestDrops() []string {
+func (s *Server) requestDrops() *nameSet {
 	if s.ownsAuthorization() {
 		return reqDropWithAuth
 	}
@@ -59,100 +104,111 @@ func (s *Server) copyRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request) {
 	req.SetBodyRaw(ctx.PostBody())
 }
 
-// stripRequestHeader deletes the fields named in names from h, a copy of
-// an agent's request header as parsed, and keeps the order of those that
-// stay (the order of the fields of one name is part of their meaning).
+// stripRequestHeader deletes the fields named in drop from h, a copy of an
+// agent's request header as parsed, and keeps the order of those that stay
+// (the order of the fields of one name is part of their meaning).
 //
-// fasthttp's Del moves the last field into the gap it leaves, and copies
-// and normalizes its name and scans every field first. So h's raw block
-// (the fields as received) is scanned once, and Del runs only for the
-// names present (agents send Accept-Encoding, now and then a Keep-Alive);
-// if some field name that stays appears more than once, the fields are
-// written again in the order received instead. A header that was not
-// parsed from the wire (RequestCtx.Init) has no raw block: each name is
-// deleted.
-func stripRequestHeader(h *fasthttp.RequestHeader, names []string) {
+// fasthttp's Del copies and normalizes its name and scans every field, and
+// moves the last field into the gap it leaves. So h's raw block (the fields
+// as received) is scanned once, and Del runs only for the names present
+// (Accept-Encoding, from almost every client). If a deletion could reorder
+// the fields of a name that stays, they are written again in the order
+// received instead. A header that was not parsed from the wire
+// (RequestCtx.Init) has no raw block: each name is deleted.
+func stripRequestHeader(h *fasthttp.RequestHeader, drop *nameSet) {
 	h.ResetConnectionClose()
 	raw := h.RawHeaders()
 	if len(raw) == 0 {
-		for _, n := range names {
+		for _, n := range drop.names {
 			h.Del(n)
 		}
 		return
 	}
-	found, repeated := rawHeaderNames(raw, names)
+	found, reorder := rawHeaderNames(raw, drop)
 	switch {
 	case found == 0:
-	case !repeated:
-		for i, n := range names {
+	case !reorder:
+		for i, n := range drop.names {
 			if found&(1<<i) != 0 {
 				h.Del(n)
 			}
 		}
 	default:
 		// Every field fasthttp keeps in its list goes, then those that
-		// stay come back in the order received. Cookie stays in place
-		// (adding it would parse it), and the fields fasthttp keeps
-		// apart (Host, Content-Type, ...) are not in the list.
+		// stay come back in the order received.
 		for k := range h.AllInOrder() {
-			if !requestFieldApart(k) {
+			if requestApart.bits(k) == 0 {
 				h.DelBytes(k)
 			}
 		}
 		for k, v := range h.AllInOrder() {
-			if !requestFieldApart(k) && found&nameBits(k, names) == 0 {
+			if requestApart.bits(k) == 0 && found&drop.bits(k) == 0 {
 				h.AddBytesKV(k, v)
 			}
 		}
 	}
 }
 
-// requestFieldApart reports whether fasthttp keeps a request field with
-// this name out of its list of fields (or, for Cookie, should be left
-// where it is).
-func requestFieldApart(k []byte) bool {
-	return nameBits(k, requestApart) != 0
+// rawHeaderNames returns a bit (1<<i) for each of drop's names that names a
+// field line of raw, a header block as received (ignoring case, as HTTP
+// field names are), and whether deleting them from fasthttp's list of
+// fields could reorder fields of one name that stays: fasthttp's Del moves
+// the last field into the gap, so that needs a field that stays after one
+// that goes, and a name that stays more than once.
+func rawHeaderNames(raw []byte, drop *nameSet) (found uint32, reorder bool) {
+	dropped, keptAfter := false, false
+	for b := raw; len(b) > 0; {
+		name, rest := fieldName(b)
+		b = rest
+		switch {
+		case name == nil, requestApart.bits(name) != 0:
+		case drop.bits(name) != 0:
+			found |= drop.bits(name)
+			dropped = true
+		default:
+			keptAfter = keptAfter || dropped
+		}
+	}
+	if !keptAfter {
+		return found, false
+	}
+	var seen [maxNames][]byte
+	n := 0
+	for b := raw; len(b) > 0; {
+		name, rest := fieldName(b)
+		b = rest
+		if name == nil || drop.bits(name) != 0 || requestApart.bits(name) != 0 {
+			continue
+		}
+		if n == maxNames || seenName(seen[:n], name) {
+			return found, true
+		}
+		seen[n], n = name, n+1
+	}
+	return found, false
 }
 
-var requestApart = []string{"Host", "Content-Type", "Content-Length", "User-Agent", "Cookie"}
+// fieldName returns the name of the first line of b, a header block, and
+// the lines after it; the name is nil if the line is no field line (or an
+// obsolete folded continuation).
+func fieldName(b []byte) (name, rest []byte) {
+	line := b
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		line, rest = b[:i], b[i+1:]
+	}
+	colon := bytes.IndexByte(line, ':')
+	if colon <= 0 || line[0] == ' ' || line[0] == '\t' {
+		return nil, rest
+	}
+	return line[:colon], rest
+}
 
 // maxNames is how many distinct field names rawHeaderNames and
 // stripResponseHeader tell apart when they look for repeats; past it they
 // assume one.
 const maxNames = 32
 
-// rawHeaderNames returns a bit (1<<i) for each names[i] that names a field
-// line of raw, a header block as received (case-insensitive, as HTTP field
-// names are; len(names) is at most 32), and whether a field name not in
-// names appears more than once.
-func rawHeaderNames(raw []byte, names []string) (found uint32, repeated bool) {
-	var seen [maxNames][]byte
-	n := 0
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 || line[0] == ' ' || line[0] == '\t' {
-			continue // no field line (or an obsolete folded continuation)
-		}
-		name := line[:colon]
-		if bit := nameBits(name, names); bit != 0 {
-			found |= bit
-			continue
-		}
-		repeated = repeated || seenName(seen[:n], name) || n == maxNames
-		if n < maxNames {
-			seen[n], n = name, n+1
-		}
-	}
-	return found, repeated
-}
-
-// seenName reports whether name is among seen (case-insensitive).
+// seenName reports whether name is among seen (ignoring case).
 func seenName(seen [][]byte, name []byte) bool {
 	for _, s := range seen {
 		if len(s) == len(name) && bytes.EqualFold(s, name) {
@@ -162,64 +218,51 @@ func seenName(seen [][]byte, name []byte) bool {
 	return false
 }
 
-// nameBits returns 1<<i if name is names[i] (case-insensitive), else 0.
-func nameBits(name []byte, names []string) uint32 {
-	for i, n := range names {
-		if len(name) == len(n) && strings.EqualFold(b2s(name), n) {
-			return 1 << i
-		}
-	}
-	return 0
-}
-
 // stripResponseHeader deletes the hop-by-hop fields and the upstream's
 // session ids from h, a copy of src (an upstream answer's head), keeping
 // the order of the fields that stay; with keepOneID, a sole Mcp-Session-Id
 // stays for its caller to overwrite in place. It reports how many
 // Mcp-Session-Id fields src has. As in stripRequestHeader, one pass finds
 // the names, Del runs only for those present (Node's server sends
-// Keep-Alive), and if a field name that stays appears more than once the
-// fields are written again in src's order.
+// Keep-Alive), and if a deletion could reorder the fields of a name that
+// stays they are written again in src's order.
 func stripResponseHeader(src, h *fasthttp.ResponseHeader, keepOneID bool) (sessionIDs int) {
 	h.ResetConnectionClose()
 	var found uint32
-	var seen [maxNames][]byte
-	n, repeated := 0, false
+	dropped, keptAfter := false, false
 	for k := range src.All() {
-		if bit := nameBits(k, respDropHeaders); bit != 0 {
+		switch bit := respDropHeaders.bits(k); {
+		case bit == idBit:
+			sessionIDs++
 			found |= bit
-			if bit == idBit {
-				sessionIDs++
-			}
-			continue
-		}
-		if len(k) == len(strSetCookie) && bytes.EqualFold(k, strSetCookie) {
-			continue // fasthttp keeps these apart, in order
-		}
-		repeated = repeated || seenName(seen[:n], k) || n == maxNames
-		if n < maxNames {
-			seen[n], n = k, n+1
+		case bit != 0:
+			found |= bit
+			dropped = true
+		case responseApart.bits(k) == 0:
+			keptAfter = keptAfter || dropped
 		}
 	}
 	if keepOneID && sessionIDs == 1 {
 		found &^= idBit
+	} else if sessionIDs > 0 {
+		keptAfter = true // where the ids were is not tracked: assume the worst
 	}
 	switch {
 	case found == 0:
-	case !repeated:
-		for i, name := range respDropHeaders {
+	case !keptAfter || !responseRepeats(src):
+		for i, name := range respDropHeaders.names {
 			if found&(1<<i) != 0 {
 				h.Del(name)
 			}
 		}
 	default:
 		for k := range src.All() {
-			if nameBits(k, responseApart) == 0 {
+			if responseApart.bits(k) == 0 {
 				h.DelBytes(k)
 			}
 		}
 		for k, v := range src.All() {
-			if nameBits(k, responseApart) == 0 && found&nameBits(k, respDropHeaders) == 0 {
+			if responseApart.bits(k) == 0 && found&respDropHeaders.bits(k) == 0 {
 				h.AddBytesKV(k, v)
 			}
 		}
@@ -227,14 +270,22 @@ func stripResponseHeader(src, h *fasthttp.ResponseHeader, keepOneID bool) (sessi
 	return sessionIDs
 }
 
-// responseApart names the response fields fasthttp keeps out of its list
-// of fields, or manages itself.
-var responseApart = []string{"Content-Type", "Content-Length", "Content-Encoding", "Server", "Set-Cookie", "Date"}
-
-var strSetCookie = []byte("Set-Cookie")
-
-// idBit is Mcp-Session-Id's bit among respDropHeaders.
-var idBit = nameBits(hdrSessionID, respDropHeaders)
+// responseRepeats reports whether a field name that stays appears more than
+// once in h.
+func responseRepeats(h *fasthttp.ResponseHeader) bool {
+	var seen [maxNames][]byte
+	n := 0
+	for k := range h.All() {
+		if respDropHeaders.bits(k) != 0 || responseApart.bits(k) != 0 {
+			continue // Set-Cookie among them: fasthttp keeps those apart, in order
+		}
+		if n == maxNames || seenName(seen[:n], k) {
+			return true
+		}
+		seen[n], n = k, n+1
+	}
+	return false
+}
 
 // setOperatorHeaders sets Config.Headers, replacing the agent's.
 func (s *Server) setOperatorHeaders(h *fasthttp.RequestHeader) {

@@ -103,16 +103,16 @@ func TestHopByHopHeadersDropped(t *testing.T) {
 }
 
 // TestRawHeaderNames: the names are found in a header block whatever their
-// case, and only as field names; a repeated name among the others is
-// noticed.
+// case, and only as field names; a deletion that could reorder the fields
+// of a name that stays (one after the deleted field, repeated) is told.
 func TestRawHeaderNames(t *testing.T) {
 	t.Parallel()
-	names := []string{"Keep-Alive", "TE", "Accept-Encoding"}
+	names := newNameSet("Keep-Alive", "TE", "Accept-Encoding")
 	type want struct {
-		found    uint32
-		repeated bool
+		found   uint32
+		reorder bool
 	}
-	many := ""
+	many := "TE: 1\r\n"
 	for i := range maxNames + 1 {
 		many += "X-" + strconv.Itoa(i) + ": 1\r\n"
 	}
@@ -125,11 +125,15 @@ func TestRawHeaderNames(t *testing.T) {
 		"":                                              {0, false},
 		":\r\n: x\r\n\r\n":                              {0, false},
 		"X-A: 1\r\nTE: x\r\nx-a: 2\r\n":                 {2, true},
-		"TE: 1\r\nte: 2\r\n":                            {2, false}, // the dropped names may repeat
-		many:                                            {0, true},  // past maxNames, a repeat is assumed
+		"X-A: 1\r\nx-a: 2\r\nTE: x\r\n":                 {2, false}, // deleting the last field moves nothing
+		"TE: x\r\nX-A: 1\r\nX-B: 2\r\n":                 {2, false}, // no name that stays repeats
+		"TE: 1\r\nte: 2\r\nX: 1\r\n":                    {2, false}, // the deleted names may repeat
+		"TE: 1\r\nCookie: a\r\ncookie: b\r\n":           {2, false}, // Cookie stays in place
+		"TE: 1\r\nHost: a\r\nX: 1\r\nhost: b\r\n":       {2, false}, // Host is not in the list
+		many: {2, true}, // past maxNames, a repeat is assumed
 	} {
-		if f, r := rawHeaderNames([]byte(raw), names); f != w.found || r != w.repeated {
-			t.Errorf("rawHeaderNames(%q) = %b, %v; want %b, %v", raw, f, r, w.found, w.repeated)
+		if f, r := rawHeaderNames([]byte(raw), names); f != w.found || r != w.reorder {
+			t.Errorf("rawHeaderNames(%q) = %b, %v; want %b, %v", raw, f, r, w.found, w.reorder)
 		}
 	}
 }
@@ -155,4 +159,61 @@ func TestCopyRequestWithoutRawHeaders(t *testing.T) {
 	if string(out.Header.Peek("X-Kept")) != "1" {
 		t.Fatalf("copied request lost X-Kept:\n%s", out.Header.String())
 	}
+}
+
+// BenchmarkStripHeaders: dropping the hop-by-hop fields of an agent's
+// request as Go's client sends it (Accept-Encoding last), and of an answer
+// as Node's server sends it (Connection and Keep-Alive), against deleting
+// every name as mcpheal did before (del-each).
+func BenchmarkStripHeaders(b *testing.B) {
+	var req fasthttp.Request
+	raw := "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: Go-http-client/1.1\r\nContent-Length: 2\r\n" +
+		"Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n" +
+		"Mcp-Protocol-Version: 2025-11-25\r\nMcp-Session-Id: 0123456789abcdef\r\nAccept-Encoding: gzip\r\n\r\n{}"
+	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		b.Fatal(err)
+	}
+	var resp fasthttp.Response
+	rawResp := "HTTP/1.1 200 OK\r\nX-Powered-By: Express\r\nContent-Type: application/json\r\n" +
+		"mcp-session-id: 0123456789abcdef\r\nDate: Tue, 24 Nov 2026 23:00:00 GMT\r\nConnection: keep-alive\r\n" +
+		"Keep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\n{}"
+	if err := resp.Read(bufio.NewReader(strings.NewReader(rawResp))); err != nil {
+		b.Fatal(err)
+	}
+	var h fasthttp.RequestHeader
+	var rh fasthttp.ResponseHeader
+	b.Run("request/strip", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			req.Header.CopyTo(&h)
+			stripRequestHeader(&h, reqDropHeaders)
+		}
+	})
+	b.Run("request/del-each", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			req.Header.CopyTo(&h)
+			h.ResetConnectionClose()
+			for _, n := range reqDropHeaders.names {
+				h.Del(n)
+			}
+		}
+	})
+	b.Run("response/strip", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp.Header.CopyTo(&rh)
+			stripResponseHeader(&resp.Header, &rh, true)
+		}
+	})
+	b.Run("response/del-each", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp.Header.CopyTo(&rh)
+			rh.ResetConnectionClose()
+			for _, n := range respDropHeaders.names {
+				rh.Del(n)
+			}
+		}
+	})
 }
