@@ -4,6 +4,7 @@ import (
 	"bytes"
 	mathbits "math/bits"
 	"strings"
+	"sync"
 
 	"github.com/valyala/fasthttp"
 
@@ -40,10 +41,9 @@ var (
 		// The upstream's session id never reaches the agent (idBit).
 		"Mcp-Session-Id",
 	)
-	// The fields fasthttp keeps out of its list of fields (or, for a
-	// request's Cookie, that are left where they are: adding one parses
-	// it; a response's Date is managed by fasthttp).
-	requestApart  = newNameSet("Host", "Content-Type", "Content-Length", "User-Agent", "Cookie")
+	// The fields fasthttp keeps out of its list of fields (a response's
+	// Date is managed by fasthttp).
+	requestApart  = newNameSet("Host", "Content-Type", "Content-Length", "User-Agent")
 	responseApart = newNameSet("Content-Type", "Content-Length", "Content-Encoding", "Server", "Set-Cookie", "Date")
 )
 
@@ -134,20 +134,58 @@ func stripRequestHeader(h *fasthttp.RequestHeader, drop *nameSet) {
 			}
 		}
 	default:
-		// Every field fasthttp keeps in its list goes, then those that
-		// stay come back in the order received.
-		for k := range h.AllInOrder() {
-			if requestApart.bits(k) == 0 {
-				h.DelBytes(k)
-			}
-		}
-		for k, v := range h.AllInOrder() {
-			if requestApart.bits(k) == 0 && found&drop.bits(k) == 0 {
-				h.AddBytesKV(k, v)
-			}
-		}
+		rebuildRequestHeader(h, drop, found)
 	}
 }
+
+// rebuildRequestHeader deletes from h the fields named by the found bits of
+// drop, and keeps the others in the order received: every field fasthttp
+// keeps in its list goes, and those that stay come back as received. The
+// raw block is read once: AllInOrder joins a folded value in place, in the
+// block itself, so a second pass would read it garbled.
+func rebuildRequestHeader(h *fasthttp.RequestHeader, drop *nameSet, found uint32) {
+	fc := fieldCopies.Get().(*fieldCopy)
+	defer fieldCopies.Put(fc)
+	fc.b, fc.ends = fc.b[:0], fc.ends[:0]
+	for k, v := range h.AllInOrder() {
+		if requestApart.bits(k) != 0 || found&drop.bits(k) != 0 {
+			continue
+		}
+		fc.b = append(fc.b, k...)
+		fc.ends = append(fc.ends, len(fc.b))
+		fc.b = append(fc.b, v...)
+		fc.ends = append(fc.ends, len(fc.b))
+	}
+	for i, n := range drop.names {
+		if found&(1<<i) != 0 {
+			h.Del(n)
+		}
+	}
+	for i, start := 0, 0; i < len(fc.ends); i, start = i+2, fc.ends[i+1] {
+		h.DelBytes(fc.b[start:fc.ends[i]])
+	}
+	// Added as received: a Cookie field stays one field (fasthttp would
+	// parse it into its cookie list).
+	special := !h.DisableSpecialHeader()
+	for i, start := 0, 0; i < len(fc.ends); i, start = i+2, fc.ends[i+1] {
+		h.AddBytesKV(fc.b[start:fc.ends[i]], fc.b[fc.ends[i]:fc.ends[i+1]])
+	}
+	if special {
+		h.EnableSpecialHeader()
+	}
+	if cap(fc.b) > 64<<10 {
+		fc.b = nil // do not pin a large buffer
+	}
+}
+
+// fieldCopy holds the fields rebuildRequestHeader puts back: name and value
+// bytes in b, each ending at the next offset in ends.
+type fieldCopy struct {
+	b    []byte
+	ends []int
+}
+
+var fieldCopies = sync.Pool{New: func() any { return new(fieldCopy) }}
 
 // rawHeaderNames returns a bit (1<<i) for each of drop's names that names a
 // field line of raw, a header block as received (ignoring case, as HTTP

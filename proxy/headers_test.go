@@ -56,25 +56,27 @@ func TestHopByHopHeadersDropped(t *testing.T) {
 			"keep-alive: 300\r\nproxy-connection: keep-alive\r\nTE: trailers\r\naccept-encoding: gzip\r\n" +
 			"Connection: keep-alive\r\nx-custom: 1\r\n"
 		if c.repeat {
-			head += "X-Custom: 2\r\nx-repeat: 1\r\n"
+			// A folded value, and two Cookie fields: both are written
+			// again as received.
+			head += "X-Custom: 2\r\nx-repeat: 1\r\ncookie: a=1\r\nx-fold: foo\r\n bar\r\nCookie: b=2\r\n"
 		}
 		if second {
 			head += "x-second-id: 1\r\n"
 		}
-		c, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://"))
+		nc, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, head+"content-length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(nc, head+"content-length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		raw, _ := io.ReadAll(resp.Body)
-		c.Close()
+		nc.Close()
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"result"`) {
 			t.Fatalf("answer: %d %s", resp.StatusCode, raw)
 		}
@@ -97,6 +99,14 @@ func TestHopByHopHeadersDropped(t *testing.T) {
 		}
 		if v := got.Values("X-Custom"); strings.Join(v, ",") != want {
 			t.Errorf("%+v: upstream got X-Custom %q, want %s", c, v, want)
+		}
+		if c.repeat {
+			if v := got.Values("Cookie"); strings.Join(v, ",") != "a=1,b=2" {
+				t.Errorf("%+v: upstream got Cookie %q, want a=1, b=2 in that order", c, v)
+			}
+			if v := got.Get("X-Fold"); v != "foo bar" {
+				t.Errorf("%+v: upstream got X-Fold %q, want the folded value joined: foo bar", c, v)
+			}
 		}
 		mu.Unlock()
 	}
@@ -128,7 +138,7 @@ func TestRawHeaderNames(t *testing.T) {
 		"X-A: 1\r\nx-a: 2\r\nTE: x\r\n":                 {2, false}, // deleting the last field moves nothing
 		"TE: x\r\nX-A: 1\r\nX-B: 2\r\n":                 {2, false}, // no name that stays repeats
 		"TE: 1\r\nte: 2\r\nX: 1\r\n":                    {2, false}, // the deleted names may repeat
-		"TE: 1\r\nCookie: a\r\ncookie: b\r\n":           {2, false}, // Cookie stays in place
+		"TE: 1\r\nCookie: a\r\ncookie: b\r\n":           {2, true},  // Cookie fields are kept in order too
 		"TE: 1\r\nHost: a\r\nX: 1\r\nhost: b\r\n":       {2, false}, // Host is not in the list
 		many: {2, true}, // past maxNames, a repeat is assumed
 	} {
