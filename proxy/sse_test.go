@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -150,9 +151,10 @@ func FuzzIsResponse(f *testing.F) {
 
 // TestSSEAnswerEndWait: an SSE answer whose stream ends just after its
 // response (as servers write it: the response, then the end) goes to the
-// agent as one buffered answer with a Content-Length, not in chunks; one
-// whose stream stays open is relayed as it comes, its response not held
-// back past endWait.
+// agent as one buffered answer with a Content-Length, not in chunks (on
+// Linux, where mcpheal waits for the end; at least 15 of 20, since a busy
+// machine may hold the upstream past the wait); one whose stream stays
+// open is relayed as it comes, its response not held back past endWait.
 func TestSSEAnswerEndWait(t *testing.T) {
 	t.Parallel()
 	up := startStub(t, nil, func(w http.ResponseWriter, r *http.Request, _ string) {
@@ -171,10 +173,14 @@ func TestSSEAnswerEndWait(t *testing.T) {
 	_, url := startProxy(t, up, nil)
 	sid := peerRawInitialize(t, url)
 	for _, tc := range []struct {
-		end      time.Duration
-		buffered bool
-		n        int
-	}{{300 * time.Microsecond, true, 20}, {300 * time.Millisecond, false, 4}} {
+		end           time.Duration
+		n, atLeast    int // answers, and how many of them must be buffered
+		mayBeBuffered bool
+	}{{300 * time.Microsecond, 20, 15, true}, {300 * time.Millisecond, 4, 0, false}} {
+		if runtime.GOOS != "linux" {
+			tc.atLeast = 0 // mcpheal does not wait for the end here
+		}
+		buffered := 0
 		for range tc.n {
 			req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x"}}`)
 			req.Header.Set("X-End-After", tc.end.String())
@@ -189,13 +195,16 @@ func TestSSEAnswerEndWait(t *testing.T) {
 			if err != nil || findResponse(body) == nil {
 				t.Fatalf("end after %v: answer %q, %v", tc.end, body, err)
 			}
-			if got := resp.ContentLength == int64(len(body)); got != tc.buffered {
-				t.Fatalf("end after %v: Content-Length %d for %d bytes (%v); buffered = %v, want %v",
-					tc.end, resp.ContentLength, len(body), resp.TransferEncoding, got, tc.buffered)
+			if resp.ContentLength == int64(len(body)) {
+				buffered++
 			}
-			if !tc.buffered && head > tc.end/2 {
+			if !tc.mayBeBuffered && head > tc.end/2 {
 				t.Fatalf("end after %v: the answer's head took %v", tc.end, head)
 			}
+		}
+		if buffered < tc.atLeast || !tc.mayBeBuffered && buffered > 0 {
+			t.Fatalf("end after %v: %d of %d answers buffered (with a Content-Length), want at least %d, at most %d",
+				tc.end, buffered, tc.n, tc.atLeast, map[bool]int{true: tc.n}[tc.mayBeBuffered])
 		}
 	}
 }

@@ -3,6 +3,7 @@ package upstream
 import (
 	"crypto/tls"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -18,6 +19,12 @@ type waiter struct {
 	ts    syscall.Timespec
 	ready bool
 }
+
+// maxWaiting bounds the waits blocked in ppoll at once, process-wide: each
+// holds a thread, and the runtime keeps the threads it starts meanwhile.
+const maxWaiting = 8
+
+var waiting atomic.Int32
 
 // pollFd is struct pollfd.
 type pollFd struct {
@@ -60,6 +67,11 @@ func (w *waiter) readable(wait time.Duration) bool {
 	if w == nil {
 		return false
 	}
+	if waiting.Add(1) > maxWaiting {
+		waiting.Add(-1)
+		return false // enough threads blocked already: the caller goes on without
+	}
+	defer waiting.Add(-1)
 	w.ts, w.ready = syscall.NsecToTimespec(int64(wait)), false
 	// The file stays open until Control returns, even if Interrupt closes
 	// the connection meanwhile (then the wait runs out).
