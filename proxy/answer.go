@@ -258,8 +258,8 @@ const finishWait = 20 * time.Millisecond
 
 // endWait is how long finish waits for more of an SSE answer whose
 // response has passed: servers write the stream's end right after the
-// response (the Go and TypeScript SDKs, with one more write), so it is
-// almost always on its way. Waiting lets the answer go out as one buffered
+// response (the Go SDK in one more write; the TypeScript SDK v1's arrives
+// with the response itself), so it is almost always on its way. Waiting lets the answer go out as one buffered
 // write instead of chunks; a stream that stays open only costs its agent
 // endWait, then is relayed as it comes.
 const endWait = 2 * time.Millisecond

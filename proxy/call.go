@@ -49,14 +49,11 @@ func (s *Server) build(req *fasthttp.Request, c *upcall) {
 	}
 	h := &req.Header
 	h.ResetConnectionClose()
-	for _, k := range reqDropHeaders.names {
+	for _, k := range s.requestDrops().names {
 		h.Del(k)
 	}
 	for _, k := range ownHeaders {
 		h.Del(k)
-	}
-	if s.ownsAuthorization() {
-		h.DelBytes(hdrAuthorization)
 	}
 	s.setOperatorHeaders(h)
 	switch c.method {

@@ -198,12 +198,13 @@ func rawHeaderNames(raw []byte, drop *nameSet) (found uint32, reorder bool) {
 	for b := raw; len(b) > 0; {
 		name, rest := fieldName(b)
 		b = rest
-		switch {
-		case name == nil, requestApart.bits(name) != 0:
-		case drop.bits(name) != 0:
-			found |= drop.bits(name)
+		if name == nil || requestApart.bits(name) != 0 {
+			continue
+		}
+		if bit := drop.bits(name); bit != 0 {
+			found |= bit
 			dropped = true
-		default:
+		} else {
 			keptAfter = keptAfter || dropped
 		}
 	}
@@ -261,8 +262,8 @@ func seenName(seen [][]byte, name []byte) bool {
 // the order of the fields that stay; with keepOneID, a sole Mcp-Session-Id
 // stays for its caller to overwrite in place. It reports how many
 // Mcp-Session-Id fields src has. As in stripRequestHeader, one pass finds
-// the names, Del runs only for those present (Node's server sends
-// Keep-Alive), and if a deletion could reorder the fields of a name that
+// the names, Del runs only for those present (the TypeScript SDK's server
+// sends Connection: keep-alive), and if a deletion could reorder the fields of a name that
 // stays they are written again in src's order.
 func stripResponseHeader(src, h *fasthttp.ResponseHeader, keepOneID bool) (sessionIDs int) {
 	h.ResetConnectionClose()
