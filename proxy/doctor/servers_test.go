@@ -71,11 +71,7 @@ func serve(t testing.TB, h http.Handler) *server {
 				s.inits.Add(1)
 			}
 		}
-		cw := &countingWriter{ResponseWriter: w}
-		h.ServeHTTP(cw, r)
-		s.mu.Lock()
-		s.written[method] = max(s.written[method], cw.n)
-		s.mu.Unlock()
+		h.ServeHTTP(&countingWriter{ResponseWriter: w, s: s, method: method}, r)
 	})
 	hs := httptest.NewUnstartedServer(rec)
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -88,16 +84,24 @@ func serve(t testing.TB, h http.Handler) *server {
 	return s
 }
 
-// countingWriter counts the body bytes of an answer. It keeps Flush, which
-// the SDKs need to stream SSE.
+// countingWriter counts the body bytes of an answer into s.written as they
+// are written, before they can reach the client: a count taken when the
+// handler returns raced with a test that reads it as soon as it has its
+// answer (the Go SDK ends the stream after the response event). It keeps
+// Flush, which the SDKs need to stream SSE.
 type countingWriter struct {
 	http.ResponseWriter
-	n int
+	s      *server
+	method string
+	n      int
 }
 
 func (w *countingWriter) Write(p []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(p)
 	w.n += n
+	w.s.mu.Lock()
+	w.s.written[w.method] = max(w.s.written[w.method], w.n)
+	w.s.mu.Unlock()
 	return n, err
 }
 
