@@ -148,6 +148,27 @@ func TestRawHeaderNames(t *testing.T) {
 	}
 }
 
+// TestNameSetBits: names match ignoring the case of ASCII letters, and
+// nothing else is folded.
+func TestNameSetBits(t *testing.T) {
+	t.Parallel()
+	names := newNameSet("Keep-Alive", "TE", "Mcp-Session-Id")
+	for name, want := range map[string]uint32{
+		"Keep-Alive": 1, "KEEP-ALIVE": 1, "keep-alive": 1, "kEEP-aLIVE": 1,
+		"te": 2, "Te": 2, "MCP-SESSION-ID": 4,
+		"Keep\rAlive":     0, // '-' and '\r' differ by the case bit: not folded
+		"Keep-Alivf":      0,
+		"\u212aeep-Alive": 0, // the Kelvin sign folds to k in Unicode, not here
+		"T":               0,
+		"TE ":             0,
+		"":                0,
+	} {
+		if got := names.bits([]byte(name)); got != want {
+			t.Errorf("bits(%q) = %b, want %b", name, got, want)
+		}
+	}
+}
+
 // TestCopyRequestWithoutRawHeaders: a request that was not parsed from the
 // wire (RequestCtx.Init) has no raw header block to look in, and still
 // loses its hop-by-hop headers.
