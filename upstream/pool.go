@@ -30,6 +30,9 @@ type conn struct {
 	// exchange, -1 otherwise.
 	slot int
 	wait *waiter // nil where Response.Arrived cannot wait
+	// answerNext: the next Write ends a request, and the answer is read
+	// next (exchange); it is written with waiter.writeAwait.
+	answerNext bool
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -49,9 +52,19 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 func (c *conn) Write(p []byte) (int, error) {
-	n, err := c.nc.Write(p)
-	c.written += int64(n)
-	return n, err
+	n := 0
+	if c.answerNext {
+		c.answerNext = false
+		var err error
+		n, err = c.wait.writeAwait(p)
+		c.written += int64(n)
+		if err != nil || n == len(p) {
+			return n, err
+		}
+	}
+	m, err := c.nc.Write(p[n:])
+	c.written += int64(m)
+	return n + m, err
 }
 
 // pool keeps idle keep-alive connections, newest last, so the stalest is
