@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -58,8 +59,13 @@ func (c *conn) Write(p []byte) (int, error) {
 		var err error
 		n, err = c.wait.writeAwait(p)
 		c.written += int64(n)
-		if err != nil || n == len(p) {
-			return n, err
+		if err != nil {
+			// As the net package reports a failed write.
+			return n, &net.OpError{Op: "write", Net: c.nc.LocalAddr().Network(),
+				Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: os.NewSyscallError("write", err)}
+		}
+		if n == len(p) {
+			return n, nil
 		}
 	}
 	m, err := c.nc.Write(p[n:])

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -136,6 +137,24 @@ func TestWriteAwait(t *testing.T) {
 		}
 		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 			t.Fatalf("read after close: %v", err)
+		}
+	})
+
+	t.Run("peer reset", func(t *testing.T) {
+		// A failed write is reported as the net package reports one.
+		t.Parallel()
+		c, peer := tcpPair(t)
+		if err := peer.(*net.TCPConn).SetLinger(0); err != nil {
+			t.Fatal(err)
+		}
+		peer.Close() // an RST
+		time.Sleep(50 * time.Millisecond)
+		c.answerNext = true
+		_, err := c.Write(req)
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "write" ||
+			!errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+			t.Fatalf("Write after the peer's reset: %#v", err)
 		}
 	})
 
