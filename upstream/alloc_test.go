@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"io"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
@@ -79,41 +78,5 @@ func TestExchangeAllocs(t *testing.T) {
 		if n != 0 {
 			t.Errorf("%s: %v allocs per exchange, want 0", name, n)
 		}
-	}
-}
-
-// TestWaitAllocs: waiting for a stream's next bytes (Response.Arrived)
-// allocates nothing, whether they are there or the wait runs out.
-func TestWaitAllocs(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	w := newWaiter(nc)
-	if w == nil {
-		if runtime.GOOS == "linux" {
-			t.Fatal("no waiter for a TCP connection")
-		}
-		return // Arrived reports only what is buffered here
-	}
-	if n := testing.AllocsPerRun(50, func() { w.readable(20 * time.Microsecond) }); n != 0 || w.ready {
-		t.Fatalf("an empty socket: %v allocs per wait, ready %v; want 0, false", n, w.ready)
-	}
-	if _, err := peer.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if n := testing.AllocsPerRun(50, func() { w.readable(time.Second) }); n != 0 || !w.ready {
-		t.Fatalf("a byte waiting: %v allocs per wait, ready %v; want 0, true", n, w.ready)
 	}
 }

@@ -37,3 +37,25 @@ func TestPoolReapsIdle(t *testing.T) {
 		t.Fatal("idle connection never reaped")
 	}
 }
+
+// tcpPair returns a connected client conn (with its waiter, where there is
+// one) and the server's end, both closed when t ends.
+func tcpPair(t *testing.T) (*conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := ln.Accept()
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close(); peer.Close() })
+	return &conn{nc: nc, slot: -1, wait: newWaiter(nc)}, peer
+}

@@ -11,26 +11,11 @@ import (
 	"time"
 )
 
-// tcpPair returns a connected client conn (with its waiter) and the
-// server's end, both closed when t ends.
-func tcpPair(t *testing.T) (*conn, net.Conn) {
+// waitPair is tcpPair for a test of the waiter: a TCP connection has one
+// on Linux.
+func waitPair(t *testing.T) (*conn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := ln.Accept()
-	if err != nil {
-		nc.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close(); peer.Close() })
-	c := &conn{nc: nc, slot: -1, wait: newWaiter(nc)}
+	c, peer := tcpPair(t)
 	if c.wait == nil {
 		t.Fatal("no waiter for a TCP connection")
 	}
@@ -46,7 +31,7 @@ func TestWriteAwait(t *testing.T) {
 
 	t.Run("answer later", func(t *testing.T) {
 		t.Parallel()
-		c, peer := tcpPair(t)
+		c, peer := waitPair(t)
 		go func() {
 			buf := make([]byte, len(req))
 			if _, err := io.ReadFull(peer, buf); err == nil {
@@ -74,7 +59,7 @@ func TestWriteAwait(t *testing.T) {
 		// The write follows the poller's readiness reset: an answer sent
 		// the moment the request lands is seen, never waited past.
 		t.Parallel()
-		c, peer := tcpPair(t)
+		c, peer := waitPair(t)
 		go func() {
 			buf := make([]byte, len(req))
 			for {
@@ -105,7 +90,7 @@ func TestWriteAwait(t *testing.T) {
 
 	t.Run("no answer", func(t *testing.T) {
 		t.Parallel()
-		c, _ := tcpPair(t)
+		c, _ := waitPair(t)
 		if err := c.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +110,7 @@ func TestWriteAwait(t *testing.T) {
 
 	t.Run("closed while waiting", func(t *testing.T) {
 		t.Parallel()
-		c, _ := tcpPair(t)
+		c, _ := waitPair(t)
 		time.AfterFunc(50*time.Millisecond, func() { c.nc.Close() })
 		c.answerNext = true
 		start := time.Now()
@@ -143,7 +128,7 @@ func TestWriteAwait(t *testing.T) {
 	t.Run("peer reset", func(t *testing.T) {
 		// A failed write is reported as the net package reports one.
 		t.Parallel()
-		c, peer := tcpPair(t)
+		c, peer := waitPair(t)
 		if err := peer.(*net.TCPConn).SetLinger(0); err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +147,7 @@ func TestWriteAwait(t *testing.T) {
 		// More than the socket takes at once: the rest goes as usual, and
 		// every byte arrives in order.
 		t.Parallel()
-		c, peer := tcpPair(t)
+		c, peer := waitPair(t)
 		big := bytes.Repeat([]byte("0123456789abcdef"), 1<<19) // 8 MiB
 		got := make(chan []byte, 1)
 		go func() {
