@@ -3,9 +3,21 @@
 package upstream
 
 import (
+	"net"
 	"testing"
 	"time"
 )
+
+// waitPair is tcpPair for a test of the waiter: a TCP connection has one
+// on Linux.
+func waitPair(t *testing.T) (*conn, net.Conn) {
+	t.Helper()
+	c, peer := tcpPair(t)
+	if c.wait == nil {
+		t.Fatal("no waiter for a TCP connection")
+	}
+	return c, peer
+}
 
 // TestWaitAllocs: waiting for a stream's next bytes (Response.Arrived)
 // allocates nothing, whether they are there or the wait runs out.

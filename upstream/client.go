@@ -244,12 +244,7 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 	if err := req.Write(cn.bw); err != nil {
 		return fail("write", err)
 	}
-	// The flush writes the request's end (all of it, mostly) and then
-	// waits for the answer without a read that would find nothing.
-	cn.answerNext = true
-	err := cn.bw.Flush()
-	cn.answerNext = false
-	if err != nil {
+	if err := cn.bw.Flush(); err != nil {
 		return fail("write", err)
 	}
 	for {

@@ -404,6 +404,65 @@ func newClientConfig(t *testing.T, cfg Config) *Client {
 	return c
 }
 
+// TestDoHalfClosedPooledConnection: the upstream ended a pooled connection
+// with a half close (its FIN, while it still reads: nginx's lingering
+// close, Go's closeWriteAndWait) while the connection idled. The next
+// exchange on it sees that end at once, as it did before requests waited
+// for their answers without a read: past StaleAfter, Do sends again on a
+// fresh connection; before it, the exchange fails at once instead of
+// waiting out its deadline for an answer that cannot come.
+func TestDoHalfClosedPooledConnection(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		staleAfter time.Duration
+		idle       time.Duration
+		wantResend bool
+	}{
+		{"past StaleAfter", 150 * time.Millisecond, 300 * time.Millisecond, true},
+		{"before StaleAfter", 10 * time.Second, 50 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var conns atomic.Int32
+			url := rawServer(t, func(c net.Conn) {
+				conns.Add(1)
+				br := bufio.NewReader(c)
+				if _, err := readRequest(br); err != nil {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+				c.(*net.TCPConn).CloseWrite()
+				io.Copy(io.Discard, br) // still reading
+			})
+			c := newClientConfig(t, Config{URL: url, DialTimeout: time.Second, StaleAfter: tc.staleAfter})
+			resp, err := post(c, `{}`, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ReleaseResponse(resp)
+			time.Sleep(tc.idle)
+			start := time.Now()
+			resp, err = post(c, `{}`, 5*time.Second)
+			took := time.Since(start)
+			ReleaseResponse(resp)
+			if took > 2*time.Second {
+				t.Fatalf("the exchange on the half-closed connection took %v (err %v): it waited for an answer that cannot come", took, err)
+			}
+			if tc.wantResend {
+				if err != nil || conns.Load() != 2 {
+					t.Fatalf("Do = %v on %d connections; want a resend on a second connection", err, conns.Load())
+				}
+				return
+			}
+			var ue *Error
+			if !errors.As(err, &ue) || ue.Timeout() || ue.Answered {
+				t.Fatalf("Do = %v; want the connection's end reported at once", err)
+			}
+		})
+	}
+}
+
 // TestDoOnceSkipsCutIdleConnection: a load balancer closed the pooled
 // connection while it idled past Config.StaleAfter. DoOnce never writes on
 // it: it dials a fresh connection, and the tool runs once, with no error.

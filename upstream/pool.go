@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"time"
 )
@@ -31,9 +30,6 @@ type conn struct {
 	// exchange, -1 otherwise.
 	slot int
 	wait *waiter // nil where Response.Arrived cannot wait
-	// answerNext: the next Write ends a request, and the answer is read
-	// next (exchange); it is written with waiter.writeAwait.
-	answerNext bool
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -53,24 +49,9 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 func (c *conn) Write(p []byte) (int, error) {
-	n := 0
-	if c.answerNext {
-		c.answerNext = false
-		var err error
-		n, err = c.wait.writeAwait(p)
-		c.written += int64(n)
-		if err != nil {
-			// As the net package reports a failed write.
-			return n, &net.OpError{Op: "write", Net: c.nc.LocalAddr().Network(),
-				Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: os.NewSyscallError("write", err)}
-		}
-		if n == len(p) {
-			return n, nil
-		}
-	}
-	m, err := c.nc.Write(p[n:])
-	c.written += int64(m)
-	return n + m, err
+	n, err := c.nc.Write(p)
+	c.written += int64(n)
+	return n, err
 }
 
 // pool keeps idle keep-alive connections, newest last, so the stalest is

@@ -18,14 +18,6 @@ type waiter struct {
 	pfd   pollFd
 	ts    syscall.Timespec
 	ready bool
-
-	// writeAwait's state: send is w.writeThenWait, bound once; p is what
-	// is left to write, n what has been written, err the write's error.
-	send  func(fd uintptr) bool
-	p     []byte
-	n     int
-	err   error
-	wrote bool
 }
 
 // maxWaiting bounds the waits blocked in ppoll at once, process-wide: each
@@ -59,54 +51,8 @@ func newWaiter(nc net.Conn) *waiter {
 		return nil
 	}
 	w := &waiter{rc: rc}
-	w.poll, w.send = w.ppoll, w.writeThenWait
+	w.poll = w.ppoll
 	return w
-}
-
-// writeAwait writes p, a request whose answer is read next, and waits on
-// the runtime's poller until the socket is readable, without the read that
-// would find nothing there first: an answer cannot arrive before its
-// request has gone, so that read only costs a system call (EAGAIN) before
-// the goroutine parks. The write is made inside the raw read, after the
-// poller's readiness was reset, so an answer that arrives at once is not
-// missed. The wait ends at the connection's read deadline, or when it is
-// closed; the next read reports either. writeAwait returns how much of p
-// it wrote: the caller writes the rest as usual (a full send buffer, or a
-// connection whose read deadline had passed before anything was written).
-func (w *waiter) writeAwait(p []byte) (int, error) {
-	if w == nil {
-		return 0, nil
-	}
-	w.p, w.n, w.err, w.wrote = p, 0, nil, false
-	_ = w.rc.Read(w.send) // a failed wait is the next read's to report
-	n, err := w.n, w.err
-	w.p, w.err = nil, nil
-	return n, err
-}
-
-// writeThenWait is writeAwait's raw read callback: the first call writes
-// and asks the poller to wait for readability unless the write stopped
-// short; the next call (readable) ends the wait.
-func (w *waiter) writeThenWait(fd uintptr) bool {
-	if w.wrote {
-		return true
-	}
-	w.wrote = true
-	for len(w.p) > 0 {
-		n, err := syscall.Write(int(fd), w.p)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return true // the send buffer is full: the caller writes the rest
-		case err != nil:
-			w.err = err
-			return true
-		}
-		w.n += n
-		w.p = w.p[n:]
-	}
-	return false
 }
 
 // readable waits up to wait for the socket to have something to read

@@ -15,6 +15,3 @@ func newWaiter(net.Conn) *waiter { return nil }
 // readable reports nothing arrived, and the caller goes on as it would have
 // without it.
 func (*waiter) readable(time.Duration) bool { return false }
-
-// writeAwait writes nothing: the caller writes p as usual.
-func (*waiter) writeAwait([]byte) (int, error) { return 0, nil }
