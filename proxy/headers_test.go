@@ -158,7 +158,7 @@ func TestNameSetBits(t *testing.T) {
 		"te": 2, "Te": 2, "MCP-SESSION-ID": 4,
 		"Keep\rAlive":     0, // '-' and '\r' differ by the case bit: not folded
 		"Keep-Alivf":      0,
-		"\u212aeep-Alive": 0, // the Kelvin sign folds to k in Unicode, not here
+		"\u212aeep-Alive": 0, // the Kelvin sign folds to k in Unicode, but is 3 bytes long
 		"T":               0,
 		"TE ":             0,
 		"":                0,

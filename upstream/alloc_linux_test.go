@@ -3,27 +3,18 @@
 package upstream
 
 import (
-	"net"
 	"testing"
 	"time"
 )
 
-// waitPair is tcpPair for a test of the waiter: a TCP connection has one
-// on Linux.
-func waitPair(t *testing.T) (*conn, net.Conn) {
-	t.Helper()
-	c, peer := tcpPair(t)
-	if c.wait == nil {
-		t.Fatal("no waiter for a TCP connection")
-	}
-	return c, peer
-}
-
 // TestWaitAllocs: waiting for a stream's next bytes (Response.Arrived)
 // allocates nothing, whether they are there or the wait runs out.
 func TestWaitAllocs(t *testing.T) {
-	c, peer := waitPair(t)
+	c, peer := tcpPair(t)
 	w := c.wait
+	if w == nil {
+		t.Fatal("no waiter for a TCP connection")
+	}
 	if n := testing.AllocsPerRun(50, func() { w.readable(20 * time.Microsecond) }); n != 0 || w.ready {
 		t.Fatalf("an empty socket: %v allocs per wait, ready %v; want 0, false", n, w.ready)
 	}
