@@ -49,12 +49,15 @@ func (s *Server) build(req *fasthttp.Request, c *upcall) {
 	}
 	h := &req.Header
 	h.ResetConnectionClose()
-	for _, k := range s.requestDrops().names {
-		h.Del(k)
+	// The agent's fields may have changed since they were parsed (a
+	// request's session id was set on them): their own list is read.
+	if s.ownsAuthorization() {
+		stripListed(h, upcallDropWithAuth)
+	} else {
+		stripListed(h, upcallDrops)
 	}
-	for _, k := range ownHeaders {
-		h.Del(k)
-	}
+	h.Del("Content-Type") // these two fasthttp keeps apart: no list to reorder
+	h.Del("Content-Length")
 	s.setOperatorHeaders(h)
 	switch c.method {
 	case "", fasthttp.MethodPost:
@@ -86,9 +89,16 @@ func (s *Server) build(req *fasthttp.Request, c *upcall) {
 }
 
 // ownHeaders are the headers each upcall sets itself, never taken from the
-// agent's.
-var ownHeaders = []string{"Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id", "Content-Type",
-	"Content-Length", "Accept", "Mcp-Method", "Mcp-Name"}
+// agent's (with Content-Type and Content-Length, which fasthttp keeps apart
+// and build sets or computes).
+var ownHeaders = []string{"Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id", "Accept", "Mcp-Method", "Mcp-Name"}
+
+// upcallDrops are the agent's fields an upcall never sends: the hop-by-hop
+// ones and those it sets itself.
+var (
+	upcallDrops        = newNameSet(append(append([]string(nil), reqDropHeaders.names...), ownHeaders...)...)
+	upcallDropWithAuth = newNameSet(append(append([]string(nil), reqDropWithAuth.names...), ownHeaders...)...)
+)
 
 // reply is the answer to an upcall, read whole.
 type reply struct {

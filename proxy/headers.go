@@ -119,23 +119,62 @@ func stripRequestHeader(h *fasthttp.RequestHeader, drop *nameSet) {
 	h.ResetConnectionClose()
 	raw := h.RawHeaders()
 	if len(raw) == 0 {
-		for _, n := range drop.names {
-			h.Del(n)
-		}
+		stripListed(h, drop)
 		return
 	}
 	found, reorder := rawHeaderNames(raw, drop)
 	switch {
 	case found == 0:
 	case !reorder:
-		for i, n := range drop.names {
-			if found&(1<<i) != 0 {
-				h.Del(n)
-			}
-		}
+		delFound(h, drop, found)
 	default:
 		rebuildRequestHeader(h, drop, found)
 	}
+}
+
+// stripListed is stripRequestHeader for a header whose raw block is not
+// its fields (none: built with Add, or not parsed; stale: changed since it
+// was parsed): it reads h's own list, in order. The Cookie fields are
+// fasthttp's cookie list, which Del leaves alone, so only the other fields
+// are written again when a deletion could reorder them.
+func stripListed(h *fasthttp.RequestHeader, drop *nameSet) {
+	var found uint32
+	dropped, keptAfter := false, false
+	var seen [maxNames][]byte
+	n, repeats := 0, false
+	for k := range h.All() {
+		if requestApart.bits(k) != 0 || string(k) == "Cookie" {
+			continue
+		}
+		if bit := drop.bits(k); bit != 0 {
+			found |= bit
+			dropped = true
+			continue
+		}
+		keptAfter = keptAfter || dropped
+		if !repeats {
+			repeats = n == maxNames || seenName(seen[:n], k)
+			if !repeats {
+				seen[n], n = k, n+1
+			}
+		}
+	}
+	if found == 0 {
+		return
+	}
+	if !keptAfter || !repeats {
+		delFound(h, drop, found)
+		return
+	}
+	fc := fieldCopies.Get().(*fieldCopy)
+	defer fieldCopies.Put(fc)
+	fc.reset()
+	for k, v := range h.All() {
+		if requestApart.bits(k) == 0 && string(k) != "Cookie" && drop.bits(k) == 0 {
+			fc.add(k, v)
+		}
+	}
+	fc.replace(h, drop, found, false)
 }
 
 // rebuildRequestHeader deletes from h the fields named by the found bits of
@@ -146,43 +185,59 @@ func stripRequestHeader(h *fasthttp.RequestHeader, drop *nameSet) {
 func rebuildRequestHeader(h *fasthttp.RequestHeader, drop *nameSet, found uint32) {
 	fc := fieldCopies.Get().(*fieldCopy)
 	defer fieldCopies.Put(fc)
-	fc.b, fc.ends = fc.b[:0], fc.ends[:0]
+	fc.reset()
 	for k, v := range h.AllInOrder() {
-		if requestApart.bits(k) != 0 || found&drop.bits(k) != 0 {
-			continue
+		if requestApart.bits(k) == 0 && found&drop.bits(k) == 0 {
+			fc.add(k, v)
 		}
-		fc.b = append(fc.b, k...)
-		fc.ends = append(fc.ends, len(fc.b))
-		fc.b = append(fc.b, v...)
-		fc.ends = append(fc.ends, len(fc.b))
-	}
-	for i, n := range drop.names {
-		if found&(1<<i) != 0 {
-			h.Del(n)
-		}
-	}
-	for i, start := 0, 0; i < len(fc.ends); i, start = i+2, fc.ends[i+1] {
-		h.DelBytes(fc.b[start:fc.ends[i]])
 	}
 	// Added as received: a Cookie field stays one field (fasthttp would
 	// parse it into its cookie list).
-	special := !h.DisableSpecialHeader()
-	for i, start := 0, 0; i < len(fc.ends); i, start = i+2, fc.ends[i+1] {
-		h.AddBytesKV(fc.b[start:fc.ends[i]], fc.b[fc.ends[i]:fc.ends[i+1]])
-	}
-	if special {
-		h.EnableSpecialHeader()
-	}
-	if cap(fc.b) > 64<<10 {
-		fc.b = nil // do not pin a large buffer
-	}
+	fc.replace(h, drop, found, true)
 }
 
-// fieldCopy holds the fields rebuildRequestHeader puts back: name and value
-// bytes in b, each ending at the next offset in ends.
+// fieldCopy holds the fields rebuildRequestHeader and stripListed put
+// back: name and value bytes in b, each ending at the next offset in ends.
 type fieldCopy struct {
 	b    []byte
 	ends []int
+}
+
+func (fc *fieldCopy) reset() { fc.b, fc.ends = fc.b[:0], fc.ends[:0] }
+
+func (fc *fieldCopy) add(k, v []byte) {
+	fc.b = append(fc.b, k...)
+	fc.ends = append(fc.ends, len(fc.b))
+	fc.b = append(fc.b, v...)
+	fc.ends = append(fc.ends, len(fc.b))
+}
+
+// replace deletes from h the fields named by the found bits of drop and
+// every field fc holds, then adds fc's fields back in their order; with
+// asReceived, as fields only (a Cookie field stays one field).
+func (fc *fieldCopy) replace(h *fasthttp.RequestHeader, drop *nameSet, found uint32, asReceived bool) {
+	delFound(h, drop, found)
+	for i, start := 0, 0; i < len(fc.ends); i, start = i+2, fc.ends[i+1] {
+		h.DelBytes(fc.b[start:fc.ends[i]])
+	}
+	if asReceived && !h.DisableSpecialHeader() {
+		defer h.EnableSpecialHeader()
+	}
+	for i, start := 0, 0; i < len(fc.ends); i, start = i+2, fc.ends[i+1] {
+		h.AddBytesKV(fc.b[start:fc.ends[i]], fc.b[fc.ends[i]:fc.ends[i+1]])
+	}
+	if cap(fc.b) > 64<<10 {
+		fc.b = nil // do not pin a large buffer in the pool
+	}
+}
+
+// delFound deletes from h the fields named by the found bits of drop.
+func delFound(h *fasthttp.RequestHeader, drop *nameSet, found uint32) {
+	for i, name := range drop.names {
+		if found&(1<<i) != 0 {
+			h.Del(name)
+		}
+	}
 }
 
 var fieldCopies = sync.Pool{New: func() any { return new(fieldCopy) }}

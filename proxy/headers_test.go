@@ -249,3 +249,63 @@ func BenchmarkStripHeaders(b *testing.B) {
 		})
 	}
 }
+
+// TestUpcallKeepsFieldOrder: the requests mcpheal makes for the agent (a
+// heal's initialize, a stream reopened, a keepalive) carry the agent's
+// fields without the hop-by-hop ones and those the request sets itself,
+// and fields of one name keep their order: from a header as parsed, one
+// changed since (a session id set on it), and one built with Add.
+func TestUpcallKeepsFieldOrder(t *testing.T) {
+	t.Parallel()
+	parsed := func(t *testing.T) *fasthttp.RequestHeader {
+		var h fasthttp.RequestHeader
+		raw := "GET /mcp HTTP/1.1\r\nHost: h\r\nAccept: application/json\r\nX-A: 1\r\nKeep-Alive: 5\r\n" +
+			"X-B: 0\r\nCookie: c=1\r\nX-A: 2\r\nCookie: d=2\r\n\r\n"
+		if err := h.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatal(err)
+		}
+		return &h
+	}
+	changed := func(t *testing.T) *fasthttp.RequestHeader {
+		h := parsed(t)
+		h.SetBytesK(hdrSessionID, "upstream-id") // as setSessionHeader does
+		return h
+	}
+	added := func(*testing.T) *fasthttp.RequestHeader {
+		h := new(fasthttp.RequestHeader)
+		for _, kv := range [][2]string{{"Keep-Alive", "5"}, {"X-A", "1"}, {"Mcp-Method", "x"}, {"X-B", "0"}, {"X-A", "2"}} {
+			h.Add(kv[0], kv[1])
+		}
+		return h
+	}
+	s := &Server{}
+	for name, agent := range map[string]func(*testing.T) *fasthttp.RequestHeader{
+		"parsed": parsed, "changed": changed, "added": added,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var req fasthttp.Request
+			s.build(&req, &upcall{hdr: agent(t), method: fasthttp.MethodGet})
+			h := &req.Header
+			if got := h.PeekAll("X-A"); len(got) != 2 || string(got[0]) != "1" || string(got[1]) != "2" {
+				t.Errorf("X-A fields %q, want 1 then 2:\n%s", got, h.String())
+			}
+			for _, gone := range []string{"Keep-Alive", "Mcp-Session-Id", "Mcp-Method"} {
+				if len(h.Peek(gone)) > 0 {
+					t.Errorf("%s reached the upcall:\n%s", gone, h.String())
+				}
+			}
+			if string(h.Peek("Accept")) != "text/event-stream" || string(h.Peek("X-B")) != "0" {
+				t.Errorf("Accept or X-B wrong:\n%s", h.String())
+			}
+			if name != "added" && (string(h.Cookie("c")) != "1" || string(h.Cookie("d")) != "2") {
+				t.Errorf("cookies lost:\n%s", h.String())
+			}
+		})
+	}
+	// A header with no raw block, stripped of hop-by-hop fields only.
+	h := added(t)
+	stripRequestHeader(h, reqDropHeaders)
+	if got := h.PeekAll("X-A"); len(got) != 2 || string(got[0]) != "1" || string(got[1]) != "2" || len(h.Peek("Keep-Alive")) > 0 {
+		t.Errorf("stripRequestHeader without a raw block: X-A %q:\n%s", got, h.String())
+	}
+}
