@@ -70,3 +70,18 @@ func (s *Session) ToolsSeen() bool {
 	defer s.mu.Unlock()
 	return s.toolsSeen
 }
+
+// SetJournal replaces the session's journal with j (the fleet's, from
+// Shared).
+func (s *Session) SetJournal(j Journal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.level = j.Level
+	s.subs = nil
+	for _, uri := range j.Subscriptions {
+		if s.subs == nil {
+			s.subs = make(map[string]bool, len(j.Subscriptions))
+		}
+		s.subs[uri] = true
+	}
+}

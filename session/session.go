@@ -316,3 +316,25 @@ func shortHash(v string) string {
 	h := sha256.Sum256([]byte(v))
 	return hex.EncodeToString(h[:4])
 }
+
+// NoteAdopted records that generation gen's upstream session was adopted
+// from another process rather than created here: it may be older than the
+// failure that led to it (that process's session may have died too).
+func (s *Session) NoteAdopted(gen uint64) { s.adopted.Store(gen) }
+
+// WasAdopted reports whether generation gen was adopted (NoteAdopted).
+func (s *Session) WasAdopted(gen uint64) bool { return gen != 0 && s.adopted.Load() == gen }
+
+// Follow moves the session to generation gen and upstream session up,
+// created by another process, unless the session is already there or past
+// it, or heals itself right now (its heal adopts the fleet's anyway).
+func (s *Session) Follow(up UpstreamID, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen <= s.gen || s.healing != nil {
+		return
+	}
+	s.upstream, s.gen, s.born = up, gen, now()
+	s.needsInit.Store(false)
+	s.adopted.Store(gen)
+}
