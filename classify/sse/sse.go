@@ -11,7 +11,7 @@
 // unfinished event holding "result" and cut answers at 4 KiB).
 //
 // The package imports only the standard library and allocates only to grow
-// a [Framer]'s buffer.
+// a [Framer]'s buffer or the caller's.
 package sse
 
 import (
