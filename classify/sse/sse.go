@@ -2,7 +2,8 @@
 // "Server-sent events") into events, for everything in mcpheal that reads
 // one: the classifier's first-event peek, the proxy's event relay and every
 // request the proxy makes on an agent's behalf, the doctor and the benchmark
-// checker.
+// checker. It also writes every event mcpheal sends an agent ([AppendEvent],
+// write.go).
 //
 // It has one rule, kept in one place: an event is complete only at the blank
 // line that ends it. A line ends in LF, CRLF or a lone CR, and a CRLF split
