@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +59,7 @@ type Breaker struct {
 	mu          sync.Mutex // protects streakStart, openUntil, cooldown, probeAt
 	streakStart time.Time
 	openUntil   time.Time
-	cooldown    time.Duration
+	cooldown    Backoff   // the open periods: Cooldown doubling to MaxCooldown
 	probeAt     time.Time // when the current half-open probe was let through
 }
 
@@ -72,7 +71,7 @@ func NewBreaker(cfg BreakerConfig) *Breaker {
 	cfg.MinStreak = orDur(cfg.MinStreak, 5*time.Second)
 	cfg.Cooldown = orDur(cfg.Cooldown, time.Second)
 	cfg.MaxCooldown = orDur(cfg.MaxCooldown, 60*time.Second)
-	return &Breaker{cfg: cfg, now: time.Now}
+	return &Breaker{cfg: cfg, now: time.Now, cooldown: Backoff{Min: cfg.Cooldown, Max: cfg.MaxCooldown}}
 }
 
 // State returns the current state.
@@ -104,14 +103,14 @@ func (b *Breaker) Allow() (bool, time.Duration) {
 	case HalfOpen:
 		// One probe at a time; a probe that never reported (its request
 		// ended without reaching the upstream) is replaced after a cooldown.
-		if now.Sub(b.probeAt) < b.cooldown {
-			wait := b.cooldown - now.Sub(b.probeAt)
+		if cd := b.cooldown.Step(); now.Sub(b.probeAt) < cd {
+			wait := cd - now.Sub(b.probeAt)
 			b.mu.Unlock()
 			return false, wait
 		}
 		b.probeAt = now
 	}
-	cd := b.cooldown
+	cd := b.cooldown.Step()
 	b.mu.Unlock()
 	if changed {
 		b.changed(from, HalfOpen, cd)
@@ -128,7 +127,7 @@ func (b *Breaker) Success() {
 	from := b.State()
 	b.fails.Store(0)
 	b.state.Store(int32(Closed))
-	b.cooldown = 0
+	b.cooldown.Reset()
 	b.mu.Unlock()
 	if from != Closed {
 		b.changed(from, Closed, 0)
@@ -150,13 +149,8 @@ func (b *Breaker) Failure() {
 		b.mu.Unlock()
 		return
 	}
-	switch {
-	case b.cooldown == 0:
-		b.cooldown = b.cfg.Cooldown
-	case from == HalfOpen:
-		b.cooldown = min(2*b.cooldown, b.cfg.MaxCooldown)
-	}
-	jittered := time.Duration(float64(b.cooldown) * (0.8 + 0.4*rand.Float64()))
+	// The first open period is Cooldown; each failed probe doubles it.
+	jittered := b.cooldown.Next()
 	b.openUntil = now.Add(jittered)
 	b.state.Store(int32(Open))
 	b.mu.Unlock()
