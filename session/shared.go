@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -9,8 +10,11 @@ import (
 // Shared is what several mcpheal processes (replicas behind one balancer,
 // or one process and its successor) keep for a session beyond its sealed
 // id: what changes in its life. The recipe never changes and travels in the
-// id itself; Shared holds the current upstream session and its generation,
-// the journal, and the tombstone of a session the agent ended.
+// id itself (only its digest when it is too large: then Shared keeps it);
+// Shared holds the current upstream session and its generation, the
+// journal, the credential binding the session moved to, and the tombstone
+// of a session the agent ended. Note, Bind and SaveRecipe on an ended
+// session do nothing: it stays ended.
 //
 // The proxy reads it only when it lacks something: a session id it does not
 // hold (restore), and a heal (to adopt another process's heal instead of
@@ -30,8 +34,16 @@ type Shared interface {
 	// that follows generation gen: true for exactly one caller per
 	// generation until ttl passes.
 	Lead(ctx context.Context, id ClientID, gen uint64, ttl time.Duration) (bool, error)
-	// SaveJournal records the session's journal.
-	SaveJournal(ctx context.Context, id ClientID, j Journal) error
+	// Note records one change to the session's journal: a delta, never the
+	// whole journal.
+	Note(ctx context.Context, id ClientID, c JournalChange) error
+	// Bind records the credential binding the session moved to (a token
+	// rotation the upstream accepted); Load returns it as State.Binding.
+	Bind(ctx context.Context, id ClientID, binding string) error
+	// SaveRecipe keeps the agent's initialize of a session whose sealed id
+	// carries only its digest; Load returns it as State.Init. The caller
+	// checks it against the digest before use.
+	SaveRecipe(ctx context.Context, id ClientID, init []byte) error
 	// End records that the agent ended the session: it never comes back.
 	End(ctx context.Context, id ClientID) error
 }
@@ -44,9 +56,24 @@ type State struct {
 	Gen      uint64
 	// Ended: the agent ended the session (DELETE).
 	Ended bool
-	// Journal is valid when HasJournal: a process recorded one.
+	// Journal is valid when HasJournal: a process noted a change to it
+	// (Note), even if the changes since left it empty.
 	Journal    Journal
 	HasJournal bool
+	// Binding is the credential binding recorded by Bind; "" for none.
+	Binding string
+	// Init is the initialize recorded by SaveRecipe; nil for none.
+	Init []byte
+}
+
+// JournalChange is one change to a session's journal.
+type JournalChange struct {
+	// Level, when not empty, is the params of an accepted logging/setLevel
+	// (raw JSON), replacing the last.
+	Level string
+	// URI, when not empty, was subscribed (Subscribed) or unsubscribed.
+	URI        string
+	Subscribed bool
 }
 
 // Event is a change one process made to a session's fleet-wide state,
@@ -85,9 +112,37 @@ type Watcher interface {
 // uses session/redisstore.
 type MemShared struct {
 	mu       sync.Mutex
-	m        map[ClientID]State
+	m        map[ClientID]*memEntry
 	leads    map[leadKey]time.Time
 	watchers map[*func(Event)]struct{}
+}
+
+// memEntry is one session in a MemShared: the subscriptions are a set, so
+// that a Note costs the same however many there are, as in Redis.
+type memEntry struct {
+	up         UpstreamID
+	gen        uint64
+	ended      bool
+	hasJournal bool
+	level      string
+	subs       map[string]struct{}
+	binding    string
+	init       []byte
+}
+
+// state returns a copy of e that shares nothing with it.
+func (e *memEntry) state() State {
+	if e.ended {
+		return State{Ended: true}
+	}
+	st := State{Upstream: e.up, Gen: e.gen, HasJournal: e.hasJournal, Binding: e.binding,
+		Init: slices.Clone(e.init)}
+	st.Journal.Level = e.level
+	for uri := range e.subs {
+		st.Journal.Subscriptions = append(st.Journal.Subscriptions, uri)
+	}
+	slices.Sort(st.Journal.Subscriptions)
+	return st
 }
 
 var _ Watcher = (*MemShared)(nil)
@@ -99,30 +154,41 @@ type leadKey struct {
 
 // NewMemShared returns an empty MemShared.
 func NewMemShared() *MemShared {
-	return &MemShared{m: make(map[ClientID]State), leads: make(map[leadKey]time.Time), watchers: make(map[*func(Event)]struct{})}
+	return &MemShared{m: make(map[ClientID]*memEntry), leads: make(map[leadKey]time.Time), watchers: make(map[*func(Event)]struct{})}
 }
 
 // Load implements Shared.
 func (m *MemShared) Load(_ context.Context, id ClientID) (State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := m.m[id]
-	st.Journal.Subscriptions = append([]string(nil), st.Journal.Subscriptions...)
-	return st, nil
+	e, ok := m.m[id]
+	if !ok {
+		return State{}, nil
+	}
+	return e.state(), nil
+}
+
+// entry returns id's entry, made on first use.
+func (m *MemShared) entry(id ClientID) *memEntry {
+	e, ok := m.m[id]
+	if !ok {
+		e = &memEntry{}
+		m.m[id] = e
+	}
+	return e
 }
 
 // Advance implements Shared.
 func (m *MemShared) Advance(_ context.Context, id ClientID, from uint64, up UpstreamID) (State, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := m.m[id]
-	if st.Ended || st.Gen > from {
-		return st, false, nil
+	e := m.entry(id)
+	if e.ended || e.gen > from {
+		return e.state(), false, nil
 	}
-	st.Upstream, st.Gen = up, from+1
-	m.m[id] = st
-	m.tellLocked(Event{Key: m.Key(id), Upstream: up, Gen: st.Gen})
-	return st, true, nil
+	e.up, e.gen = up, from+1
+	m.tellLocked(Event{Key: m.Key(id), Upstream: up, Gen: e.gen})
+	return e.state(), true, nil
 }
 
 // Lead implements Shared.
@@ -137,13 +203,52 @@ func (m *MemShared) Lead(_ context.Context, id ClientID, gen uint64, ttl time.Du
 	return true, nil
 }
 
-// SaveJournal implements Shared.
-func (m *MemShared) SaveJournal(_ context.Context, id ClientID, j Journal) error {
+// Note implements Shared.
+func (m *MemShared) Note(_ context.Context, id ClientID, c JournalChange) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := m.m[id]
-	st.Journal, st.HasJournal = j, true
-	m.m[id] = st
+	e := m.entry(id)
+	if e.ended {
+		return nil
+	}
+	e.hasJournal = true
+	if c.Level != "" {
+		e.level = c.Level
+	}
+	switch {
+	case c.URI == "":
+	case c.Subscribed:
+		if e.subs == nil {
+			e.subs = make(map[string]struct{})
+		}
+		e.subs[c.URI] = struct{}{}
+	default:
+		delete(e.subs, c.URI)
+	}
+	return nil
+}
+
+// Bind implements Shared.
+func (m *MemShared) Bind(_ context.Context, id ClientID, binding string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.entry(id); !e.ended {
+		e.binding = binding
+	}
+	return nil
+}
+
+// SaveRecipe implements Shared.
+func (m *MemShared) SaveRecipe(_ context.Context, id ClientID, init []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.entry(id); !e.ended {
+		// A copy: the caller may reuse its buffer. Empty is none, as in Redis.
+		e.init = nil
+		if len(init) > 0 {
+			e.init = slices.Clone(init)
+		}
+	}
 	return nil
 }
 
@@ -151,7 +256,7 @@ func (m *MemShared) SaveJournal(_ context.Context, id ClientID, j Journal) error
 func (m *MemShared) End(_ context.Context, id ClientID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.m[id] = State{Ended: true}
+	m.m[id] = &memEntry{ended: true}
 	m.tellLocked(Event{Key: m.Key(id), Ended: true})
 	return nil
 }

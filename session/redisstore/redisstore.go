@@ -6,14 +6,25 @@
 // One hash per session, under a key derived from the session id (the id
 // itself, a sealed record, never reaches Redis):
 //
-//	mcpheal:<upstream>:<sha256(id)[:16] hex>   gen, up, j (journal JSON), end
+//	mcpheal:<upstream>:<sha256(id)[:16] hex>   the session's hash, fields:
+//	    gen, up       generation and upstream session id (Advance)
+//	    n             "1": a journal change was noted, even if none is left
+//	    l             the last logging/setLevel params (Note)
+//	    s:<uri>       "1" per subscribed resource URI (Note)
+//	    b             the credential binding (Bind)
+//	    i             the initialize, when the id holds only its digest (SaveRecipe)
+//	    j             the whole journal as JSON, written by older mcpheal (read, then replaced)
+//	    end           "1": the tombstone of an ended session, alone in the hash
 //	... :lead:<gen>                             the heal lease of one generation
 //	mcpheal:<upstream>:events                   pub/sub: heals and ends, for the other replicas
 //
 // Every key expires (Config.TTL, the sealed id's own lifetime), so nothing
 // outlives the ids that could name it. Advance is one Lua script: the
 // compare-and-set on the generation that makes one heal per generation
-// fleet-wide.
+// fleet-wide. Every other write to the hash is one Lua script too, which
+// leaves a tombstone alone: a late write never brings an ended session
+// back. The journal is kept one field per subscription so that a change
+// sends and rewrites only itself, whatever the number of subscriptions.
 package redisstore
 
 import (
@@ -24,6 +35,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,17 +201,24 @@ func parseEvent(p string) (session.Event, bool) {
 	return session.Event{}, false
 }
 
-// journal is the JSON of session.Journal in the hash's j field.
-type journal struct {
+// oldJournal is the JSON of session.Journal in the hash's j field, where
+// mcpheal kept the whole journal before it kept one field per change. A
+// fleet upgraded in place still holds such hashes until they expire: Load
+// reads them, and the first write migrates them (write).
+type oldJournal struct {
 	Level string   `json:"l,omitempty"`
 	Subs  []string `json:"s,omitempty"`
 }
+
+// subPrefix starts the field of each subscribed URI. No other field holds
+// a colon, so no URI can be mistaken for one.
+const subPrefix = "s:"
 
 // Load implements session.Shared.
 func (st *Store) Load(ctx context.Context, id session.ClientID) (session.State, error) {
 	h, err := st.c.HGetAll(ctx, st.key(id)).Result()
 	if err != nil {
-		return session.State{}, err
+		return session.State{}, fmt.Errorf("redisstore: load: %w", err)
 	}
 	var s session.State
 	if _, s.Ended = h["end"]; s.Ended {
@@ -207,18 +226,36 @@ func (st *Store) Load(ctx context.Context, id session.ClientID) (session.State, 
 	}
 	if g, ok := h["gen"]; ok {
 		if s.Gen, err = strconv.ParseUint(g, 10, 64); err != nil {
-			return session.State{}, fmt.Errorf("redisstore: bad generation %q", g)
+			return session.State{}, fmt.Errorf("redisstore: load: bad generation %q", g)
 		}
 		s.Upstream = session.UpstreamID(h["up"])
 	}
+	s.Binding = h["b"]
+	if i := h["i"]; i != "" {
+		s.Init = []byte(i)
+	}
 	if j, ok := h["j"]; ok {
-		var v journal
+		// Written by an older mcpheal after any field of the journal here
+		// (every write of ours replaces j with fields): it is the journal.
+		var v oldJournal
 		if err := json.Unmarshal([]byte(j), &v); err != nil {
-			return session.State{}, fmt.Errorf("redisstore: bad journal: %w", err)
+			return session.State{}, fmt.Errorf("redisstore: load: bad journal: %w", err)
 		}
 		s.Journal = session.Journal{Level: v.Level, Subscriptions: v.Subs}
+		slices.Sort(s.Journal.Subscriptions)
 		s.HasJournal = true
+		return s, nil
 	}
+	// n, not the fields left: a session whose subscriptions were all
+	// removed still has a journal, an empty one.
+	_, s.HasJournal = h["n"]
+	s.Journal.Level = h["l"]
+	for f := range h {
+		if uri, ok := strings.CutPrefix(f, subPrefix); ok {
+			s.Journal.Subscriptions = append(s.Journal.Subscriptions, uri)
+		}
+	}
+	slices.Sort(s.Journal.Subscriptions)
 	return s, nil
 }
 
@@ -264,19 +301,75 @@ func (st *Store) Lead(ctx context.Context, id session.ClientID, gen uint64, ttl 
 	return st.c.SetNX(ctx, st.key(id)+":lead:"+strconv.FormatUint(gen, 10), "1", max(ttl, time.Millisecond)).Result()
 }
 
-// SaveJournal implements session.Shared.
-func (st *Store) SaveJournal(ctx context.Context, id session.ClientID, j session.Journal) error {
-	b, err := json.Marshal(journal{Level: j.Level, Subs: j.Subscriptions})
-	if err != nil {
-		return err
+// write changes the hash KEYS[1] unless it is a tombstone: it deletes the
+// field ARGV[2] (none when empty), sets the fields and values that follow,
+// and makes the key live ARGV[1] ms again. It returns 0 on a tombstone, 1
+// otherwise. A journal an older mcpheal wrote whole (j) first becomes
+// fields, replacing any the hash holds: j is newer, since every run of this
+// script removes it.
+var write = redis.NewScript(`
+local k = KEYS[1]
+if redis.call('HEXISTS', k, 'end') == 1 then return 0 end
+local j = redis.call('HGET', k, 'j')
+if j then
+  local v = cjson.decode(j)
+  for _, f in ipairs(redis.call('HKEYS', k)) do
+    if f == 'l' or string.sub(f, 1, 2) == 's:' then redis.call('HDEL', k, f) end
+  end
+  if type(v.l) == 'string' and v.l ~= '' then redis.call('HSET', k, 'l', v.l) end
+  if type(v.s) == 'table' then
+    for _, uri in ipairs(v.s) do redis.call('HSET', k, 's:' .. uri, '1') end
+  end
+  redis.call('HSET', k, 'n', '1')
+  redis.call('HDEL', k, 'j')
+end
+if ARGV[2] ~= '' then redis.call('HDEL', k, ARGV[2]) end
+if #ARGV > 2 then redis.call('HSET', k, unpack(ARGV, 3)) end
+redis.call('PEXPIRE', k, ARGV[1])
+return 1
+`)
+
+// write runs the write script on id's hash (one round trip; the script
+// travels once per server, then by its digest).
+func (st *Store) write(ctx context.Context, id session.ClientID, del string, set ...any) error {
+	return write.Run(ctx, st.c, []string{st.key(id)}, append([]any{st.ttl.Milliseconds(), del}, set...)...).Err()
+}
+
+// Note implements session.Shared: a subscription is one field, set or
+// deleted, so a change costs the same however many the session holds.
+func (st *Store) Note(ctx context.Context, id session.ClientID, c session.JournalChange) error {
+	var del string
+	set := []any{"n", "1"}
+	if c.Level != "" {
+		set = append(set, "l", c.Level)
 	}
-	k := st.key(id)
-	_, err = st.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, k, "j", b)
-		p.PExpire(ctx, k, st.ttl)
-		return nil
-	})
-	return err
+	switch {
+	case c.URI == "":
+	case c.Subscribed:
+		set = append(set, subPrefix+c.URI, "1")
+	default:
+		del = subPrefix + c.URI
+	}
+	if err := st.write(ctx, id, del, set...); err != nil {
+		return fmt.Errorf("redisstore: note: %w", err)
+	}
+	return nil
+}
+
+// Bind implements session.Shared.
+func (st *Store) Bind(ctx context.Context, id session.ClientID, binding string) error {
+	if err := st.write(ctx, id, "", "b", binding); err != nil {
+		return fmt.Errorf("redisstore: bind: %w", err)
+	}
+	return nil
+}
+
+// SaveRecipe implements session.Shared.
+func (st *Store) SaveRecipe(ctx context.Context, id session.ClientID, init []byte) error {
+	if err := st.write(ctx, id, "", "i", init); err != nil {
+		return fmt.Errorf("redisstore: save recipe: %w", err)
+	}
+	return nil
 }
 
 // End implements session.Shared: the hash becomes a tombstone.
