@@ -32,10 +32,13 @@ import (
 // DELETEs raises it only for ids expiring in the flooded window, and it
 // never hides a buried id.
 //
-// Measured (TestTombstonesFalsePositives, TestTombstonesBounded): 0 false
-// positives in 10^6 ids never buried with 65 600 buried in their window,
-// 2.68 % with 10^6 buried (theory 2.68 %); 1 MiB per window in use, 11 MiB
-// at most while ids of every life are buried over several maxAges.
+// Measured (TestTombstonesFalsePositives, TestTombstonesBounded,
+// BenchmarkTombstones on a 2-core Xeon): 0 false positives in 10^6 ids
+// never buried with 65 600 buried in their window, 2.68 % with 10^6
+// buried (theory 2.68 %); Bury 73 ns (and its time.Now), Buried 34 ns
+// (41 ns for an id not buried), 0 allocations either; 1 MiB per window in
+// use, 11 MiB at most while ids of every life are buried over several
+// maxAges.
 //
 // A Tombstones is safe for concurrent use.
 type Tombstones struct {
