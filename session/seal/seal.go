@@ -5,11 +5,14 @@
 // alone; the id cannot be forged, read or altered by the agent.
 //
 // Format: "m" + base64url(version ‖ key id ‖ GCM nonce ‖ ciphertext+tag),
-// with version and key id as associated data. The plaintext is a binary
-// record: a random nonce (the session's identity), issued-at and expiry,
-// the upstream's name, a digest of the credential that created it, the
-// negotiated protocol version, and the agent's initialize, deflated (or its
-// SHA-256 when even deflated it would make the id too long).
+// with version and key id as associated data. The base64url is unpadded
+// and canonical (RFC 4648 §3.5: the unused bits of the last character are
+// zero; no padding, line breaks or other characters), so a sealed record
+// has exactly one spelling and Open refuses every other. The plaintext is
+// a binary record: a random nonce (the session's identity), issued-at and
+// expiry, the upstream's name, a digest of the credential that created it,
+// the negotiated protocol version, and the agent's initialize, deflated
+// (or its SHA-256 when even deflated it would make the id too long).
 //
 // Keys are derived once per key (HKDF-SHA256), never per request; opening
 // costs one AES-GCM open and one inflate (BenchmarkOpen).
@@ -172,13 +175,36 @@ func (r *Ring) Seal(rec *Record) string {
 	return "m" + base64.RawURLEncoding.EncodeToString(buf)
 }
 
-// Open returns the record sealed in id, or ErrInvalid.
+// strict decodes the one spelling Seal writes: it refuses padding and
+// non-zero unused bits in the last character (RFC 4648 §3.5), though not
+// the CR and LF that Go's decoders skip anywhere (see canonical).
+var strict = base64.RawURLEncoding.Strict()
+
+// canonical reports whether s is the very text Seal writes for raw. Every
+// place that remembers an id (the graveyard, the Redis tombstone) keys its
+// exact text, so a second spelling that opened the same record would bring
+// an ended session back. Re-encoding is the definition of the one spelling,
+// so it also catches whatever a decoder skips or tolerates beyond what
+// strict refuses. It does not allocate: an id is at most 4096 bytes.
+func canonical(s string, raw []byte) bool {
+	var buf [4096]byte
+	n := base64.RawURLEncoding.EncodedLen(len(raw))
+	if n != len(s) || n > len(buf) {
+		return false
+	}
+	base64.RawURLEncoding.Encode(buf[:n], raw)
+	return string(buf[:n]) == s
+}
+
+// Open returns the record sealed in id, or ErrInvalid. It accepts exactly
+// the spelling Seal wrote: any other text, even one a lenient base64
+// decoder reads as the same bytes, is ErrInvalid.
 func (r *Ring) Open(id string, now time.Time) (*Record, error) {
 	if len(id) < 2 || id[0] != 'm' || len(id) > 4096 {
 		return nil, ErrInvalid
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(id[1:])
-	if err != nil || len(raw) < 2 || raw[0] != version {
+	raw, err := strict.DecodeString(id[1:])
+	if err != nil || !canonical(id[1:], raw) || len(raw) < 2 || raw[0] != version {
 		return nil, ErrInvalid
 	}
 	a, ok := r.aeads[raw[1]]
