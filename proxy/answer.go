@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -18,7 +19,7 @@ import (
 type outcome struct {
 	kind  outcomeKind
 	class classify.Class // of the upstream's answer (outUpstream, outRefused)
-	err   error          // why the exchange failed (outRefused), for the log
+	err   error          // why the exchange failed (outRefused, outTooLarge, outCredential), for the log
 	why   string         // outDown: what was unreachable
 	wait  time.Duration  // outBreakerOpen: until the breaker half-opens
 }
@@ -52,114 +53,186 @@ const (
 	// waited; the answer written goes nowhere (unless the agent only
 	// half-closed it).
 	outAgentGone
+	// outCredential: -32018, mcpheal could not get the upstream
+	// credential it owns; nothing was sent.
+	outCredential
+	// outFull: 429 or 503 -32015, a new session the caps or the memory
+	// budget have no room for (err says which).
+	outFull
+	// outInvalid: 502 -32020, an upstream answer mcpheal cannot carry
+	// (err says why).
+	outInvalid
+	// outHealAuth: the upstream's 401 or 403 (and its challenge) to the
+	// recorded initialize under this request's credential; the session
+	// stays.
+	outHealAuth
 )
 
+// failure is mcpheal's own answer for an outcome that is not the
+// upstream's: the HTTP status (for a JSON answer), the JSON-RPC error, and
+// Retry-After (0: none). It is the one table of mcpheal's errors (README
+// "Errors mcpheal answers itself"), for every route, JSON or SSE.
+type failure struct {
+	status, code int
+	msg          string
+	retryAfter   int
+	challenge    string // WWW-Authenticate, for a 401
+}
+
+// fail turns out into mcpheal's error, counting and logging it once.
+func (a *attempt) fail(out outcome) failure {
+	c, m := &a.s.count, &a.msg
+	switch out.kind {
+	case outRefused:
+		c.replaysRefused.Add(1)
+		c.request(m, out.class)
+		return a.refusal(out.class, out.err)
+	case outDown:
+		c.upstreamDown.Add(1)
+		c.request(m, classify.TransportDead)
+		return failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, msg: out.why + ": " + a.s.link.up.Origin(), retryAfter: 1}
+	case outBreakerOpen:
+		c.upstreamDown.Add(1)
+		c.request(m, classify.TransportDead)
+		return failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, msg: "upstream " + a.s.cfg.Name +
+			" unavailable (circuit breaker open): " + a.s.link.up.Origin(), retryAfter: int((out.wait + time.Second - 1) / time.Second)}
+	case outGone:
+		c.request(m, classify.SessionGone)
+		return failure{status: fasthttp.StatusNotFound, code: codeSessionNotFound, msg: "Session not found"}
+	case outTooLarge:
+		c.request(m, out.class)
+		if errors.Is(out.err, upstream.ErrOverBudget) {
+			a.s.log.Warn().Int("bytes", len(a.resp.Body())).Int64("budget", a.s.mem.limit).Msg("answer not buffered: memory budget")
+			return failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget, msg: "upstream answer not relayed (at least " +
+				strconv.Itoa(len(a.resp.Body())) + " bytes): mcpheal's memory_budget is reached; retry later", retryAfter: 1}
+		}
+		a.s.log.Warn().Str(logMethod, m.method).Str("tool", m.tool).Err(out.err).
+			Msg("upstream answer too large; not relayed")
+		return failure{status: fasthttp.StatusBadGateway, code: codeTooLarge, msg: "upstream answer larger than mcpheal's max_answer limit (" + out.err.Error() + ")"}
+	case outCredential:
+		c.request(m, classify.Auth)
+		var ce *credentialError
+		if errors.As(out.err, &ce) && ce.refused() {
+			// Only the operator can mend it: no Retry-After.
+			return failure{status: fasthttp.StatusBadGateway, code: codeCredential, msg: "mcpheal could not get its credential for upstream " +
+				a.s.cfg.Name + ": " + ce.err.Error() + "; " + m.method + " was not sent"}
+		}
+		return failure{status: fasthttp.StatusServiceUnavailable, code: codeCredential, msg: "mcpheal could not get its credential for upstream " +
+			a.s.cfg.Name + " (" + errorText(out.err) + "); " + m.method + " was not sent; retry later", retryAfter: 1}
+	case outFull:
+		c.request(m, classify.OK)
+		switch {
+		case errorIs(out.err, session.ErrCredentialFull):
+			return failure{status: fasthttp.StatusTooManyRequests, code: codeTooMany, msg: "Too many sessions for this credential (max_sessions_per_credential); retry later", retryAfter: 10}
+		case errorIs(out.err, errBudget):
+			return failure{status: fasthttp.StatusServiceUnavailable, code: codeTooMany, msg: "Too many sessions: mcpheal's memory_budget for this upstream is reached; retry later", retryAfter: 10}
+		}
+		return failure{status: fasthttp.StatusServiceUnavailable, code: codeTooMany, msg: "Too many sessions: mcpheal's session cap (max_sessions) is reached; retry later", retryAfter: 10}
+	case outHealAuth:
+		c.request(m, classify.Auth)
+		he := out.err.(*healAuthError)
+		if a.s.link.ownsAuthorization() && a.s.cfg.Credentials != nil {
+			return failure{status: fasthttp.StatusBadGateway, code: codeCredential, msg: "the upstream refused mcpheal's own credential " +
+				"while re-creating the session (" + strconv.Itoa(he.status) + ")"}
+		}
+		return failure{status: he.status, code: codeUnauthorized, msg: "the upstream refused this request's credential while re-creating " +
+			"the session (" + strconv.Itoa(he.status) + "); the session stays valid", challenge: he.challenge}
+	case outInvalid:
+		c.request(m, classify.Protocol)
+		return failure{status: fasthttp.StatusBadGateway, code: codeUpstreamInvalid, msg: "the upstream's answer to " + m.method +
+			" cannot be used: " + out.err.Error()}
+	case outAgentGone:
+		return failure{status: fasthttp.StatusOK, code: codeMaybeExecuted, msg: "the agent closed its connection while " + m.method +
+			" waited for the upstream; mcpheal ended the exchange, and the request may or may not have run"}
+	}
+	return failure{status: fasthttp.StatusBadGateway, code: codeProxyError, msg: "mcpheal internal error"}
+}
+
+// errorText is err's message for an agent: the credential error's own
+// (never a secret: upstream.TokenError keeps only status and code).
+func errorText(err error) string {
+	var ce *credentialError
+	if errors.As(err, &ce) {
+		return ce.err.Error()
+	}
+	return err.Error()
+}
+
 // answer writes the agent's answer for out and counts it. It reports
-// whether the answer is a stream that now owns a.resp.
+// whether the answer is a body that now owns a.
 func (a *attempt) answer(out outcome) bool {
-	c := &a.s.count
 	switch out.kind {
 	case outUpstream:
-		if a.sess != nil && a.eraRefused() && a.s.bridged() {
+		if a.heals && a.eraRefused() && a.s.eras.bridged() {
 			// The upstream now speaks only 2026-07-28 (a deploy changed
 			// its era) and refused the request before running it: the
 			// session goes on through the bridge.
 			a.ctx.Response.Reset()
-			a.s.bridgePost(a.ctx, a.sess, a.msg)
+			a.s.bridge.serve(a.ctx, a.r)
 			return false
 		}
-		c.request(&a.msg, out.class)
+		a.s.count.request(&a.msg, out.class)
 		if out.class == classify.OK && a.sess != nil {
 			a.accepted()
-			if a.msg.isRequest() {
-				a.s.store.Used(a.sess) // the upstream took a call: admission keeps it
-			}
 		}
-		return a.s.respond(a)
-	case outRefused:
-		c.replaysRefused.Add(1)
-		c.request(&a.msg, out.class)
-		a.refuse(out.class, out.err)
-	case outDown:
-		c.upstreamDown.Add(1)
-		c.request(&a.msg, classify.TransportDead)
-		writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
-			out.why+": "+a.s.up.Origin())
-		a.ctx.Response.Header.Set("Retry-After", "1")
-	case outBreakerOpen:
-		c.upstreamDown.Add(1)
-		c.request(&a.msg, classify.TransportDead)
-		writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, a.msg.idOrNull(),
-			"upstream "+a.s.cfg.Name+" unavailable (circuit breaker open): "+a.s.up.Origin())
-		a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((out.wait+time.Second-1)/time.Second)))
-	case outGone:
-		c.request(&a.msg, classify.SessionGone)
-		a.s.sessionNotFound(a.ctx, a.msg.idOrNull())
+		return a.respond()
 	case outAccepted:
-		c.request(&a.msg, classify.OK)
+		a.s.count.request(&a.msg, classify.OK)
 		a.ctx.SetStatusCode(fasthttp.StatusAccepted)
+		return false
 	case outEndResumption:
-		c.request(&a.msg, classify.OK)
+		a.s.count.request(&a.msg, classify.OK)
 		endResumption(a.ctx)
-	case outTooLarge:
-		c.request(&a.msg, out.class)
-		if errors.Is(out.err, upstream.ErrOverBudget) {
-			a.overBudget(len(a.resp.Body()))
-			break
-		}
-		a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Err(out.err).
-			Msg("upstream answer too large; not relayed")
-		writeError(a.ctx, fasthttp.StatusBadGateway, codeTooLarge, a.msg.idOrNull(),
-			"upstream answer larger than mcpheal's max_answer limit ("+out.err.Error()+")")
+		return false
 	case outAgentGone:
 		a.ctx.SetConnectionClose()
-		writeError(a.ctx, fasthttp.StatusOK, codeMaybeExecuted, a.msg.idOrNull(), "the agent closed its connection while "+
-			a.msg.method+" waited for the upstream; mcpheal ended the exchange, and the request may or may not have run")
+	}
+	f := a.fail(out)
+	writeError(a.ctx, f.status, f.code, a.msg.idOrNull(), f.msg)
+	if f.retryAfter > 0 {
+		a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(f.retryAfter))
+	}
+	if f.challenge != "" {
+		a.ctx.Response.Header.Set("WWW-Authenticate", f.challenge)
 	}
 	return false
 }
 
-// overBudget answers an upstream answer that the memory budget has no room
-// for; read is how much of it had been read.
-func (a *attempt) overBudget(read int) {
-	a.s.log.Warn().Int("bytes", read).Int64("budget", a.s.mem.limit).Msg("answer not buffered: memory budget")
-	writeError(a.ctx, fasthttp.StatusServiceUnavailable, codeBudget, a.msg.idOrNull(),
-		"upstream answer not relayed (at least "+strconv.Itoa(read)+" bytes): mcpheal's memory_budget is reached; retry later")
-	a.ctx.Response.Header.Set("Retry-After", "1")
-}
-
-// refuse answers an ambiguous failure of a request that is unsafe to run
-// twice. HTTP 200 keeps the agent's transport alive (the Python SDK tears
-// its transport down on other 4xx/5xx); the JSON-RPC error fails the call.
-func (a *attempt) refuse(cls classify.Class, err error) {
-	cause := "upstream connection lost"
+// refusal is the answer to an ambiguous failure of a request that is
+// unsafe to run twice. HTTP 200 keeps the agent's transport alive (the
+// Python SDK tears its transport down on other 4xx/5xx); the JSON-RPC
+// error fails the call.
+func (a *attempt) refusal(cls classify.Class, err error) failure {
+	cause := "the upstream connection was lost"
 	switch {
 	case cls == classify.Timeout:
-		cause = "upstream did not answer in time"
+		cause = "the upstream did not answer in time"
+	case err == nil && a.resp.IsStream():
+		cause = "the upstream's event stream ended before its answer"
 	case err == nil:
-		cause = "upstream answered " + strconv.Itoa(a.resp.StatusCode())
+		cause = "the upstream answered " + strconv.Itoa(a.resp.StatusCode()) + " (a gateway's error, not the server's refusal)"
 	}
 	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Stringer(logClass, cls).
-		Err(err).Msg("not replayed: the request may have run")
-	writeError(a.ctx, fasthttp.StatusOK, codeMaybeExecuted, a.msg.idOrNull(),
-		cause+" after the request was sent; "+a.msg.method+" may or may not have run and was not retried")
+		Err(err).Str("cause", cause).Msg("not replayed: the request may have run")
+	return failure{status: fasthttp.StatusOK, code: codeMaybeExecuted, msg: cause + " after " + a.msg.method +
+		" was sent; it may or may not have run and was not retried"}
 }
 
 // accepted runs when the upstream accepted the request on the session: it
-// journals session state, and moves the session's binding to the request's
-// credential if that differs (token rotation: the upstream is the judge).
+// records the journal entry the request made, and moves the session to
+// the request's credential when it came under a rotated one (README
+// "Security": the upstream is the judge).
 func (a *attempt) accepted() {
-	if len(a.msg.method) > 9 {
-		a.s.noteJournal(a.sess, &a.msg, a.ctx.PostBody())
+	if !a.msg.get && a.msg.isRequest() {
+		a.s.sessions.store.Used(a.sess) // the upstream took a call: admission keeps it
 	}
-	auth := a.ctx.Request.Header.PeekBytes(hdrAuthorization)
-	if _, hdr := a.sess.Binding(); headerValue(hdr, "Authorization") == b2s(auth) {
-		return // the credential the session holds: no hashing on the hot path
+	if a.r.journal != (session.JournalChange{}) {
+		a.s.sessions.journal(a.sess, a.r.journal, a.r.reserved)
+		a.r.journal, a.r.reserved = session.JournalChange{}, 0
 	}
-	fp := a.s.fingerprint(auth)
-	if !sameCredential(a.sess, fp) {
-		a.sess.Rebind(fp.String(), recipeHeaders(&a.req.Header))
-		a.s.log.Info().Str(logSession, a.sess.ID.Short()).Msg("session credential rotated")
+	if a.r.standing == rotating {
+		a.s.sessions.rebind(a.sess, a.r.auth, &a.req.Header)
+		a.r.standing = bound
 	}
 }
 
@@ -181,8 +254,8 @@ func (s *Server) armWrite(c net.Conn) {
 // (hop-by-hop dropped, every session id copy replaced), then the body whole
 // or as a stream relayed event by event. It reports whether a stream now
 // owns a.resp.
-func (s *Server) respond(a *attempt) bool {
-	ctx, r := a.ctx, a.resp
+func (a *attempt) respond() bool {
+	s, ctx, r := a.s, a.ctx, a.resp
 	ctx.Response.Reset()
 	r.Header.CopyTo(&ctx.Response.Header)
 	// The upstream id never leaks: a sole copy is overwritten in place by
@@ -191,7 +264,14 @@ func (s *Server) respond(a *attempt) bool {
 	if a.sess != nil {
 		ctx.Response.Header.SetBytesK(hdrSessionID, string(a.sess.ID))
 	} else {
-		s.dropMintedSession(r)
+		s.link.dropMinted(r)
+	}
+	if a.readWhole {
+		// An SSE answer read up to its response (initializeAnswer): the
+		// events up to it are the answer.
+		ctx.Response.SetBody(a.out)
+		s.count.bytesOut.Add(uint64(len(a.out)))
+		return false
 	}
 	if !r.IsStream() {
 		if a.msg.method == "tools/list" && a.sess != nil {
@@ -211,7 +291,9 @@ func (s *Server) respond(a *attempt) bool {
 		// counted until the handler ends.
 		n := 2 * int64(len(r.Body()))
 		if !s.mem.take(n) {
-			a.overBudget(len(r.Body()))
+			f := a.fail(outcome{kind: outTooLarge, class: classify.Protocol, err: upstream.ErrOverBudget})
+			writeError(ctx, f.status, f.code, a.msg.idOrNull(), f.msg)
+			ctx.Response.Header.Set("Retry-After", "1")
 			return false
 		}
 		a.charged = n
@@ -328,8 +410,8 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 			strconv.Itoa(a.rw.max)+" bytes (max_sse_line); the answer was cut"
 	case !a.replaySafe:
 		a.s.count.replaysRefused.Add(1)
-		code, why = codeMaybeExecuted, "upstream connection lost after the request was sent; "+a.msg.method+
-			" may or may not have run and was not retried"
+		code, why = codeMaybeExecuted, "the upstream's event stream ended before its answer, after "+a.msg.method+
+			" was sent; it may or may not have run and was not retried"
 	}
 	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Int("code", code).AnErr("cut", rerr).
 		AnErr("too_large", serr).Msg("SSE answer ended before its response")
@@ -338,9 +420,8 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 	if midLine {
 		res = append(res, '\n')
 	}
-	res = append(res, "\nevent: message\ndata: "...)
-	res = appendError(res, code, a.msg.idOrNull(), why)
-	return append(res, "\n\n"...)
+	res = append(res, '\n')
+	return sse.AppendEvent(res, "message", appendError(nil, code, a.msg.idOrNull(), why))
 }
 
 // sseBody is a POST's streamed SSE answer as the agent's response body.
@@ -439,7 +520,6 @@ func (b *sseBody) Close() error {
 	a := (*attempt)(b)
 	a.unwatch()
 	a.s.armWrite(a.conn) // the chunked answer's end is written after Close
-	upstream.ReleaseResponse(a.resp)
 	a.release()
 	return nil
 }
@@ -478,7 +558,59 @@ func (b *jsonBody) WriteTo(w io.Writer) (int64, error) {
 func (b *jsonBody) Close() error {
 	a := (*attempt)(b)
 	a.unwatch()
-	upstream.ReleaseResponse(a.resp)
 	a.release()
+	return nil
+}
+
+// writeJSONAnswer writes a JSON answer mcpheal built itself (a bridged answer),
+// with the session's id, counted in the memory budget until written. It
+// reports false when the budget had no room (the agent got -32017).
+func writeJSONAnswer(ctx *fasthttp.RequestCtx, status int, body []byte, sess *session.Session, mem *budget) bool {
+	if !mem.take(int64(len(body))) {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, requestID(body, 64),
+			"answer not relayed: mcpheal's memory_budget is reached; retry later")
+		ctx.Response.Header.Set("Retry-After", "1")
+		return false
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentTypeBytes(mimeJSON)
+	if sess != nil {
+		ctx.Response.Header.SetBytesK(hdrSessionID, string(sess.ID))
+	}
+	ctx.Response.SetBodyStream(&budgetBody{b: body, mem: mem, n: int64(len(body))}, len(body))
+	return true
+}
+
+// budgetBody is an answer mcpheal built itself, counted in the memory
+// budget (n bytes) until fasthttp has written it or the agent has gone:
+// fasthttp calls Close once, either way.
+type budgetBody struct {
+	b   []byte
+	pos int
+	mem *budget
+	n   int64
+}
+
+// Read copies the rest of the body to p (fasthttp uses WriteTo).
+func (bb *budgetBody) Read(p []byte) (int, error) {
+	if bb.pos == len(bb.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, bb.b[bb.pos:])
+	bb.pos += n
+	return n, nil
+}
+
+// WriteTo writes the body in one Write.
+func (bb *budgetBody) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(bb.b[bb.pos:])
+	bb.pos += n
+	return int64(n), err
+}
+
+// Close gives the body's memory back to the budget.
+func (bb *budgetBody) Close() error {
+	bb.mem.give(bb.n)
+	bb.n, bb.b = 0, nil
 	return nil
 }

@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
-	"net"
+	"crypto/rand"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,12 +14,15 @@ import (
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/session"
-	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// The bridge (README "Legacy agents, 2026-07-28 servers"): a session-era
-// agent in front of an upstream that speaks only MCP 2026-07-28. mcpheal
-// owns the agent's session; upstream every request is self-contained:
+// bridge is the route of a session-era agent in front of an upstream that
+// speaks only MCP 2026-07-28 (README "Legacy agents, 2026-07-28 servers").
+// mcpheal owns the agent's session; upstream every request is
+// self-contained. Its requests come through the guard like every other
+// (the session's credential, the journal's cap and the memory budget), and
+// its upstream requests go through the attempt loop like every other (the
+// one replay rule, the one backoff); what it adds is translation:
 //
 //   - initialize is answered from server/discover; notifications/initialized
 //     and ping locally;
@@ -35,8 +36,14 @@ import (
 //   - an InputRequiredResult becomes the session-era server→client
 //     requests on the call's SSE answer (sampling, elicitation, roots); the
 //     agent's answers go into the retry's inputResponses;
-//   - notifications/cancelled closes the upstream request;
+//   - notifications/cancelled ends the upstream request;
 //   - what cannot be translated gets a JSON-RPC error that names it.
+type bridge struct {
+	s       *Server
+	inputs  sync.Map // raw JSON id of a request sent to an agent → *pendingInput
+	calls   sync.Map // callKey → *bridgeCall, for notifications/cancelled
+	listens sync.Map // session.ClientID → *listenState (bridge_listen.go)
+}
 
 // legacyVersions are the session-era versions an agent may ask for; the
 // bridge answers initialize with the agent's own, or the newest.
@@ -46,13 +53,6 @@ var legacyVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11
 // TypeScript and Go SDK clients stop at 10 too).
 const maxInputRounds = 10
 
-// bridgeState is the bridge's per-process bookkeeping.
-type bridgeState struct {
-	inputs  sync.Map // raw JSON id of a request sent to an agent → *pendingInput
-	calls   sync.Map // callKey → *bridgeCallState, for notifications/cancelled
-	listens sync.Map // session.ClientID → *listenState (bridge_listen.go)
-}
-
 // pendingInput is a server→client request the bridge sent an agent,
 // waiting for its answer.
 type pendingInput struct {
@@ -60,49 +60,79 @@ type pendingInput struct {
 	answer chan []byte // the agent's response message, once
 }
 
-// bridgeCallState is a bridged call in flight.
-type bridgeCallState struct {
-	mu        sync.Mutex
-	resp      *upstream.Response // the upstream exchange of the current round, or nil
-	cancelled bool
-}
-
 func callKey(id session.ClientID, rawID string) string { return string(id) + "\x00" + rawID }
 
-// bridgeInitialize answers a legacy agent's initialize for a 2026-07-28
-// upstream from what server/discover said, and creates its session.
-func (s *Server) bridgeInitialize(ctx *fasthttp.RequestCtx, m *message) {
+// serve handles one request of a legacy agent of a 2026-07-28 upstream.
+// A request under a credential the session is not bound to (a possible
+// rotation) may only go upstream, which judges it: nothing local happens
+// for it (binding.go).
+func (b *bridge) serve(ctx *fasthttp.RequestCtx, r *request) {
+	m := &r.msg
+	local := m.method != "" && m.method != "ping" && m.method != "initialize" &&
+		m.method != "logging/setLevel" && m.method != "resources/subscribe" && m.method != "resources/unsubscribe"
+	switch {
+	case r.sess == nil:
+		b.initialize(ctx, r)
+	case r.standing != bound && !(local && m.isRequest()):
+		sessionNotFound(ctx, m.idOrNull())
+	case m.get:
+		b.listen(ctx, r)
+	case m.batch:
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+			"JSON-RPC batches are not supported: the upstream speaks MCP 2026-07-28, which has none")
+	case m.method == "" && m.id != "":
+		b.input(ctx, r)
+	case m.id == "": // a notification
+		if m.method == "notifications/cancelled" {
+			b.cancel(r.sess, gjson.GetBytes(r.body, "params.requestId").Raw)
+		}
+		// notifications/initialized, roots/list_changed…: 2026-07-28 has
+		// no place for them.
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+	case m.method == "ping":
+		b.result(ctx, r, "{}")
+	case m.method == "initialize":
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.id, "Invalid Request: the session is already initialized")
+	case m.method == "logging/setLevel" || m.method == "resources/subscribe" || m.method == "resources/unsubscribe":
+		b.journal(ctx, r)
+	default:
+		b.call(ctx, r)
+	}
+}
+
+// initialize answers a legacy agent's initialize for a 2026-07-28 upstream
+// from what server/discover said, and creates its session. The answer
+// carries the server's instructions, which may be large: it is counted in
+// the memory budget until written.
+func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
+	s, m := b.s, &r.msg
 	d := s.eras.info.Load()
 	if d == nil {
 		writeError(ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, m.idOrNull(), "upstream unreachable")
 		return
 	}
-	body := ctx.PostBody()
-	version := gjson.GetBytes(body, "params.protocolVersion").Str
+	version := gjson.GetBytes(r.body, "params.protocolVersion").Str
 	if !contains(legacyVersions, version) {
 		version = legacyVersions[0]
 	}
-	init := session.Intern(body)
-	sess := session.New(s.sealID(ctx.Request.Header.PeekBytes(hdrAuthorization), version, body), session.Recipe{
-		InitBody:        init.Value(),
-		Interned:        init,
-		ProtocolVersion: version,
-		Credential:      s.fingerprint(ctx.Request.Header.PeekBytes(hdrAuthorization)).String(),
-		Header:          recipeHeaders(&ctx.Request.Header),
-	}, "")
-	if !s.mem.take(sessionCost(sess)) {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooMany, m.idOrNull(),
-			"Too many sessions: mcpheal's memory_budget for this upstream is reached; retry later")
+	size := 128 + len(m.id) + len(d.capabilities) + len(d.serverInfo) + len(d.instructions)
+	if !s.mem.take(int64(size)) {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, m.idOrNull(),
+			"initialize not answered: mcpheal's memory_budget is reached; retry later")
+		ctx.Response.Header.Set("Retry-After", "1")
 		return
 	}
-	if err := s.store.Add(sess); err != nil {
-		s.mem.give(sessionCost(sess))
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeTooMany, m.idOrNull(),
-			"Too many sessions: mcpheal's session cap is reached; retry later")
+	body := &budgetBody{mem: &s.mem, n: int64(size), b: make([]byte, 0, size)}
+	sess := s.sessions.newSession(r.hdr, r.auth, r.body, version, "")
+	if err := s.sessions.admit(sess); err != nil {
+		body.Close()
+		a := s.newAttempt(ctx, r)
+		a.answer(outcome{kind: outFull, err: err})
+		a.release()
 		return
 	}
-	s.index(sess)
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.id...)
+	out := append(body.b, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, m.id...)
 	out = append(out, `,"result":{"protocolVersion":`...)
 	out = strconv.AppendQuote(out, version)
 	out = append(out, `,"capabilities":`...)
@@ -113,83 +143,55 @@ func (s *Server) bridgeInitialize(ctx *fasthttp.RequestCtx, m *message) {
 		out = append(out, `,"instructions":`...)
 		out = append(out, d.instructions...)
 	}
-	out = append(out, "}}"...)
+	body.b = append(out, "}}"...)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentTypeBytes(mimeJSON)
 	ctx.Response.Header.SetBytesK(hdrSessionID, string(sess.ID))
-	ctx.Response.SetBody(out)
+	ctx.Response.SetBodyStream(body, len(body.b))
 	s.count.request(m, classify.OK)
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).Msg("session created (bridged to 2026-07-28)")
 }
 
-// bridgePost handles one POST of a legacy agent on a bridged session.
-func (s *Server) bridgePost(ctx *fasthttp.RequestCtx, sess *session.Session, m message) {
-	body := ctx.PostBody()
-	switch {
-	case m.batch:
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
-			"JSON-RPC batches are not supported: the upstream speaks MCP 2026-07-28, which has none")
-		return
-	case m.method == "" && m.id != "":
-		s.bridgeInput(ctx, sess, m.id, body)
-		return
-	case m.id == "": // a notification
-		if m.method == "notifications/cancelled" {
-			s.bridgeCancel(sess, gjson.GetBytes(body, "params.requestId").Raw)
+// journal records a logging/setLevel or resources/(un)subscribe, whose
+// memory the guard reserved, and answers it: 2026-07-28 carries them on
+// every request and on the listen instead.
+func (b *bridge) journal(ctx *fasthttp.RequestCtx, r *request) {
+	if r.journal == (session.JournalChange{}) {
+		what := "uri"
+		if r.msg.method == "logging/setLevel" {
+			what = "level"
 		}
-		// notifications/initialized, roots/list_changed…: 2026-07-28 has
-		// no place for them.
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		writeError(ctx, fasthttp.StatusOK, -32602, r.msg.id, "Invalid params: "+what+" is required")
 		return
 	}
-	switch m.method {
-	case "ping":
-		s.bridgeResult(ctx, &m, "{}")
-	case "initialize":
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.id, "Invalid Request: the session is already initialized")
-	case "logging/setLevel":
-		p := gjson.GetBytes(body, "params")
-		if !p.Get("level").Exists() {
-			writeError(ctx, fasthttp.StatusOK, -32602, m.id, "Invalid params: level is required")
-			return
-		}
-		sess.SetLevel(p.Raw)
-		s.saveJournal(sess)
-		s.bridgeResult(ctx, &m, "{}")
-	case "resources/subscribe", "resources/unsubscribe":
-		uri := gjson.GetBytes(body, "params.uri").Str
-		if uri == "" {
-			writeError(ctx, fasthttp.StatusOK, -32602, m.id, "Invalid params: uri is required")
-			return
-		}
-		sess.Subscribe(uri, m.method == "resources/subscribe")
-		s.saveJournal(sess)
-		s.listenChanged(sess.ID)
-		s.bridgeResult(ctx, &m, "{}")
-	default:
-		s.bridgeCall(ctx, sess, m)
+	if r.journal.Level != "" && !gjson.Get(r.journal.Level, "level").Exists() {
+		writeError(ctx, fasthttp.StatusOK, -32602, r.msg.id, "Invalid params: level is required")
+		return
 	}
+	b.s.sessions.journal(r.sess, r.journal, r.reserved)
+	r.journal, r.reserved = session.JournalChange{}, 0
+	if r.msg.method != "logging/setLevel" {
+		b.listenChanged(r.sess.ID)
+	}
+	b.result(ctx, r, "{}")
 }
 
-// bridgeResult answers a request locally with result (raw JSON).
-func (s *Server) bridgeResult(ctx *fasthttp.RequestCtx, m *message, result string) {
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(mimeJSON)
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.id...)
+// result answers a request locally with result (raw JSON).
+func (b *bridge) result(ctx *fasthttp.RequestCtx, r *request, result string) {
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), r.msg.id...)
 	out = append(out, `,"result":`...)
 	out = append(out, result...)
-	ctx.Response.SetBody(append(out, '}'))
-	s.count.request(m, classify.OK)
+	writeJSONAnswer(ctx, fasthttp.StatusOK, append(out, '}'), r.sess, &b.s.mem)
+	b.s.count.request(&r.msg, classify.OK)
 }
 
-// bridgeInput takes an agent's answer to a request the bridge sent it.
-func (s *Server) bridgeInput(ctx *fasthttp.RequestCtx, sess *session.Session, id string, body []byte) {
-	v, ok := s.bridge.inputs.Load(id)
-	if ok {
-		p := v.(*pendingInput)
-		if p.sess == sess {
+// input takes an agent's answer to a request the bridge sent it, for the
+// session that was asked only.
+func (b *bridge) input(ctx *fasthttp.RequestCtx, r *request) {
+	if v, ok := b.inputs.Load(r.msg.id); ok {
+		if p := v.(*pendingInput); p.sess == r.sess {
 			select {
-			case p.answer <- append([]byte(nil), body...):
+			case p.answer <- append([]byte(nil), r.body...):
 			default: // answered already
 			}
 		}
@@ -197,245 +199,230 @@ func (s *Server) bridgeInput(ctx *fasthttp.RequestCtx, sess *session.Session, id
 	ctx.SetStatusCode(fasthttp.StatusAccepted)
 }
 
-// bridgeCancel closes the upstream request of the agent's call rawID.
-func (s *Server) bridgeCancel(sess *session.Session, rawID string) {
-	v, ok := s.bridge.calls.Load(callKey(sess.ID, rawID))
-	if !ok {
+// inputID returns the JSON-RPC id of a request the bridge sends an agent:
+// random, so that no other session's agent can guess one.
+func inputID() string { return `"mcpheal-input-` + rand.Text() + `"` }
+
+// cancel ends the upstream request of the agent's call rawID.
+func (b *bridge) cancel(sess *session.Session, rawID string) {
+	if v, ok := b.calls.Load(callKey(sess.ID, rawID)); ok {
+		v.(*bridgeCall).cancel()
+	}
+}
+
+// bridgeCall is one bridged call: its rounds upstream, each an exchange of
+// the attempt loop, and its answer.
+type bridgeCall struct {
+	b    *bridge
+	a    *attempt
+	key  string
+	hdr  *fasthttp.RequestHeader // the agent's, for the rounds after the handler returned
+	body []byte                  // the agent's request, for the same
+	st   agentStream
+
+	mu        sync.Mutex // protects cancelled, finished
+	cancelled bool
+	finished  bool // a went back to the pool
+}
+
+// call sends a legacy agent's request upstream as a 2026-07-28 one and
+// answers the agent, InputRequiredResult rounds included. The answer is an
+// event stream (progress, log messages and requests to the agent go on it
+// as they come), or JSON when the upstream answered JSON at once.
+func (b *bridge) call(ctx *fasthttp.RequestCtx, r *request) {
+	s := b.s
+	a := s.newAttempt(ctx, r)
+	c := &bridgeCall{b: b, a: a, key: callKey(r.sess.ID, r.msg.id), hdr: new(fasthttp.RequestHeader),
+		body: append([]byte(nil), r.body...)}
+	r.hdr.CopyTo(c.hdr)
+	a.msg.id, a.msg.method, a.msg.tool = strings.Clone(a.msg.id), strings.Clone(a.msg.method), strings.Clone(a.msg.tool)
+	b.calls.Store(c.key, c)
+	c.prepare(a.msg.id, nil, "")
+	a.watchAgent()
+	out := a.loop()
+	if out.kind != outUpstream || (!a.resp.IsStream() && !isInputRequired(a.resp.Body())) {
+		c.answerJSON(out)
+		c.finish()
 		return
 	}
-	c := v.(*bridgeCallState)
-	c.mu.Lock()
-	c.cancelled = true
-	if c.resp != nil {
-		c.resp.Interrupt()
-	}
-	c.mu.Unlock()
-}
-
-// envelope returns body as a 2026-07-28 request: id replaced by id, the
-// params' _meta completed with the session's protocol version, client info,
-// client capabilities and log level, and inputResponses and requestState
-// set when not empty.
-func envelope(body []byte, id string, sess *session.Session, inputs []byte, state string) []byte {
-	r := gjson.ParseBytes(body)
-	init := gjson.Parse(sess.Recipe.InitBody)
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
-	out = append(out, `,"method":`...)
-	out = append(out, r.Get("method").Raw...)
-	out = append(out, `,"params":{`...)
-	n := 0
-	var meta gjson.Result
-	r.Get("params").ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "_meta":
-			meta = v
-			return true
-		case "inputResponses", "requestState":
-			return true
-		}
-		if n > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, k.Raw...)
-		out = append(out, ':')
-		out = append(out, v.Raw...)
-		n++
-		return true
-	})
-	comma := func() {
-		if n > 0 {
-			out = append(out, ',')
-		}
-		n++
-	}
-	if len(inputs) > 0 {
-		comma()
-		out = append(out, `"inputResponses":`...)
-		out = append(out, inputs...)
-	}
-	if state != "" {
-		comma()
-		out = append(out, `"requestState":`...)
-		out = append(out, state...)
-	}
-	comma()
-	out = append(out, `"_meta":{"io.modelcontextprotocol/protocolVersion":"`+statelessVersion+`"`...)
-	if ci := init.Get("params.clientInfo"); ci.IsObject() {
-		out = append(out, `,"io.modelcontextprotocol/clientInfo":`...)
-		out = append(out, ci.Raw...)
-	}
-	out = append(out, `,"io.modelcontextprotocol/clientCapabilities":`...)
-	if cc := init.Get("params.capabilities"); cc.IsObject() {
-		out = append(out, cc.Raw...)
-	} else {
-		out = append(out, "{}"...)
-	}
-	if lvl := gjson.Get(sess.Journal().Level, "level"); lvl.Type == gjson.String {
-		out = append(out, `,"io.modelcontextprotocol/logLevel":`...)
-		out = append(out, lvl.Raw...)
-	}
-	meta.ForEach(func(k, v gjson.Result) bool {
-		if !strings.HasPrefix(k.Str, "io.modelcontextprotocol/") {
-			out = append(out, ',')
-			out = append(out, k.Raw...)
-			out = append(out, ':')
-			out = append(out, v.Raw...)
-		}
-		return true
-	})
-	return append(out, "}}}"...)
-}
-
-// mcpNameOf returns the Mcp-Name header value of a 2026-07-28 request.
-func mcpNameOf(method string, body []byte) string {
-	switch method {
-	case "tools/call", "prompts/get":
-		return gjson.GetBytes(body, "params.name").Str
-	case "resources/read":
-		return gjson.GetBytes(body, "params.uri").Str
-	}
-	return ""
-}
-
-// bridgeCall sends a legacy agent's request upstream as a 2026-07-28 one
-// and answers the agent, InputRequiredResult rounds included. The answer
-// is an event stream (progress, log messages and requests to the agent go
-// on it as they come), or JSON when the upstream answered JSON at once.
-func (s *Server) bridgeCall(ctx *fasthttp.RequestCtx, sess *session.Session, m message) {
-	c := &bridgeCallState{}
-	key := callKey(sess.ID, m.id)
-	s.bridge.calls.Store(key, c)
-	agentBody := append([]byte(nil), ctx.PostBody()...)
-	hdr := new(fasthttp.RequestHeader)
-	ctx.Request.Header.CopyTo(hdr)
-	b := &bridgeRun{s: s, sess: sess, m: m, mid: strings.Clone(m.id), body: agentBody, hdr: hdr, call: c}
-	b.m.id, b.m.method, b.m.tool = b.mid, strings.Clone(m.method), strings.Clone(m.tool)
-	resp, err := b.send(b.mid, nil, "")
-	if err == nil && !resp.IsStream() {
-		// JSON at once: unless it asks for input, it is the answer.
-		msg := resp.Body()
-		if !isInputRequired(msg) {
-			b.finishJSON(ctx, resp.StatusCode(), msg)
-			upstream.ReleaseResponse(resp)
-			s.bridge.calls.Delete(key)
-			return
-		}
-	}
-	if err != nil {
-		s.bridge.calls.Delete(key)
-		b.fail(ctx, err)
-		return
-	}
-	// An event stream from here on.
+	// An event stream from here on; the writer owns the call.
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentTypeBytes(mimeEventStream)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.SetBytesK(hdrSessionID, string(sess.ID))
-	conn := ctx.Conn()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer s.bridge.calls.Delete(key)
-		b.w, b.conn = w, conn
-		b.stream(resp)
-	})
+	ctx.Response.Header.SetBytesK(hdrSessionID, string(r.sess.ID))
+	c.st = agentStream{s: s, conn: ctx.Conn()}
+	a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: r.standing, auth: append([]byte(nil), r.auth...), hdr: c.hdr}
+	ctx.SetBodyStreamWriter(c.stream)
 }
 
-// bridgeRun is one bridged call: its rounds upstream and its answer.
-type bridgeRun struct {
-	s    *Server
-	sess *session.Session
-	m    message
-	mid  string // the agent's id, raw JSON
-	body []byte // the agent's request
-	hdr  *fasthttp.RequestHeader
-	call *bridgeCallState
-	w    *bufio.Writer
-	conn net.Conn
+// prepare builds the upstream request of a round: the agent's request in
+// the 2026-07-28 envelope, with the round's JSON-RPC id.
+func (c *bridgeCall) prepare(id string, inputs []byte, state string) {
+	a := c.a
+	a.req.Reset()
+	a.s.link.build(a.req, &upcall{hdr: c.hdr, body: envelope(c.body, id, a.sess, inputs, state), version: statelessVersion,
+		mcpMethod: a.msg.method, mcpName: mcpNameOf(a.msg.method, c.body)})
 }
 
-// send sends one round upstream (id: its JSON-RPC id) and returns the
-// answer's head, its body read unless it is a stream. Failures that
-// provably delivered nothing are retried within the heal budget.
-func (b *bridgeRun) send(id string, inputs []byte, state string) (*upstream.Response, error) {
-	s := b.s
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	s.build(req, &upcall{hdr: b.hdr, body: envelope(b.body, id, b.sess, inputs, state), version: statelessVersion,
-		mcpMethod: b.m.method, mcpName: mcpNameOf(b.m.method, b.body)})
-	budget := time.Now().Add(s.cfg.HealTimeout)
-	delay := 10 * time.Millisecond
-	for {
-		if ok, wait := s.breaker.Allow(); !ok {
-			return nil, &breakerOpenError{wait: wait}
-		}
-		resp := upstream.AcquireResponse()
-		b.call.mu.Lock()
-		if b.call.cancelled {
-			b.call.mu.Unlock()
-			upstream.ReleaseResponse(resp)
-			return nil, errCancelled
-		}
-		b.call.resp = resp
-		b.call.mu.Unlock()
-		do := s.doOnce
-		if replaySafe(b.m.method) {
-			do = s.do
-		}
-		err := do(req, resp, time.Now().Add(s.cfg.ResponseTimeout))
-		b.call.mu.Lock()
-		b.call.resp = nil
-		b.call.mu.Unlock()
-		if err == nil {
-			s.upSuccess()
-			return resp, nil
-		}
-		upstream.ReleaseResponse(resp)
-		s.upFailure()
-		if (upstream.Delivered(err) && !replaySafe(b.m.method)) || time.Now().Add(delay).After(budget) || !s.sleep(delay) {
-			return nil, err
-		}
-		delay = min(2*delay, time.Second)
+// cancel interrupts the call: its exchange in flight ends as if its agent
+// had gone (nothing is sent again), and no round follows.
+func (c *bridgeCall) cancel() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cancelled = true
+	if !c.finished {
+		c.a.abandon()
 	}
 }
 
-var errCancelled = errors.New("cancelled by the agent")
-
-// replaySafe reports a method that reads only, so that it may be sent again
-// after an exchange that may have delivered it.
-func replaySafe(method string) bool {
-	switch method {
-	case "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read",
-		"prompts/get", "completion/complete":
-		return true
-	}
-	return false
+// finish ends the call: a cancel from now on finds nothing to interrupt
+// (its attempt goes back to the pool, to serve other requests).
+func (c *bridgeCall) finish() {
+	c.b.calls.Delete(c.key)
+	c.mu.Lock()
+	c.finished = true
+	c.mu.Unlock()
+	c.a.unwatch()
+	c.a.release()
 }
 
-// fail answers the agent for a call that got no answer upstream.
-func (b *bridgeRun) fail(ctx *fasthttp.RequestCtx, err error) {
-	var bo *breakerOpenError
+// answerJSON answers the agent with the first round's outcome: the
+// upstream's JSON answer mapped to the session era, or mcpheal's error.
+func (c *bridgeCall) answerJSON(out outcome) {
+	a := c.a
 	switch {
-	case errors.Is(err, errCancelled):
-		ctx.SetStatusCode(fasthttp.StatusAccepted) // the agent gave up on it
-	case errors.As(err, &bo):
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, b.mid, "upstream unavailable (circuit breaker open)")
-	case upstream.Delivered(err):
-		b.s.count.replaysRefused.Add(1)
-		writeError(ctx, fasthttp.StatusOK, codeMaybeExecuted, b.mid,
-			"upstream connection lost after the request was sent; "+b.m.method+" may or may not have run and was not retried")
+	case out.kind == outAgentGone && c.isCancelled():
+		a.ctx.SetStatusCode(fasthttp.StatusAccepted) // the agent gave up on it
+	case out.kind != outUpstream:
+		a.answer(out)
 	default:
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, b.mid, "upstream unreachable")
+		msg, status := c.legacyAnswer(a.resp.StatusCode(), a.resp.Body())
+		if writeJSONAnswer(a.ctx, status, msg, a.sess, &a.s.mem) {
+			a.s.count.bytesOut.Add(uint64(len(msg)))
+			c.done(msg, status)
+		}
 	}
 }
 
-// finishJSON answers the agent with the upstream's JSON answer, mapped to
-// the session era.
-func (b *bridgeRun) finishJSON(ctx *fasthttp.RequestCtx, status int, msg []byte) {
-	out, status := b.legacyAnswer(status, msg)
-	ctx.SetStatusCode(status)
-	ctx.SetContentTypeBytes(mimeJSON)
-	ctx.Response.Header.SetBytesK(hdrSessionID, string(b.sess.ID))
-	ctx.Response.SetBody(out)
-	b.s.count.request(&b.m, classify.Classify(status, mimeJSON, out))
+// done counts the call's answer and does what an accepted request does on
+// the session (a rotated credential moves; a tools/list teaches which
+// tools are replay-safe).
+func (c *bridgeCall) done(msg []byte, status int) {
+	a := c.a
+	cls := classify.Classify(status, mimeJSON, msg)
+	a.s.count.request(&a.msg, cls)
+	if cls == classify.OK {
+		a.accepted()
+		if a.msg.method == "tools/list" {
+			learnTools(a.sess, msg)
+		}
+	}
+}
+
+func (c *bridgeCall) isCancelled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cancelled
+}
+
+// stream writes the call's answer as an event stream: each round's
+// events as they come, the requests of an InputRequiredResult, and the
+// final answer.
+func (c *bridgeCall) stream(w *bufio.Writer) {
+	a := c.a
+	defer c.finish()
+	c.st.w = w
+	for round := 1; ; round++ {
+		msg, ok := c.relayRound()
+		if !ok {
+			return // the agent went away, or the answer was lost (said)
+		}
+		if !isInputRequired(msg) {
+			out, _ := c.legacyAnswer(fasthttp.StatusOK, msg)
+			c.st.event(out)
+			c.done(out, fasthttp.StatusOK)
+			return
+		}
+		if round >= maxInputRounds {
+			c.fail(failure{code: codeProxyError, msg: "the upstream asked for input " + strconv.Itoa(round) +
+				" times; mcpheal gives up (at most " + strconv.Itoa(maxInputRounds) + " rounds)"})
+			return
+		}
+		inputs, ok := c.askAgent(msg)
+		if !ok || c.isCancelled() {
+			return
+		}
+		a.renew()
+		c.prepare(a.s.link.upcallID("round"), inputs, gjson.GetBytes(msg, "result.requestState").Raw)
+		if out := a.loop(); out.kind != outUpstream {
+			if !c.isCancelled() {
+				c.fail(a.fail(out))
+			}
+			return
+		}
+	}
+}
+
+// fail ends the call's stream with mcpheal's error.
+func (c *bridgeCall) fail(f failure) {
+	c.st.event(appendError(nil, f.code, c.a.msg.id, f.msg))
+}
+
+// relayRound passes a round's notifications to the agent and returns its
+// answer. ok is false when the agent went away or the upstream ended the
+// round without an answer (the agent was told).
+func (c *bridgeCall) relayRound() ([]byte, bool) {
+	a := c.a
+	resp := a.resp
+	if !resp.IsStream() {
+		return append([]byte(nil), resp.Body()...), true
+	}
+	fr := &a.rw.fr // it holds what the attempt's peek read past its first events
+	fr.Max = a.s.cfg.MaxSSELine
+	var data []byte
+	for {
+		for _, ev := range a.peeked() {
+			if msg, done, ok := c.relayEvent(ev, &data); done || !ok {
+				return msg, ok
+			}
+		}
+		for {
+			ev, ok, ferr := fr.Next()
+			if ferr != nil {
+				c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
+				return nil, false
+			}
+			if !ok {
+				break
+			}
+			if msg, done, ok := c.relayEvent(ev, &data); done || !ok {
+				return msg, ok
+			}
+		}
+		n, err := resp.Read(a.readBuf())
+		fr.Feed(a.buf[:n])
+		if err != nil && n == 0 {
+			if !c.isCancelled() {
+				a.s.count.replaysRefused.Add(1)
+				c.fail(failure{code: codeMaybeExecuted, msg: "the upstream's event stream ended before its answer, after " +
+					a.msg.method + " was sent; it may or may not have run and was not retried"})
+			}
+			return nil, false
+		}
+	}
+}
+
+// relayEvent handles one upstream event of a round: the round's answer
+// (done), or a message for the agent, written as it came.
+func (c *bridgeCall) relayEvent(ev []byte, data *[]byte) (msg []byte, done, ok bool) {
+	*data = sse.Data((*data)[:0], ev)
+	if len(*data) == 0 {
+		return nil, false, true
+	}
+	if isResponse(*data) {
+		return append([]byte(nil), *data...), true, true
+	}
+	return nil, false, c.st.event(*data)
 }
 
 // legacyAnswer maps a 2026-07-28 answer to what a session-era agent
@@ -443,21 +430,22 @@ func (b *bridgeRun) finishJSON(ctx *fasthttp.RequestCtx, status int, msg []byte)
 // (a 404 would tell the agent its session is gone); a missing resource is
 // -32002 again; a session-era server's refusal makes the era be asked
 // again.
-func (b *bridgeRun) legacyAnswer(status int, msg []byte) ([]byte, int) {
+func (c *bridgeCall) legacyAnswer(status int, msg []byte) ([]byte, int) {
+	mid := c.a.msg.id
 	if modernRefused(status, msg) {
-		b.s.forgetEra()
+		c.a.s.eras.forget()
 	}
 	r := gjson.ParseBytes(msg)
 	if !r.IsObject() {
-		return appendError(nil, codeProxyError, b.mid, "the upstream answered something that is not JSON-RPC"), fasthttp.StatusBadGateway
+		return appendError(nil, codeProxyError, mid, "the upstream answered something that is not JSON-RPC"), fasthttp.StatusBadGateway
 	}
 	if e := r.Get("error"); e.Exists() {
 		code := e.Get("code").Int()
 		switch {
-		case code == -32602 && b.m.method == "resources/read" && e.Get("data.uri").Exists():
-			return appendError(nil, -32002, b.mid, "Resource not found: "+e.Get("data.uri").String()), fasthttp.StatusOK
+		case code == -32602 && c.a.msg.method == "resources/read" && e.Get("data.uri").Exists():
+			return appendError(nil, -32002, mid, "Resource not found: "+e.Get("data.uri").String()), fasthttp.StatusOK
 		case code == -32021:
-			return appendError(nil, -32600, b.mid, "The upstream (MCP 2026-07-28) needs a client capability the agent did not declare: "+
+			return appendError(nil, -32600, mid, "The upstream (MCP 2026-07-28) needs a client capability the agent did not declare: "+
 				e.Get("message").Str), fasthttp.StatusOK
 		}
 		if status == fasthttp.StatusNotFound || status == fasthttp.StatusBadRequest {
@@ -468,9 +456,9 @@ func (b *bridgeRun) legacyAnswer(status int, msg []byte) ([]byte, int) {
 	if !id.Exists() {
 		return msg, status
 	}
-	out := make([]byte, 0, len(msg)+len(b.mid))
+	out := make([]byte, 0, len(msg)+len(mid))
 	out = append(out, msg[:id.Index]...)
-	out = append(out, b.mid...)
+	out = append(out, mid...)
 	return append(out, msg[id.Index+len(id.Raw):]...), status
 }
 
@@ -479,155 +467,58 @@ func isInputRequired(msg []byte) bool {
 	return gjson.GetBytes(msg, "result.resultType").Str == "input_required"
 }
 
-// stream writes the call's answer as an event stream: each round's
-// events as they come, the requests of an InputRequiredResult, and the
-// final answer.
-func (b *bridgeRun) stream(resp *upstream.Response) {
-	s := b.s
-	roundID := b.mid
-	for round := 1; ; round++ {
-		msg, ok := b.relayRound(resp, roundID)
-		upstream.ReleaseResponse(resp)
-		if !ok {
-			return // the agent went away, or the answer was lost (said)
-		}
-		if !isInputRequired(msg) {
-			out, _ := b.legacyAnswer(fasthttp.StatusOK, msg)
-			b.event(out)
-			s.count.request(&b.m, classify.Classify(fasthttp.StatusOK, mimeJSON, out))
-			return
-		}
-		if round >= maxInputRounds {
-			b.event(appendError(nil, codeProxyError, b.mid, "the upstream asked for input "+strconv.Itoa(round)+
-				" times; mcpheal gives up (at most "+strconv.Itoa(maxInputRounds)+" rounds)"))
-			return
-		}
-		inputs, ok := b.askAgent(msg)
-		if !ok {
-			return
-		}
-		roundID = s.upcallID("round")
-		state := gjson.GetBytes(msg, "result.requestState").Raw
-		var err error
-		if resp, err = b.send(roundID, inputs, state); err != nil {
-			if !errors.Is(err, errCancelled) {
-				b.event(appendError(nil, codeMaybeExecuted, b.mid, "upstream connection lost while the call was answered; "+
-					b.m.method+" may or may not have run and was not retried"))
-			}
-			return
-		}
-	}
-}
-
-// relayRound passes a round's notifications to the agent and returns its
-// answer (the message answering roundID). ok is false when the agent went
-// away or the upstream ended the round without an answer (the agent was
-// told).
-func (b *bridgeRun) relayRound(resp *upstream.Response, roundID string) ([]byte, bool) {
-	if !resp.IsStream() {
-		return append([]byte(nil), resp.Body()...), true
-	}
-	fr := sse.Framer{Max: b.s.cfg.MaxSSELine}
-	buf := make([]byte, 16<<10)
-	var data []byte
-	for {
-		n, err := resp.Read(buf)
-		fr.Feed(buf[:n])
-		for {
-			ev, ok, ferr := fr.Next()
-			if ferr != nil {
-				b.event(appendError(nil, codeTooLarge, b.mid, "an upstream event passed max_sse_line"))
-				return nil, false
-			}
-			if !ok {
-				break
-			}
-			data = sse.Data(data[:0], ev)
-			if len(data) == 0 {
-				continue
-			}
-			if answers(data, roundID) {
-				return append([]byte(nil), data...), true
-			}
-			if !b.event(data) {
-				return nil, false
-			}
-		}
-		if err != nil {
-			cancelled := false
-			b.call.mu.Lock()
-			cancelled = b.call.cancelled
-			b.call.mu.Unlock()
-			if !cancelled {
-				b.event(appendError(nil, codeMaybeExecuted, b.mid, "upstream stream ended before its answer; "+
-					b.m.method+" may or may not have run and was not retried"))
-			}
-			return nil, false
-		}
-	}
-}
-
-// event writes one message to the agent as an SSE event.
-func (b *bridgeRun) event(msg []byte) bool {
-	b.s.armWrite(b.conn)
-	if _, err := b.w.WriteString("event: message\ndata: "); err != nil {
-		return false
-	}
-	if _, err := b.w.Write(bytes.ReplaceAll(msg, []byte("\n"), []byte(" "))); err != nil {
-		return false
-	}
-	if _, err := b.w.WriteString("\n\n"); err != nil {
-		return false
-	}
-	b.s.count.bytesOut.Add(uint64(len(msg)))
-	return b.w.Flush() == nil
+// inputAsk is one request of an InputRequiredResult sent to the agent.
+type inputAsk struct {
+	key string // its key in inputRequests, raw JSON
+	id  string // the JSON-RPC id the agent got
+	p   *pendingInput
 }
 
 // askAgent sends the agent the requests of an InputRequiredResult and
 // returns its answers as inputResponses (raw JSON object).
-func (b *bridgeRun) askAgent(msg []byte) ([]byte, bool) {
-	s := b.s
-	type ask struct {
-		key string // raw JSON key
-		id  string
-		p   *pendingInput
-	}
-	var asks []ask
+func (c *bridgeCall) askAgent(msg []byte) ([]byte, bool) {
+	b, sess := c.b, c.a.sess
+	var asks []inputAsk
 	defer func() {
 		for _, a := range asks {
-			s.bridge.inputs.Delete(a.id)
+			b.inputs.Delete(a.id)
 		}
 	}()
 	ok := true
 	gjson.GetBytes(msg, "result.inputRequests").ForEach(func(k, v gjson.Result) bool {
-		id := s.upcallID("input")
-		p := &pendingInput{sess: b.sess, answer: make(chan []byte, 1)}
-		s.bridge.inputs.Store(id, p)
-		asks = append(asks, ask{key: k.Raw, id: id, p: p})
+		id := inputID()
+		p := &pendingInput{sess: sess, answer: make(chan []byte, 1)}
+		b.inputs.Store(id, p)
+		asks = append(asks, inputAsk{key: k.Raw, id: id, p: p})
 		req := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
 		req = append(req, `,"method":`...)
 		req = append(req, v.Get("method").Raw...)
-		params := v.Get("params")
-		if params.IsObject() {
+		if params := v.Get("params"); params.IsObject() {
 			req = append(req, `,"params":`...)
 			req = append(req, legacyInputParams(v.Get("method").Str, params, id)...)
 		}
-		req = append(req, '}')
-		ok = b.event(req)
+		ok = c.st.event(append(req, '}'))
 		return ok
 	})
 	if !ok {
 		return nil, false
 	}
+	return c.collect(msg, asks)
+}
+
+// collect waits for the agent's answers to the input requests and
+// returns them as inputResponses.
+func (c *bridgeCall) collect(msg []byte, asks []inputAsk) ([]byte, bool) {
+	s := c.a.s
 	out := []byte{'{'}
-	deadline := time.NewTimer(b.s.cfg.ResponseTimeout)
+	deadline := time.NewTimer(s.cfg.ResponseTimeout)
 	defer deadline.Stop()
 	for i, a := range asks {
 		var ans []byte
 		select {
 		case ans = <-a.p.answer:
 		case <-deadline.C:
-			b.event(appendError(nil, codeUpstreamDown, b.mid, "the agent did not answer the upstream's request for input in time"))
+			c.fail(failure{code: codeUpstreamDown, msg: "the agent did not answer the upstream's request for input in time"})
 			return nil, false
 		case <-s.done:
 			return nil, false
@@ -639,8 +530,8 @@ func (b *bridgeRun) askAgent(msg []byte) ([]byte, bool) {
 			// is cancelled, anything else fails the call.
 			method := gjson.GetBytes(msg, "result.inputRequests."+gjson.Escape(gjson.Parse(a.key).Str)+".method").Str
 			if method != "elicitation/create" {
-				b.event(appendError(nil, -32603, b.mid, "the agent answered the upstream's "+method+
-					" request with an error, which MCP 2026-07-28 cannot carry: "+r.Get("error.message").Str))
+				c.fail(failure{code: -32603, msg: "the agent answered the upstream's " + method +
+					" request with an error, which MCP 2026-07-28 cannot carry: " + r.Get("error.message").Str})
 				return nil, false
 			}
 			res = gjson.Parse(`{"action":"cancel"}`)
@@ -675,3 +566,4 @@ func contains(list []string, v string) bool {
 	}
 	return false
 }
+

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -25,8 +24,8 @@ import (
 
 // listenState is one bridged GET stream.
 type listenState struct {
-	mu   sync.Mutex
-	resp *upstream.Response // the upstream listen, while open
+	mu   sync.Mutex // protects resp
+	resp *upstream.Response
 	quit chan struct{}
 	once sync.Once
 }
@@ -34,11 +33,7 @@ type listenState struct {
 func (l *listenState) stop() {
 	l.once.Do(func() {
 		close(l.quit)
-		l.mu.Lock()
-		if l.resp != nil {
-			l.resp.Interrupt()
-		}
-		l.mu.Unlock()
+		l.reopen()
 	})
 }
 
@@ -51,96 +46,73 @@ func (l *listenState) reopen() {
 	l.mu.Unlock()
 }
 
-// bridgeListen serves a bridged agent's GET stream. The newest stream of
-// a session wins, as for a session-era upstream.
-func (s *Server) bridgeListen(ctx *fasthttp.RequestCtx, sess *session.Session) {
+func (l *listenState) set(resp *upstream.Response) {
+	l.mu.Lock()
+	l.resp = resp
+	l.mu.Unlock()
+}
+
+// listen serves a bridged agent's GET stream. The newest stream of a
+// session wins, as for a session-era upstream.
+func (b *bridge) listen(ctx *fasthttp.RequestCtx, r *request) {
+	s, sess := b.s, r.sess
 	l := &listenState{quit: make(chan struct{})}
-	if old, loaded := s.bridge.listens.Swap(sess.ID, l); loaded {
+	if old, loaded := b.listens.Swap(sess.ID, l); loaded {
 		old.(*listenState).stop()
 	}
 	hdr := new(fasthttp.RequestHeader)
-	ctx.Request.Header.CopyTo(hdr)
+	r.hdr.CopyTo(hdr)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentTypeBytes(mimeEventStream)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	s.count.request(&message{get: true}, classify.OK)
 	out := make(chan []byte, 16)
 	if s.bg.Add(1) {
-		go s.listenPump(sess, l, hdr, out)
+		go b.listenPump(sess, l, hdr, out)
 	}
-	conn := ctx.Conn()
+	st := agentStream{s: s, conn: ctx.Conn()}
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer s.bridge.listens.CompareAndDelete(sess.ID, l)
+		defer b.listens.CompareAndDelete(sess.ID, l)
 		defer l.stop()
-		s.listenWrite(w, conn, l, out)
+		st.w = w
+		st.pump(out, nil, l.quit, true)
 	})
 }
 
 // listenChanged reopens the session's listen after its subscriptions
 // changed.
-func (s *Server) listenChanged(id session.ClientID) {
-	if v, ok := s.bridge.listens.Load(id); ok {
+func (b *bridge) listenChanged(id session.ClientID) {
+	if v, ok := b.listens.Load(id); ok {
 		v.(*listenState).reopen()
 	}
 }
 
 // stopListens ends every bridged GET stream (shutdown).
-func (s *Server) stopListens() {
-	s.bridge.listens.Range(func(k, v any) bool {
-		s.bridge.listens.Delete(k)
+func (b *bridge) stopListens() {
+	b.listens.Range(func(k, v any) bool {
+		b.listens.Delete(k)
 		v.(*listenState).stop()
 		return true
 	})
 }
 
 // stopListen ends the session's bridged GET stream.
-func (s *Server) stopListen(id session.ClientID) {
-	if v, ok := s.bridge.listens.LoadAndDelete(id); ok {
+func (b *bridge) stopListen(id session.ClientID) {
+	if v, ok := b.listens.LoadAndDelete(id); ok {
 		v.(*listenState).stop()
 	}
 }
 
-func (s *Server) listenWrite(w *bufio.Writer, conn net.Conn, l *listenState, out <-chan []byte) {
-	t := time.NewTicker(s.cfg.StreamKeepalive)
-	defer t.Stop()
-	// A first comment sends the head at once: clients wait for it before
-	// they go on (the Go SDK's connect does).
-	b := keepaliveComment
-	for {
-		s.armWrite(conn)
-		if _, err := w.Write(b); err != nil || w.Flush() != nil {
-			return
-		}
-		s.count.bytesOut.Add(uint64(len(b)))
-		select {
-		case msg := <-out:
-			b = append(append([]byte("event: message\ndata: "), msg...), "\n\n"...)
-		case <-t.C:
-			b = keepaliveComment
-		case <-l.quit:
-			return
-		case <-s.done:
-			return
-		}
-	}
-}
-
 // listenPump keeps one upstream listen open for the agent's stream and
-// hands its notifications to the writer.
-func (s *Server) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out chan<- []byte) {
+// hands its notifications, framed as events, to the writer.
+func (b *bridge) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out chan<- []byte) {
+	s := b.s
 	defer s.bg.Done()
-	buf := make([]byte, 16<<10)
-	var data []byte
+	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	delay := time.Duration(0)
 	for {
-		if delay > 0 {
-			select {
-			case <-l.quit:
-				return
-			case <-s.done:
-				return
-			case <-time.After(delay):
-			}
+		if delay > 0 && !sleepUnless(delay, l.quit, s.done) {
+			return
 		}
 		select {
 		case <-l.quit:
@@ -154,57 +126,74 @@ func (s *Server) listenPump(sess *session.Session, l *listenState, hdr *fasthttp
 			delay = time.Second
 			continue
 		}
-		req := fasthttp.AcquireRequest()
-		s.build(req, &upcall{hdr: hdr, body: envelope(body, s.upcallID("listen"), sess, nil, ""), version: statelessVersion,
-			mcpMethod: "subscriptions/listen"})
-		resp := upstream.AcquireResponse()
-		l.mu.Lock()
-		l.resp = resp
-		l.mu.Unlock()
-		err := s.do(req, resp, time.Now().Add(s.cfg.ResponseTimeout))
-		fasthttp.ReleaseRequest(req)
-		if err != nil || resp.StatusCode() != fasthttp.StatusOK || !resp.IsStream() {
-			if err == nil && modernRefused(resp.StatusCode(), resp.Body()) {
-				s.forgetEra()
-			}
-			l.mu.Lock()
-			l.resp = nil
-			l.mu.Unlock()
-			upstream.ReleaseResponse(resp)
-			delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
-			continue
+		if b.listenOnce(sess, l, hdr, body, out) {
+			wait.Reset()
+			delay = 50 * time.Millisecond // ended or reopened: again, at once but not in a tight loop
+		} else {
+			delay = wait.Next()
 		}
-		delay = 0
-		fr := sse.Framer{Max: s.cfg.MaxSSELine}
+	}
+}
+
+// listenOnce opens one upstream listen and relays it until it ends. It
+// reports false when the listen could not be opened.
+func (b *bridge) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, body []byte, out chan<- []byte) bool {
+	s := b.s
+	req := fasthttp.AcquireRequest()
+	s.link.build(req, &upcall{hdr: hdr, body: envelope(body, s.link.upcallID("listen"), sess, nil, ""), version: statelessVersion,
+		mcpMethod: "subscriptions/listen"})
+	resp := upstream.AcquireResponse()
+	defer upstream.ReleaseResponse(resp)
+	l.set(resp)
+	defer l.set(nil)
+	err := s.link.do(req, resp, time.Now().Add(s.cfg.ResponseTimeout))
+	fasthttp.ReleaseRequest(req)
+	if err != nil || resp.StatusCode() != fasthttp.StatusOK || !resp.IsStream() {
+		if err == nil && modernRefused(resp.StatusCode(), resp.Body()) {
+			s.eras.forget()
+		}
+		return false
+	}
+	fr := sse.Framer{Max: s.cfg.MaxSSELine}
+	buf := make([]byte, 16<<10)
+	var data []byte
+	for {
+		n, rerr := resp.Read(buf)
+		fr.Feed(buf[:n])
 		for {
-			n, rerr := resp.Read(buf)
-			fr.Feed(buf[:n])
-			for {
-				ev, ok, ferr := fr.Next()
-				if ferr != nil || !ok {
-					break
-				}
-				data = sse.Data(data[:0], ev)
-				if len(data) == 0 || bytes.Contains(data, []byte(`"notifications/subscriptions/acknowledged"`)) {
-					continue
-				}
-				if gjson.GetBytes(data, "method").Type != gjson.String {
-					continue // the listen's own result: it ends
-				}
-				select {
-				case out <- append([]byte(nil), data...):
-				case <-l.quit:
-				}
-			}
-			if rerr != nil {
+			ev, ok, ferr := fr.Next()
+			if ferr != nil || !ok {
 				break
 			}
+			data = sse.Data(data[:0], ev)
+			if len(data) == 0 || bytes.Contains(data, []byte(`"notifications/subscriptions/acknowledged"`)) {
+				continue
+			}
+			if gjson.GetBytes(data, "method").Type != gjson.String {
+				continue // the listen's own result: it ends
+			}
+			select {
+			case out <- sse.AppendEvent(nil, "message", data):
+			case <-l.quit:
+			}
 		}
-		l.mu.Lock()
-		l.resp = nil
-		l.mu.Unlock()
-		upstream.ReleaseResponse(resp)
-		delay = 50 * time.Millisecond // ended or reopened: again, at once but not in a tight loop
+		if rerr != nil {
+			return true
+		}
+	}
+}
+
+// sleepUnless waits d unless quit or done closes first.
+func sleepUnless(d time.Duration, quit, done <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-quit:
+		return false
+	case <-done:
+		return false
 	}
 }
 

@@ -45,6 +45,11 @@ func (b *budget) take(n int64) bool {
 // give returns n bytes taken before.
 func (b *budget) give(n int64) { b.used.Add(-n) }
 
+// charge counts n bytes whatever is left: state mcpheal must hold once it
+// exists (a journal adopted from the fleet, within its per-session cap; a
+// server's discover answer). Negative n gives back.
+func (b *budget) charge(n int64) { b.used.Add(n) }
+
 // Take is take for upstream, which charges a JSON answer as it is read
 // (upstream.Budget).
 func (b *budget) Take(n int64) bool { return b.take(n) }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -14,8 +15,8 @@ import (
 // upcall is one request mcpheal makes on an agent's behalf: the initialize
 // and notifications/initialized of a heal, the journal replay, the
 // tools/list after a heal, a keepalive ping, an upstream GET stream, a
-// DELETE. All of them are built by [Server.build] and, when their answer is
-// read whole, sent by [Server.call].
+// DELETE, the bridge's 2026-07-28 requests. All of them are built by
+// [link.build] and, when their answer is read whole, sent by [link.call].
 type upcall struct {
 	// hdr holds the agent's headers that identify it upstream (the
 	// session's recipe headers, or those of the request being healed); nil
@@ -43,7 +44,7 @@ type upcall struct {
 }
 
 // build fills req for c.
-func (s *Server) build(req *fasthttp.Request, c *upcall) {
+func (l *link) build(req *fasthttp.Request, c *upcall) {
 	if c.hdr != nil {
 		c.hdr.CopyTo(&req.Header)
 	}
@@ -51,14 +52,14 @@ func (s *Server) build(req *fasthttp.Request, c *upcall) {
 	h.ResetConnectionClose()
 	// The agent's fields may have changed since they were parsed (a
 	// request's session id was set on them): their own list is read.
-	if s.ownsAuthorization() {
+	if l.ownsAuthorization() {
 		stripListed(h, upcallDropWithAuth)
 	} else {
 		stripListed(h, upcallDrops)
 	}
 	h.Del("Content-Type") // these two fasthttp keeps apart: no list to reorder
 	h.Del("Content-Length")
-	s.setOperatorHeaders(h)
+	l.setOperatorHeaders(h)
 	switch c.method {
 	case "", fasthttp.MethodPost:
 		h.SetMethod(fasthttp.MethodPost)
@@ -109,27 +110,34 @@ type reply struct {
 	msg []byte
 	// session is the upstream's Mcp-Session-Id header, if any.
 	session session.UpstreamID
+	// sessionErr: the upstream's Mcp-Session-Id passed maxUpstreamID
+	// (the session was DELETEd; session is empty).
+	sessionErr error
+	// challenge is the upstream's WWW-Authenticate, if any.
+	challenge string
 }
 
 // call sends c and reads and classifies its answer. An error means no
 // answer came: its class is TransportDead or Timeout.
-func (s *Server) call(c *upcall) (reply, error) {
+func (l *link) call(c *upcall) (reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
-	s.build(req, c)
-	send := s.do
+	l.build(req, c)
+	send := l.do
 	if c.checked {
-		send = s.doOnce
+		send = l.doOnce
 	}
 	if err := send(req, resp, c.deadline); err != nil {
 		return reply{class: failClass(err)}, err
 	}
-	rep := reply{status: resp.StatusCode(), session: session.UpstreamID(resp.Header.PeekBytes(hdrSessionID))}
+	rep := reply{status: resp.StatusCode()}
+	rep.session, rep.sessionErr = l.sessionOf(&resp.Header, req.Header.PeekBytes(hdrAuthorization))
+	rep.challenge = string(resp.Header.Peek("WWW-Authenticate"))
 	stream := resp.IsStream()
 	var er eventRewriter
-	_, msg, err := readAnswer(resp, &er, s.cfg.MaxAnswer)
+	_, msg, err := readAnswer(resp, &er, l.cfg.MaxAnswer)
 	if err != nil {
 		rep.class = classify.TransportDead
 		return rep, err
@@ -139,13 +147,17 @@ func (s *Server) call(c *upcall) (reply, error) {
 		ct = mimeJSON // msg is the answering event's data
 	}
 	rep.class = classify.Classify(rep.status, ct, msg)
-	s.count.class(rep.class)
+	l.count.class(rep.class)
 	rep.msg = append([]byte(nil), msg...)
 	return rep, nil
 }
 
 // failClass is the class of an exchange that got no answer.
 func failClass(err error) classify.Class {
+	var ce *credentialError
+	if errors.As(err, &ce) {
+		return classify.Protocol // nothing was sent: the upstream is not at fault
+	}
 	if upstream.IsTimeout(err) {
 		return classify.Timeout
 	}
@@ -158,10 +170,4 @@ func isEventStreamCT(ct []byte) bool { return hasMediaType(ct, mimeEventStream) 
 // describe says what a reply was, for an error.
 func (r *reply) describe() string {
 	return "answered " + strconv.Itoa(r.status) + " " + r.class.String()
-}
-
-// upcallID returns a JSON-RPC id (raw JSON) in mcpheal's own namespace for
-// a request of the given kind, unique in the process.
-func (s *Server) upcallID(kind string) string {
-	return `"mcpheal-` + kind + `-` + strconv.FormatUint(s.kaSeq.Add(1), 10) + `"`
 }

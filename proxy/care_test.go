@@ -697,4 +697,4 @@ func noPanics(t testing.TB, s *Server) {
 }
 
 // upstreamState names the proxy's breaker state.
-func upstreamState(s *Server) string { return s.breaker.State().String() }
+func upstreamState(s *Server) string { return s.link.breaker.State().String() }

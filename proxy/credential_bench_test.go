@@ -1,23 +1,30 @@
 package proxy
 
 import (
-	"io"
 	"testing"
 
-	"github.com/rs/zerolog"
+	"github.com/mcpheal/mcpheal/session"
 )
 
-// BenchmarkFingerprint is the per-request cost of checking a session's
-// credential binding.
-func BenchmarkFingerprint(b *testing.B) {
-	s, err := New(Config{Upstream: "http://127.0.0.1:1/mcp", Keepalive: -1}, zerolog.New(io.Discard))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	auth := []byte("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyLTEifQ.abcdefabcdef")
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = s.fingerprint(auth)
+// BenchmarkStanding is the per-request cost of checking a session's
+// credential binding (binding.go): the credential the session holds costs
+// a string compare; a rotated JWT of the same subject, a digest of its
+// principal.
+func BenchmarkStanding(b *testing.B) {
+	auth := []byte("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyLTEiLCJpc3MiOiJodHRwczovL2lkcCJ9.abcdefabcdef")
+	rotated := []byte("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyLTEiLCJpc3MiOiJodHRwczovL2lkcCIsImV4cCI6OX0.ghijkl")
+	sess := session.New("id", session.Recipe{Credential: bindingOf(auth), Header: [][2]string{{"Authorization", string(auth)}}}, "up")
+	for _, c := range []struct {
+		name string
+		auth []byte
+	}{{"same", auth}, {"rotated-jwt", rotated}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if standingOf(sess, c.auth, false) != bound {
+					b.Fatal("not bound")
+				}
+			}
+		})
 	}
 }

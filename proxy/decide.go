@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/mcpheal/mcpheal/classify"
+import (
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/session"
+)
 
 // action is what the attempt loop does with one upstream outcome.
 type action int
@@ -27,9 +30,13 @@ const (
 	// while it waited, so there is nobody to answer and nothing is sent
 	// again.
 	actAbandon
+	// actCredential answers -32018: mcpheal could not get the upstream
+	// credential it owns, so nothing was sent. Trying again would only ask
+	// the token endpoint again (it holds its own retry schedule).
+	actCredential
 )
 
-var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too large", "abandon"}
+var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too large", "abandon", "credential"}
 
 func (a action) String() string { return actionNames[a] }
 
@@ -62,6 +69,9 @@ type facts struct {
 	// agentGone: the agent closed its connection while the request waited
 	// on the upstream (agentWatch), which interrupted the exchange.
 	agentGone bool
+	// credential: the exchange never started: mcpheal could not get the
+	// upstream credential it owns.
+	credential bool
 }
 
 // decide is the README's "What it does with each answer" and "Replay
@@ -76,6 +86,9 @@ type facts struct {
 func decide(f facts) action {
 	if f.agentGone {
 		return actAbandon // whatever the upstream did, nobody waits for it
+	}
+	if f.credential {
+		return actCredential // nothing was sent, and nothing will be until the token endpoint answers
 	}
 	if f.tooLarge {
 		return actTooLarge // never replayed: it ran, and would be as large again
@@ -96,4 +109,27 @@ func decide(f facts) action {
 		return actRetry
 	}
 	return actPass // OK, ToolError, Auth, Protocol: the upstream's own answer
+}
+
+// replayable reports whether a request may run twice without harm (README
+// "Replay rules"): the one rule, for every route. tools/call is replay-safe
+// only for a tool the upstream annotated readOnlyHint or idempotentHint
+// (learned from the tools/list answers of the session) or one the operator
+// allow-listed (replay_tools).
+func replayable(m *message, sess *session.Session, allow map[string]bool) bool {
+	if m.batch {
+		return false // its elements are not judged one by one: one may be a tools/call
+	}
+	if m.get || !m.isRequest() {
+		return true // a GET stream, a notification, an answer: nothing runs twice
+	}
+	switch m.method {
+	case "ping", "initialize", "tools/list", "resources/list", "resources/templates/list",
+		"resources/read", "prompts/list", "prompts/get", "completion/complete",
+		"logging/setLevel", "resources/subscribe", "resources/unsubscribe", "server/discover":
+		return true
+	case "tools/call":
+		return allow[m.tool] || (sess != nil && sess.Replayable(m.tool))
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
@@ -35,6 +36,12 @@ type discovery struct {
 
 // eraState caches the upstream's era.
 type eraState struct {
+	cfg  *Config
+	log  *zerolog.Logger
+	link *link
+	mem  *budget
+	bg   *bgGroup
+
 	v          atomic.Int32
 	info       atomic.Pointer[discovery]
 	mu         sync.Mutex  // one probe at a time
@@ -47,88 +54,106 @@ const eraProbeTimeout = 5 * time.Second
 // era returns the upstream's era, asking it first when unknown. A probe
 // that gets no answer leaves it unknown (the request goes on as legacy and
 // meets the outage there).
-func (s *Server) era() int {
-	if s.cfg.EraBridge == "off" {
+func (e *eraState) era() int {
+	if e.cfg.EraBridge == "off" {
 		return eraLegacy
 	}
-	if v := s.eras.v.Load(); v != eraUnknown {
+	if v := e.v.Load(); v != eraUnknown {
 		return int(v)
 	}
-	s.eras.mu.Lock()
-	defer s.eras.mu.Unlock()
-	if v := s.eras.v.Load(); v != eraUnknown {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if v := e.v.Load(); v != eraUnknown {
 		return int(v)
 	}
-	v, d := s.probeEra()
-	if d != nil {
-		s.eras.info.Store(d)
-	}
+	v, d := e.probe()
+	e.keep(d)
 	if v != eraUnknown {
-		s.eras.v.Store(int32(v))
-		s.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era detected")
+		e.v.Store(int32(v))
+		e.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era detected")
 	}
 	return v
+}
+
+// keep holds what server/discover said, counted in the memory budget
+// (its instructions may be large; each bridged initialize carries them).
+func (e *eraState) keep(d *discovery) {
+	if d == nil {
+		return
+	}
+	e.mem.charge(d.size())
+	if old := e.info.Swap(d); old != nil {
+		e.mem.give(old.size())
+	}
+}
+
+// size is what a discovery is counted for.
+func (d *discovery) size() int64 {
+	return int64(len(d.capabilities) + len(d.serverInfo) + len(d.instructions))
 }
 
 var eraNames = [...]string{"unknown", "session (pass-through)", "2026-07-28 only (bridged)"}
 
 // forgetEra makes the next request ask again: the upstream restarted (a
 // deploy may change its era) or answered as the other era does.
-func (s *Server) forgetEra() {
-	if s.eras.v.Swap(eraUnknown) != eraUnknown {
-		s.log.Info().Msg("upstream protocol era to be detected again")
+func (e *eraState) forget() {
+	if e.v.Swap(eraUnknown) != eraUnknown {
+		e.log.Info().Msg("upstream protocol era to be detected again")
 	}
 }
 
 // recheckEra asks the era again in the background after an outage (the
 // upstream may have been redeployed as another era); requests go on with
 // the era known so far until it answers.
-func (s *Server) recheckEra() {
-	if s.cfg.EraBridge == "off" || s.eras.v.Load() == eraUnknown || !s.eras.rechecking.CompareAndSwap(false, true) {
+func (e *eraState) recheck() {
+	if e.cfg.EraBridge == "off" || e.v.Load() == eraUnknown || !e.rechecking.CompareAndSwap(false, true) {
 		return
 	}
-	if !s.bg.Add(1) {
-		s.eras.rechecking.Store(false)
+	if !e.bg.Add(1) {
+		e.rechecking.Store(false)
 		return
 	}
 	go func() {
-		defer s.bg.Done()
-		defer s.eras.rechecking.Store(false)
-		s.eras.mu.Lock()
-		defer s.eras.mu.Unlock()
-		v, d := s.probeEra()
+		defer e.bg.Done()
+		defer e.rechecking.Store(false)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		v, d := e.probe()
 		if v == eraUnknown {
 			return
 		}
-		if d != nil {
-			s.eras.info.Store(d)
-		}
-		if old := s.eras.v.Swap(int32(v)); int(old) != v {
-			s.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era changed")
+		e.keep(d)
+		if old := e.v.Swap(int32(v)); int(old) != v {
+			e.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era changed")
 		}
 	}()
 }
 
 // bridged reports whether legacy agents of this upstream go through the
 // bridge.
-func (s *Server) bridged() bool { return s.era() == eraModern }
+func (e *eraState) bridged() bool { return e.era() == eraModern }
 
 // probeEra asks the upstream server/discover. A 2026-07-28 server that
 // lists no session-era version is eraModern; one that lists one serves
 // legacy agents itself. A session-era server refuses the probe (400
 // "Server not initialized", a missing session id): eraLegacy.
-func (s *Server) probeEra() (int, *discovery) {
-	body := `{"jsonrpc":"2.0","id":` + s.upcallID("discover") + `,"method":"server/discover","params":{"_meta":{` +
+func (e *eraState) probe() (int, *discovery) {
+	body := `{"jsonrpc":"2.0","id":` + e.link.upcallID("discover") + `,"method":"server/discover","params":{"_meta":{` +
 		`"io.modelcontextprotocol/protocolVersion":"` + statelessVersion + `",` +
 		`"io.modelcontextprotocol/clientInfo":{"name":"mcpheal","version":"1"},` +
 		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
-	rep, err := s.call(&upcall{body: []byte(body), version: statelessVersion, mcpMethod: "server/discover",
-		deadline: time.Now().Add(min(eraProbeTimeout, s.cfg.ResponseTimeout))})
+	rep, err := e.link.call(&upcall{body: []byte(body), version: statelessVersion, mcpMethod: "server/discover",
+		deadline: time.Now().Add(min(eraProbeTimeout, e.cfg.ResponseTimeout))})
 	if err != nil {
 		return eraUnknown, nil
 	}
 	if rep.session != "" {
-		s.deleteUpstream(rep.session, nil, true) // a session-era server opened one for the probe
+		e.link.deleteLater(rep.session, nil, true) // a session-era server opened one for the probe
+	}
+	if rep.status == fasthttp.StatusUnauthorized {
+		// Asked without a credential, the upstream wants one: it judges
+		// credentials itself (binding.go).
+		e.link.judgesCredentials.Store(true)
 	}
 	if rep.status >= 500 {
 		return eraUnknown, nil
@@ -213,6 +238,6 @@ func (a *attempt) eraRefused() bool {
 	if r.StatusCode() != fasthttp.StatusBadRequest || r.IsStream() || !legacyRefused(fasthttp.StatusBadRequest, r.Body()) {
 		return false
 	}
-	a.s.forgetEra()
+	a.s.eras.forget()
 	return true
 }

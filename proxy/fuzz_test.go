@@ -71,13 +71,13 @@ func FuzzProxy(f *testing.F) {
 	status, body, _ := handle(s, "POST", host, jsonCT, both, "", "",
 		[]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"victim","version":"1"}}}`))
 	victim := ""
-	for _, sess := range s.store.Sessions() {
+	for _, sess := range s.sessions.store.Sessions() {
 		victim = string(sess.ID)
 	}
 	if status != 200 || victim == "" {
 		f.Fatalf("victim initialize: %d %q", status, body)
 	}
-	victimUp, _ := s.store.Sessions()[0].Current()
+	victimUp, _ := s.sessions.store.Sessions()[0].Current()
 
 	seeds := []struct {
 		method, host, ct, accept, origin string
@@ -142,12 +142,10 @@ func (s *Server) freshSession(t *testing.T) string {
 	t.Helper()
 	// Admission never evicts a session at its cap, so the harness ends old
 	// ones itself (an agent would DELETE them), keeping the victim.
-	if s.store.Len() > 1000 {
-		for _, sess := range s.store.Sessions()[:500] {
+	if s.sessions.store.Len() > 1000 {
+		for _, sess := range s.sessions.store.Sessions()[:500] {
 			if sess.Recipe.InitBody != "" && !strings.Contains(sess.Recipe.InitBody, `"victim"`) {
-				if _, ok := s.store.Remove(sess.ID); ok {
-					s.mem.give(sessionCost(sess))
-				}
+				s.sessions.end(sess, false)
 			}
 		}
 	}
@@ -157,7 +155,7 @@ func (s *Server) freshSession(t *testing.T) string {
 		t.Fatalf("initialize: %d %q", status, body)
 	}
 	var newest string
-	for _, sess := range s.store.Sessions() { // most recently used last
+	for _, sess := range s.sessions.store.Sessions() { // most recently used last
 		newest = string(sess.ID)
 	}
 	return newest

@@ -51,14 +51,15 @@ type getStream struct {
 // open fails the agent gets the upstream's answer (405: the server has no GET
 // stream; 409: one is already open) or the proxy's own; once open, the stream
 // outlives upstream sessions.
-func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
+func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
+	sess := r.sess
 	g := &getStream{s: s, sess: sess, hdr: new(fasthttp.RequestHeader),
 		out: make(chan []byte, 16), quit: make(chan struct{}), done: make(chan struct{})}
-	ctx.Request.Header.CopyTo(g.hdr)
-	stripRequestHeader(g.hdr, s.requestDrops())
-	s.setOperatorHeaders(g.hdr)
-	up, gen := sess.Current()
-	agentLast := ctx.Request.Header.PeekBytes(hdrLastEventID)
+	r.hdr.CopyTo(g.hdr)
+	stripRequestHeader(g.hdr, s.link.requestDrops())
+	s.link.setOperatorHeaders(g.hdr)
+	_, gen := sess.Current()
+	agentLast := r.hdr.PeekBytes(hdrLastEventID)
 	last := upstreamEventID(agentLast, gen)
 	if len(agentLast) > 0 && last == "" {
 		s.count.request(&message{get: true}, classify.OK)
@@ -73,23 +74,22 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 	// refuses it.
 	evicted := !g.resume && s.streams.evict(sess.ID, s.cfg.MaxStreams-1)
 	if !g.resume {
-		s.claimStream(sess) // and in the other processes of the fleet
+		s.sessions.fleet.claimStream(sess) // and in the other processes of the fleet
 	}
 
-	a := &attempt{s: s, ctx: ctx, sess: sess, msg: message{get: true}, up: up, gen: gen}
-	a.req = fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(a.req)
+	a := s.newAttempt(ctx, r)
+	defer a.release()
+	a.heals = true
 	g.hdr.CopyTo(&a.req.Header)
 	setLastEventID(a.req, last)
-	a.resp = upstream.AcquireResponse()
 	ok := a.run()
 	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && try <= 5; try++ {
-		if !evicted && !s.streams.evict(sess.ID, 0) && s.watcher == nil {
+		if !evicted && !s.streams.evict(sess.ID, 0) && s.sessions.fleet == nil {
 			break // the conflicting GET is not the proxy's
 		}
 		evicted = true
 		// The upstream has not yet seen the replaced stream's connection close.
-		if !s.sleep(time.Duration(try) * 20 * time.Millisecond) {
+		if !s.link.sleep(time.Duration(try) * 20 * time.Millisecond) {
 			break
 		}
 		a.s.mem.give(a.charged) // the refusal buffered for the agent is replaced
@@ -98,13 +98,11 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, sess *session.Session) {
 		ok = a.run()
 	}
 	if !ok {
-		// run answered the agent itself (an error, or the upstream's
-		// answer to the open); nothing to hold open.
-		a.s.mem.give(a.charged)
-		upstream.ReleaseResponse(a.resp)
-		return
+		return // run answered the agent itself: an error, or the upstream's refusal
 	}
+	a.unwatch()
 	g.resp, g.gen = a.resp, a.gen
+	a.resp = nil // the stream's now
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	s.streams.add(sess.ID, g)
 	if s.bg.Add(1) {
@@ -135,46 +133,9 @@ func endResumption(ctx *fasthttp.RequestCtx) {
 func (g *getStream) write(w *bufio.Writer) {
 	defer g.s.streams.remove(g.sess.ID, g)
 	defer g.stop()
-	t := time.NewTicker(g.s.cfg.StreamKeepalive)
-	defer t.Stop()
-	put := func(b []byte) bool {
-		g.s.armWrite(g.conn)
-		if _, err := w.Write(b); err != nil || w.Flush() != nil {
-			return false
-		}
-		g.s.count.bytesOut.Add(uint64(len(b)))
-		return true
-	}
-	for {
-		var b []byte
-		select {
-		case b = <-g.out:
-		case <-g.done:
-			// The pump ended (a resumed stream is over, or the upstream
-			// has no stream for us): what it queued goes out first, then
-			// the agent's SDK reconnects its GET.
-			for {
-				select {
-				case b = <-g.out:
-					if !put(b) {
-						return
-					}
-				default:
-					return
-				}
-			}
-		case <-t.C:
-			b = keepaliveComment
-		case <-g.quit:
-			return
-		}
-		if !put(b) {
-			return
-		}
-	}
+	out := agentStream{s: g.s, w: w, conn: g.conn}
+	out.pump(g.out, g.done, g.quit, false)
 }
-
-var keepaliveComment = []byte(": keepalive\n\n")
 
 // pump reads the upstream GET stream, and when it ends opens the next one:
 // in the same session with Last-Event-ID, or after healing the session.
@@ -253,6 +214,7 @@ func (g *getStream) send(ev []byte) bool {
 // upstream says it has no GET stream.
 func (g *getStream) reopen(lastID string, retryMs int) bool {
 	delay := time.Duration(retryMs) * time.Millisecond
+	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	g.mu.Lock()
 	prevGen := g.gen
 	g.mu.Unlock()
@@ -265,7 +227,7 @@ func (g *getStream) reopen(lastID string, retryMs int) bool {
 		if delay > 0 && !g.wait(delay) {
 			return false
 		}
-		delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
+		delay = wait.Next()
 		if g.sess.Removed() {
 			return false
 		}
@@ -285,6 +247,7 @@ func (g *getStream) reopen(lastID string, retryMs int) bool {
 				continue // budget spent; keep trying while the agent listens
 			}
 			delay = 0
+			wait.Reset()
 		case cls == classify.Protocol || cls == classify.Auth:
 			return false // 405, 409, 401…: the agent's SDK decides
 		}
@@ -294,14 +257,14 @@ func (g *getStream) reopen(lastID string, retryMs int) bool {
 // open sends one upstream GET; it returns the stream, or the class of the
 // failure.
 func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
-	if ok, _ := g.s.breaker.Allow(); !ok {
+	if ok, _ := g.s.link.breaker.Allow(); !ok {
 		return nil, classify.TransportDead
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	g.s.build(req, &upcall{hdr: g.hdr, method: fasthttp.MethodGet, session: up, version: g.sess.Recipe.ProtocolVersion, lastEventID: lastID})
+	g.s.link.build(req, &upcall{hdr: g.hdr, method: fasthttp.MethodGet, session: up, version: g.sess.Recipe.ProtocolVersion, lastEventID: lastID})
 	resp := upstream.AcquireResponse()
-	err := g.s.do(req, resp, time.Now().Add(g.s.cfg.ResponseTimeout))
+	err := g.s.link.do(req, resp, time.Now().Add(g.s.cfg.ResponseTimeout))
 	cls := classify.TransportDead
 	switch {
 	case err != nil:
@@ -310,7 +273,7 @@ func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Respon
 	default:
 		cls = classify.Classify(resp.StatusCode(), resp.Header.ContentType(), resp.Body())
 	}
-	g.s.recordHealth(cls)
+	g.s.link.recordHealth(cls)
 	if cls == classify.OK && resp.IsStream() {
 		return resp, cls
 	}
@@ -323,8 +286,7 @@ func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Respon
 func (g *getStream) heal(seen uint64) bool {
 	ctx, cancel := contextWithTimeout(g.s.cfg.HealTimeout, g.quit)
 	defer cancel()
-	up, _ := g.sess.Current()
-	_, _, err := g.s.healSession(ctx, g.sess, seen, reasonSessionGone, g.s.reinit(g.sess, g.hdr, up, seen))
+	_, _, err := g.s.healer.heal(ctx, g.sess, seen, reasonSessionGone, g.hdr)
 	return err == nil
 }
 

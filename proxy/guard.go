@@ -1,71 +1,275 @@
 package proxy
 
 import (
-	"net"
-	"net/url"
+	"bytes"
+	"crypto/subtle"
+	"strconv"
 	"strings"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/session"
 )
 
-// hostGuard implements the DNS-rebinding check that MCP 2025-06-18+
-// §Security Warning asks of Streamable HTTP servers. Because mcpheal rewrites
-// Host for the upstream, the upstream's own check no longer protects it, so
-// the proxy takes it over: Host must name the proxy itself, and a browser's
-// Origin must be one of those names too.
-type hostGuard struct {
-	hosts map[string]bool // lower-case host names, without port
+// guard is the first stage of every agent request, whatever its route
+// (README "Security"): nothing reaches a route before it ran, and each of
+// its checks lives here and nowhere else. In order: body size, Host and
+// Origin (DNS rebinding), inbound auth, the HTTP method and media types,
+// JSON depth and validity, ambiguous members, the session (known, not past
+// its maximum age, not ended) and the credential it is bound to, and the
+// memory a request would add to its session's journal. Admission of new
+// sessions under the store's caps and the memory budget is sessions.admit,
+// which every route that creates a session calls.
+type guard struct {
+	cfg      *Config
+	hosts    hostGuard
+	mem      *budget
+	link     *link
+	sessions *sessions
 }
 
-func newHostGuard(listen string, extra []string) hostGuard {
-	g := hostGuard{hosts: make(map[string]bool)}
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		host = listen
-	}
-	names := []string{"localhost", "127.0.0.1", "::1"}
-	if host != "" && host != "0.0.0.0" && host != "::" {
-		names = append(names, host)
-	}
-	names = append(names, extra...)
-	for _, n := range names {
-		g.hosts[strings.ToLower(hostname(n))] = true
-	}
-	return g
+// request is one agent request as the guard let it through: what every
+// later stage reads instead of going back to the RequestCtx, which only
+// the answer writes. Its slices are views into the agent's request, valid
+// until the handler returns.
+type request struct {
+	msg  message
+	body []byte
+	hdr  *fasthttp.RequestHeader
+	auth []byte // the agent's Authorization
+	// stateless: MCP 2026-07-28 traffic, which has no sessions (a
+	// server/discover, or the 2026-07-28 protocol version header).
+	stateless bool
+	del       bool             // a DELETE
+	sess      *session.Session // nil: no session (initialize, 2026-07-28 traffic)
+	standing  standing         // of the credential to sess
+	// journal is the change the request makes to its session's journal
+	// once the upstream accepts it, and reserved the memory the guard
+	// took for it (given back unless the change is recorded).
+	journal  session.JournalChange
+	reserved int64
 }
 
-// hostname strips an optional port and IPv6 brackets from a Host value.
-// The port is not checked: a container or port forward may publish the
-// proxy under another port, and DNS rebinding is about names.
-func hostname(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		return host
-	}
-	return strings.Trim(h, "[]")
-}
-
-// allowHost reports whether a Host header names this proxy.
-func (g hostGuard) allowHost(h []byte) bool {
-	if len(h) == 0 {
+// check runs every check on one agent request and fills r, or answers the
+// refusal itself and reports false.
+func (g *guard) check(ctx *fasthttp.RequestCtx, r *request) bool {
+	body := ctx.PostBody()
+	h := &ctx.Request.Header
+	switch {
+	case len(body) > g.cfg.MaxBody:
+		tooLarge(ctx, g.cfg.MaxBody)
+		return false
+	case !g.hosts.allow(ctx):
+		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, requestID(body, g.cfg.MaxJSONDepth),
+			"Forbidden: Host or Origin not allowed")
+		return false
+	case !g.inbound(ctx):
+		return false
+	case len(h.PeekAll(string(hdrSessionID))) > 1:
+		// Which one would the upstream read? Neither is forwarded.
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, requestID(body, g.cfg.MaxJSONDepth),
+			"Bad Request: more than one Mcp-Session-Id header")
 		return false
 	}
-	name := hostname(b2s(h))
-	return g.hosts[name] || g.hosts[strings.ToLower(name)]
-}
-
-// allowOrigin reports whether an Origin header is absent (a non-browser
-// client), or a page served from one of the proxy's own names.
-func (g hostGuard) allowOrigin(o []byte) bool {
-	if len(o) == 0 {
+	r.hdr, r.body, r.auth = h, body, h.PeekBytes(hdrAuthorization)
+	switch {
+	case ctx.IsPost():
+		if !g.message(ctx, r) {
+			return false
+		}
+	case ctx.IsGet():
+		if !bytes.Contains(h.PeekBytes(hdrAccept), mimeEventStream) {
+			writeError(ctx, fasthttp.StatusNotAcceptable, codeInvalidRequest, "null",
+				"Not Acceptable: GET requires Accept: text/event-stream")
+			return false
+		}
+		r.msg.get = true
+	case ctx.IsDelete():
+		r.del = true
+	default:
+		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
+		writeError(ctx, fasthttp.StatusMethodNotAllowed, codeInvalidRequest, "null", "Method Not Allowed")
+		return false
+	}
+	r.stateless = isStatelessEra(h, &r.msg)
+	if sid := h.PeekBytes(hdrSessionID); len(sid) > 0 {
+		return g.session(ctx, r, sid)
+	}
+	switch {
+	case r.msg.method == "initialize" && len(body) > g.cfg.MaxInitBody:
+		// A recipe is kept for the session's life: agents' are < 2 KiB.
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, r.msg.idOrNull(),
+			"initialize body larger than "+strconv.Itoa(g.cfg.MaxInitBody)+" bytes (max_init_body)")
+		return false
+	case r.msg.method == "initialize" || (r.stateless && !r.del):
 		return true
 	}
-	u, err := url.Parse(string(o))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return false
-	}
-	return g.hosts[strings.ToLower(u.Hostname())]
+	writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, r.msg.idOrNull(),
+		"Bad Request: Mcp-Session-Id header is required")
+	return false
 }
 
-func (g hostGuard) check(ctx *fasthttp.RequestCtx) bool {
-	return g.allowHost(ctx.Request.Header.Host()) && g.allowOrigin(ctx.Request.Header.PeekBytes(hdrOrigin))
+// message checks a POST's body and reads the JSON-RPC members mcpheal
+// routes on.
+func (g *guard) message(ctx *fasthttp.RequestCtx, r *request) bool {
+	body := r.body
+	switch {
+	case !hasMediaType(r.hdr.ContentType(), mimeJSON):
+		writeError(ctx, fasthttp.StatusUnsupportedMediaType, codeInvalidRequest, requestID(body, g.cfg.MaxJSONDepth),
+			"Unsupported Media Type: Content-Type must be application/json")
+		return false
+	case !jsonDepthOK(body, g.cfg.MaxJSONDepth):
+		// Checked first: gjson's validator recurses once per level.
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+			"Invalid Request: JSON nested deeper than "+strconv.Itoa(g.cfg.MaxJSONDepth)+" levels (max_json_depth)")
+		return false
+	case !gjson.ValidBytes(body):
+		writeError(ctx, fasthttp.StatusBadRequest, codeParseError, "null", "Parse error: body is not valid JSON")
+		return false
+	}
+	r.msg = parseMessage(body)
+	if r.msg.dup {
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+			"Invalid Request: a member (method, id, params or params.name) appears twice")
+		return false
+	}
+	return true
+}
+
+// session finds the session the agent names and checks the credential it
+// is bound to (binding.go). An unknown, ended or expired session, and one
+// under a credential that may not use it, are answered alike: 404, as MCP
+// answers an unknown session (2025-03-26+ §Session Management), so that a
+// stranger learns nothing of it.
+func (g *guard) session(ctx *fasthttp.RequestCtx, r *request, sid []byte) bool {
+	sess, ok := g.sessions.lookup(sid, r.auth)
+	if ok {
+		r.standing = standingOf(sess, r.auth, g.link.judgesCredentials.Load())
+		// Only the upstream may accept a credential the session is not
+		// bound to: a GET or a DELETE under it would take the session's
+		// stream or end it without asking the upstream.
+		ok = r.standing == bound || (r.standing == rotating && !r.msg.get && !r.del)
+	}
+	if !ok {
+		sessionNotFound(ctx, r.msg.idOrNull())
+		return false
+	}
+	r.sess = sess
+	return g.reserveJournal(ctx, r)
+}
+
+// reserveJournal takes the memory a request would add to its session's
+// journal (a subscription's URI, a log level's params) before it goes
+// anywhere, within the session's cap (Config.MaxJournal) and the memory
+// budget, or refuses the request: a journal is replayed on every heal, so
+// it must stay small, and it is held for the session's life.
+func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *request) bool {
+	if !r.msg.isRequest() {
+		return true
+	}
+	var n int
+	switch r.msg.method {
+	case "resources/subscribe":
+		uri := gjson.GetBytes(r.body, "params.uri").Str
+		if uri == "" {
+			return true // the upstream's own error
+		}
+		r.journal = session.JournalChange{URI: uri, Subscribed: true}
+		if !r.sess.Subscribed(uri) {
+			n = len(uri)
+		}
+	case "resources/unsubscribe":
+		if uri := gjson.GetBytes(r.body, "params.uri").Str; uri != "" {
+			r.journal = session.JournalChange{URI: uri}
+		}
+		return true
+	case "logging/setLevel":
+		p := gjson.GetBytes(r.body, "params")
+		if !p.IsObject() {
+			return true
+		}
+		r.journal = session.JournalChange{Level: p.Raw}
+		n = len(p.Raw)
+	default:
+		return true
+	}
+	if r.sess.JournalBytes()+n > g.cfg.MaxJournal {
+		r.journal = session.JournalChange{}
+		writeError(ctx, fasthttp.StatusOK, codeJournalFull, r.msg.idOrNull(), "the session's state (log level and "+
+			"subscriptions) would pass mcpheal's max_journal of "+strconv.Itoa(g.cfg.MaxJournal)+
+			" bytes, which mcpheal restores after every heal; "+r.msg.method+" was not sent")
+		return false
+	}
+	if !g.mem.take(int64(n)) {
+		r.journal = session.JournalChange{}
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, r.msg.idOrNull(),
+			r.msg.method+" not sent: mcpheal's memory_budget is reached; retry later")
+		ctx.Response.Header.Set("Retry-After", "1")
+		return false
+	}
+	r.reserved = int64(n)
+	return true
+}
+
+// settle gives back a journal reservation the request did not use.
+func (g *guard) settle(r *request) {
+	if r.reserved > 0 {
+		g.mem.give(r.reserved)
+		r.reserved = 0
+	}
+}
+
+// inbound checks the agent's bearer token when the upstream requires
+// inbound auth, answering 401 itself when it is missing or wrong.
+func (g *guard) inbound(ctx *fasthttp.RequestCtx) bool {
+	if len(g.cfg.AuthTokens) == 0 {
+		return true
+	}
+	got := ctx.Request.Header.PeekBytes(hdrAuthorization)
+	const scheme = "Bearer "
+	if len(got) > len(scheme) && strings.EqualFold(b2s(got[:len(scheme)]), scheme) {
+		tok := got[len(scheme):]
+		ok := 0
+		for _, want := range g.cfg.AuthTokens { // no early exit: constant time over the set
+			ok |= subtle.ConstantTimeCompare(tok, []byte(want))
+		}
+		if ok == 1 {
+			return true
+		}
+	}
+	writeError(ctx, fasthttp.StatusUnauthorized, codeUnauthorized, requestID(ctx.PostBody(), g.cfg.MaxJSONDepth),
+		"Unauthorized: a valid bearer token is required")
+	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="mcpheal"`)
+	return false
+}
+
+// isStatelessEra reports traffic of MCP 2026-07-28 or later, which has no
+// sessions: a server/discover probe or an explicit new protocol version.
+func isStatelessEra(h *fasthttp.RequestHeader, m *message) bool {
+	if m.method == "server/discover" {
+		return true
+	}
+	v := h.PeekBytes(hdrProtocolVersion)
+	return len(v) == len(statelessVersion) && b2s(v) >= statelessVersion
+}
+
+// hasMediaType reports whether a Content-Type value names mt (parameters
+// such as charset allowed).
+func hasMediaType(ct, mt []byte) bool {
+	if len(ct) < len(mt) || !bytes.EqualFold(ct[:len(mt)], mt) {
+		return false
+	}
+	return len(ct) == len(mt) || ct[len(mt)] == ';' || ct[len(mt)] == ' '
+}
+
+// sessionNotFound is MCP's answer to an unknown session id (2025-03-26+
+// §Session Management: 404; the agent then starts over with initialize).
+func sessionNotFound(ctx *fasthttp.RequestCtx, id string) {
+	writeError(ctx, fasthttp.StatusNotFound, codeSessionNotFound, id, "Session not found")
+}
+
+func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
+	writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, "null",
+		"Request body too large (limit "+strconv.Itoa(limit)+" bytes)")
 }

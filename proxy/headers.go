@@ -86,24 +86,6 @@ func (s *nameSet) bits(name []byte) uint32 {
 	return 0
 }
 
-// requestDrops returns the names of the agent's fields that never go
-// upstream.
-func (s *Server) requestDrops() *nameSet {
-	if s.ownsAuthorization() {
-		return reqDropWithAuth
-	}
-	return reqDropHeaders
-}
-
-// copyRequest builds the upstream request from the agent's. The body is
-// shared with ctx, which outlives every upstream exchange of this request.
-func (s *Server) copyRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request) {
-	ctx.Request.Header.CopyTo(&req.Header)
-	stripRequestHeader(&req.Header, s.requestDrops())
-	s.setOperatorHeaders(&req.Header)
-	req.SetBodyRaw(ctx.PostBody())
-}
-
 // stripRequestHeader deletes the fields named in drop from h, a copy of an
 // agent's request header as parsed, and keeps the order of those that stay
 // (the order of the fields of one name is part of their meaning).
@@ -379,13 +361,6 @@ func responseRepeats(h *fasthttp.ResponseHeader) bool {
 		seen[n], n = k, n+1
 	}
 	return false
-}
-
-// setOperatorHeaders sets Config.Headers, replacing the agent's.
-func (s *Server) setOperatorHeaders(h *fasthttp.RequestHeader) {
-	for k, v := range s.cfg.Headers {
-		h.Set(k, v)
-	}
 }
 
 // headerValue returns the value of the named header in hdr, or "".

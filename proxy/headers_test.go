@@ -174,7 +174,7 @@ func TestNameSetBits(t *testing.T) {
 // loses its hop-by-hop headers.
 func TestCopyRequestWithoutRawHeaders(t *testing.T) {
 	t.Parallel()
-	s := &Server{}
+	l := &link{cfg: &Config{}}
 	var ctx fasthttp.RequestCtx
 	var r fasthttp.Request
 	r.Header.SetMethod(fasthttp.MethodPost)
@@ -183,7 +183,7 @@ func TestCopyRequestWithoutRawHeaders(t *testing.T) {
 	r.Header.Set("X-Kept", "1")
 	ctx.Init(&r, nil, nil)
 	var out fasthttp.Request
-	s.copyRequest(&ctx, &out)
+	l.copyRequest(&ctx.Request.Header, ctx.PostBody(), &out)
 	if len(out.Header.Peek("Keep-Alive")) > 0 || len(out.Header.Peek("Accept-Encoding")) > 0 {
 		t.Fatalf("copied request keeps hop-by-hop headers:\n%s", out.Header.String())
 	}
@@ -278,13 +278,13 @@ func TestUpcallKeepsFieldOrder(t *testing.T) {
 		}
 		return h
 	}
-	s := &Server{}
+	l := &link{cfg: &Config{}}
 	for name, agent := range map[string]func(*testing.T) *fasthttp.RequestHeader{
 		"parsed": parsed, "changed": changed, "added": added,
 	} {
 		t.Run(name, func(t *testing.T) {
 			var req fasthttp.Request
-			s.build(&req, &upcall{hdr: agent(t), method: fasthttp.MethodGet})
+			l.build(&req, &upcall{hdr: agent(t), method: fasthttp.MethodGet})
 			h := &req.Header
 			if got := h.PeekAll("X-A"); len(got) != 2 || string(got[0]) != "1" || string(got[1]) != "2" {
 				t.Errorf("X-A fields %q, want 1 then 2:\n%s", got, h.String())

@@ -4,103 +4,77 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
+// healer re-creates upstream sessions (README "What it does with each
+// answer"): the single-flight re-initialize of a session from its recipe,
+// the journal replay on the new upstream session, the check of the tool
+// list after it, and the keepalive that heals a quiet session before its
+// agent's next call. Requests reach it through attempt.heal, GET streams
+// through getStream.heal, the keepalive on its own.
+type healer struct {
+	cfg      *Config
+	log      *zerolog.Logger
+	count    *counters
+	mem      *budget
+	link     *link
+	sessions *sessions
+	streams  *streamSet
+	bg       *bgGroup
+
+	pingUnsupported atomic.Bool // the upstream answered -32601 to ping: keepalive lists tools
+}
+
 // errRecipeRefused: the upstream no longer accepts the session's initialize
-// (another protocol version, a credential it rejects). The agent must start
-// over, so it is told its session is gone.
+// (another protocol version, a credential it rejects, a session id past
+// maxUpstreamID). The agent must start over, so it is told its session is
+// gone.
 var errRecipeRefused = errors.New("upstream refused the recorded initialize")
 
-// mayHeal reports whether this request may re-create the session: only under
-// the credential that created it (README "Security").
-func (a *attempt) mayHeal() bool {
-	return sameCredential(a.sess, a.s.fingerprint(a.ctx.Request.Header.PeekBytes(hdrAuthorization)))
-}
-
-// heal re-initializes the upstream session (single-flight per session) and
-// points the request at the new one. When healing fails, ok is false and
-// out is what the agent gets.
-func (a *attempt) heal(reason int) (out outcome, ok bool) {
-	a.next()
-	if a.budget.IsZero() {
-		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), a.budget)
-	defer cancel()
-	init := a.s.reinit(a.sess, &a.ctx.Request.Header, a.up, a.gen)
-	up, gen, err := a.s.healSession(ctx, a.sess, a.gen, reason, init)
-	if err != nil {
-		var bo *breakerOpenError
-		switch {
-		case errors.As(err, &bo):
-			return outcome{kind: outBreakerOpen, wait: bo.wait}, false
-		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
-			// Its id would open again and heal into the same refusal.
-			a.s.graves.bury(string(a.sess.ID), a.s.cfg.SessionMaxAge)
-			if errors.Is(err, errRecipeRefused) {
-				a.s.ended(a.sess.ID)
-			}
-			if _, ok := a.s.store.Remove(a.sess.ID); ok {
-				a.s.release(a.sess)
-			}
-			return outcome{kind: outGone}, false
-		}
-		return outcome{kind: outDown, why: "upstream unreachable while re-initializing the session"}, false
-	}
-	// A session adopted from another process may have died with this
-	// one (an upstream restart): the request may then heal once more.
-	a.up, a.gen = up, gen
-	if !a.sess.WasAdopted(gen) || a.adopted {
-		a.healed = true
-	}
-	a.adopted = true
-	return outcome{}, true
-}
-
-// healSession runs (or joins) the session's re-init, and counts and logs
-// the outcome once per generation: only the caller that saw the generation
-// change reports it.
-func (s *Server) healSession(ctx context.Context, sess *session.Session, seen uint64, reason int, init session.InitFunc) (session.UpstreamID, uint64, error) {
+// heal runs (or joins) the session's re-init from generation seen, under
+// the agent headers hdr, and counts and logs the outcome once per
+// generation: only the caller that saw the generation change reports it.
+func (h *healer) heal(ctx context.Context, sess *session.Session, seen uint64, reason int, hdr *fasthttp.RequestHeader) (session.UpstreamID, uint64, error) {
 	start := time.Now()
 	age := sess.UpstreamAge()
-	budget := time.Until(deadlineOf(ctx, start.Add(s.cfg.HealTimeout)))
-	up, gen, err := sess.Heal(ctx, seen, budget, init)
-	log := s.log
+	budget := time.Until(deadlineOf(ctx, start.Add(h.cfg.HealTimeout)))
+	dead, _ := sess.Current()
+	up, gen, err := sess.Heal(ctx, seen, budget, h.reinit(sess, hdr, dead, seen))
+	log := h.log
 	switch {
-	case err == nil && gen > seen && !sess.WasAdopted(gen) && s.leadReported(sess, gen):
-		s.count.heals[reason][outcomeOK].Add(1)
-		s.count.healDuration.Observe(time.Since(start).Seconds())
-		s.count.sessionAge.Observe(age.Seconds())
+	case err == nil && gen > seen && !sess.WasAdopted(gen) && sess.MarkReported(gen):
+		h.count.heals[reason][outcomeOK].Add(1)
+		h.count.healDuration.Observe(time.Since(start).Seconds())
+		h.count.sessionAge.Observe(age.Seconds())
 		log.Warn().Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Uint64(logGen, gen).
 			Dur(logDuration, time.Since(start)).Dur("upstream_age", age).Msg("session healed")
-		s.streams.healed(sess.ID, gen)
-		if sess.ToolsSeen() && s.bg.Add(1) {
-			go s.checkTools(sess, recipeHeader(sess))
+		h.streams.healed(sess.ID, gen)
+		if sess.ToolsSeen() && h.bg.Add(1) {
+			go h.checkTools(sess, recipeHeader(sess))
 		}
 	case errors.Is(err, session.ErrClosed):
 		log.Debug().Str(logSession, sess.ID.Short()).Msg("heal abandoned: the session ended")
+	case errors.Is(err, errClosing):
+		log.Info().Str(logSession, sess.ID.Short()).Msg("heal abandoned: mcpheal is shutting down")
 	case err != nil:
 		outcome := outcomeFailed
 		if errors.Is(err, errRecipeRefused) {
 			outcome = outcomeRefused
 		}
-		s.count.heals[reason][outcome].Add(1)
+		h.count.heals[reason][outcome].Add(1)
 		log.Error().Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Uint64(logGen, seen).
 			Dur(logDuration, time.Since(start)).Err(err).Msg("heal failed")
 	}
 	return up, gen, err
-}
-
-// leadReported reports true exactly once per (session, generation): the
-// first of the waiters of one heal to get here counts and logs it.
-func (s *Server) leadReported(sess *session.Session, gen uint64) bool {
-	return sess.MarkReported(gen)
 }
 
 func deadlineOf(ctx context.Context, def time.Time) time.Time {
@@ -117,124 +91,139 @@ func (e *breakerOpenError) Error() string {
 	return fmt.Sprintf("circuit breaker open for %v", e.wait.Round(time.Millisecond))
 }
 
+// healAuthError: the upstream refused the credential of the request
+// that healed (401 or 403 to the recorded initialize). The session stays:
+// the request is answered with the upstream's status and challenge.
+type healAuthError struct {
+	status    int
+	challenge string // the upstream's WWW-Authenticate
+}
+
+func (e *healAuthError) Error() string {
+	return "upstream refused the credential: initialize answered " + strconv.Itoa(e.status)
+}
+
+// errClosing: mcpheal is shutting down; work in flight is abandoned.
+var errClosing = errors.New("mcpheal is shutting down")
+
 // reinit returns the re-init that Session.Heal runs once per generation:
 // POST the recorded initialize under the failing request's headers, then
 // notifications/initialized, retrying failures that delivered nothing with
 // backoff until ctx ends. The dead upstream session is DELETEd best-effort.
-// With a shared store, the upstream session another process made for the
-// generation after seen is adopted instead (shared.go).
-func (s *Server) reinit(sess *session.Session, agent *fasthttp.RequestHeader, dead session.UpstreamID, seen uint64) session.InitFunc {
+// With a fleet, the upstream session another process made for the
+// generation after seen is adopted instead (fleet.go).
+func (h *healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, dead session.UpstreamID, seen uint64) session.InitFunc {
 	// The leader may outlive the request that started it: copy its headers.
 	hdr := new(fasthttp.RequestHeader)
 	agent.CopyTo(hdr)
-	if s.ownsAuthorization() {
+	if h.link.ownsAuthorization() {
 		hdr.DelBytes(hdrAuthorization) // the agent's is the proxy's own, not the upstream's
 	}
+	auth := hdr.PeekBytes(hdrAuthorization)
 	return func(ctx context.Context) (session.UpstreamID, uint64, error) {
-		switch up, gen, err := s.adopt(ctx, sess, seen); {
+		up, gen, grew, err := h.sessions.fleet.adopt(ctx, sess, seen)
+		h.mem.charge(int64(grew))
+		switch {
 		case err == nil:
 			sess.NoteAdopted(gen)
-			s.log.Info().Str(logSession, sess.ID.Short()).Uint64(logGen, gen).Msg("heal adopted from another process")
+			h.log.Info().Str(logSession, sess.ID.Short()).Uint64(logGen, gen).Msg("heal adopted from another process")
 			return up, gen, nil
 		case !errors.Is(err, errAdopt):
 			return "", 0, err
 		}
-		delay := 25 * time.Millisecond
+		wait := upstream.Backoff{Min: 25 * time.Millisecond, Max: time.Second}
 		for try := 1; ; try++ {
-			if ok, wait := s.breaker.Allow(); !ok {
-				return "", 0, &breakerOpenError{wait: wait}
+			if ok, w := h.link.breaker.Allow(); !ok {
+				return "", 0, &breakerOpenError{wait: w}
 			}
-			up, err := s.initUpstream(ctx, hdr, sess.Recipe.InitBody, sess.Recipe.ProtocolVersion)
+			up, err := h.initUpstream(ctx, hdr, sess.Recipe.InitBody, sess.Recipe.ProtocolVersion)
 			if err == nil {
-				s.upSuccess()
-				s.replayJournal(ctx, hdr, sess, up)
+				h.link.success()
+				h.replayJournal(ctx, hdr, sess, up)
 				mine := up
-				up, gen, err := s.publish(ctx, sess, seen, up, hdr.PeekBytes(hdrAuthorization))
+				up, gen, lost, err := h.sessions.fleet.publish(ctx, sess, seen, up)
+				if lost {
+					h.link.deleteLater(mine, auth, true) // another process won the race: its session, not ours
+				}
 				if err != nil {
 					return "", 0, err
 				}
-				if up != mine {
-					sess.NoteAdopted(gen) // another process won the race: its session, not ours
+				if lost {
+					sess.NoteAdopted(gen)
 					return up, gen, nil
 				}
-				s.deleteUpstream(dead, hdr.PeekBytes(hdrAuthorization), true)
+				h.link.deleteLater(dead, auth, true)
 				return up, gen, nil
 			}
-			if errors.Is(err, errRecipeRefused) {
+			var (
+				ce *credentialError
+				he *healAuthError
+			)
+			if errors.Is(err, errRecipeRefused) || errors.As(err, &ce) || errors.As(err, &he) {
 				return "", 0, err
 			}
-			s.upFailure()
-			s.log.Debug().Str(logSession, sess.ID.Short()).Int("try", try).Err(err).Msg("upstream initialize failed; retrying")
-			dl, _ := ctx.Deadline()
-			if time.Now().Add(delay).After(dl) || !s.sleep(delay) {
+			h.link.failure()
+			h.log.Debug().Str(logSession, sess.ID.Short()).Int("try", try).Err(err).Msg("upstream initialize failed; retrying")
+			d := wait.Next()
+			if dl, _ := ctx.Deadline(); time.Now().Add(d).After(dl) {
 				return "", 0, fmt.Errorf("reinit after %d tries: %w", try, err)
 			}
-			delay = min(2*delay, time.Second)
+			if !h.link.sleep(d) {
+				return "", 0, errClosing
+			}
 		}
 	}
 }
 
-// deleteUpstream ends an upstream session best-effort in the background,
-// bounded by a few seconds.
-func (s *Server) deleteUpstream(up session.UpstreamID, auth []byte, dead bool) {
-	if up == "" {
-		return
+// initUpstream creates a new upstream session from a recipe: initialize
+// (with a proxy-namespaced id and no session header), then
+// notifications/initialized. Failures that delivered nothing or that the
+// server called transient are returned for retry; a refusal of the recipe is
+// errRecipeRefused.
+func (h *healer) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader, initBody string, version string) (session.UpstreamID, error) {
+	deadline := deadlineOf(ctx, time.Now().Add(h.cfg.HealTimeout))
+	h.count.upstreamInits.Add(1)
+	rep, err := h.link.call(&upcall{hdr: agent, body: withID([]byte(initBody), h.link.upcallID("init")), deadline: deadline})
+	if err != nil {
+		return "", err
 	}
-	var authCopy []byte
-	if len(auth) > 0 {
-		authCopy = append([]byte(nil), auth...)
+	switch st := rep.status; {
+	case rep.sessionErr != nil:
+		return "", fmt.Errorf("%w: %w", errRecipeRefused, rep.sessionErr)
+	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
+		// The credential, not the recipe: the agent's SDK renews its token
+		// on a 401 and comes back with one the upstream takes (and a
+		// credential the upstream now refuses must not end a session that
+		// another, rotated one still uses).
+		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
+		return "", &healAuthError{status: st, challenge: rep.challenge}
+	case st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusRequestTimeout || st >= 500:
+		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
+		return "", fmt.Errorf("initialize answered %d", st)
+	case st/100 != 2:
+		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
+		return "", fmt.Errorf("%w: status %d", errRecipeRefused, st)
 	}
-	if !s.bg.Add(1) {
-		return // closing: a killed process says no goodbye either
+	if got := initializedVersion(rep.status, rep.msg); got != version {
+		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
+		return "", fmt.Errorf("%w: protocol version %q, session has %q", errRecipeRefused, got, version)
 	}
-	go func() {
-		defer s.bg.Done()
-		err := s.deleteNow(up, authCopy, time.Now().Add(2*time.Second))
-		if err != nil && !dead {
-			s.log.Debug().Str(logUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
+	// notifications/initialized (MCP lifecycle: the client MUST send it).
+	// A notification does no harm twice, so a transport failure (a pooled
+	// connection the upstream closed as it restarted) sends it again on a
+	// checked connection: giving up would throw away the session the
+	// initialize just made, and make another.
+	note := upcall{hdr: agent, session: rep.session, version: version, body: initializedNote, deadline: deadline}
+	for try := 1; ; try++ {
+		if _, err = h.link.call(&note); err == nil {
+			return rep.session, nil
 		}
-	}()
-}
-
-// deleteNow sends DELETE for an upstream session (MCP 2025-03-26+ §Session
-// Management: the client SHOULD end sessions it no longer needs).
-func (s *Server) deleteNow(up session.UpstreamID, auth []byte, deadline time.Time) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.count.panics.Add(1)
-			err = fmt.Errorf("delete panicked: %v", p)
+		if try == 3 || time.Now().After(deadline) {
+			h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
+			return "", fmt.Errorf("notifications/initialized: %w", err)
 		}
-	}()
-	var hdr *fasthttp.RequestHeader
-	if len(auth) > 0 {
-		hdr = new(fasthttp.RequestHeader)
-		hdr.SetBytesKV(hdrAuthorization, auth)
+		note.checked = true
 	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := upstream.AcquireResponse()
-	defer upstream.ReleaseResponse(resp)
-	s.build(req, &upcall{hdr: hdr, method: fasthttp.MethodDelete, session: up})
-	return s.do(req, resp, deadline)
 }
 
-// sessionDropped runs when the store expires or evicts a session.
-func (s *Server) sessionDropped(sess *session.Session) {
-	s.release(sess)
-	s.streams.stop(sess.ID)
-	up, _ := sess.Current()
-	s.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")
-	if s.cfg.Shared != nil {
-		return // another process of the fleet may be using its upstream session
-	}
-	s.deleteUpstream(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)
-}
-
-// dropMintedSession: a pre-2026 server answering a session-less request
-// (e.g. a server/discover probe) may open a session for it. The agent never
-// sees that id, so the proxy ends it.
-func (s *Server) dropMintedSession(r *upstream.Response) {
-	if id := r.Header.PeekBytes(hdrSessionID); len(id) > 0 {
-		s.deleteUpstream(session.UpstreamID(id), nil, true)
-	}
-}
+var initializedNote = []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)

@@ -65,7 +65,7 @@ func TestInitializeBodyCapped(t *testing.T) {
 	peerRawInitialize(t, url)
 	runtime.GC() // interning must outlive a collection
 	peerRawInitialize(t, url)
-	ss := s.store.Sessions()
+	ss := s.sessions.store.Sessions()
 	if len(ss) != 2 || unsafe.StringData(ss[0].Recipe.InitBody) != unsafe.StringData(ss[1].Recipe.InitBody) {
 		t.Fatal("two identical initialize bodies are kept twice")
 	}

@@ -37,6 +37,16 @@ const (
 	// codeBudget: buffering an upstream answer would pass the upstream's
 	// memory_budget; HTTP 503 with Retry-After.
 	codeBudget = -32017
+	// codeCredential: mcpheal could not get the upstream credential it
+	// owns (the token endpoint refused or did not answer); nothing was
+	// sent. HTTP 502 for a refusal, 503 with Retry-After otherwise.
+	codeCredential = -32018
+	// codeJournalFull: the request would pass the session's max_journal
+	// (the state mcpheal restores after a heal); it was not sent. HTTP 200.
+	codeJournalFull = -32019
+	// codeUpstreamInvalid: the upstream's answer cannot be used as it is
+	// (a session id longer than mcpheal carries); HTTP 502.
+	codeUpstreamInvalid = -32020
 )
 
 // message is what the proxy needs to know of one agent POST body. Fields are

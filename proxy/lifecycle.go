@@ -21,7 +21,7 @@ func (s *Server) Ready() error {
 	if time.Since(s.readyAt) < time.Second {
 		return s.readyErr
 	}
-	s.readyErr = s.up.Probe(time.Now().Add(time.Second))
+	s.readyErr = s.link.up.Probe(time.Now().Add(time.Second))
 	s.readyAt = time.Now()
 	return s.readyErr
 }
@@ -32,7 +32,7 @@ func (s *Server) Ready() error {
 func (s *Server) drain(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for s.inflight.Load() > 0 && time.Now().Before(deadline) {
-		if !s.sleep(50 * time.Millisecond) {
+		if !s.link.sleep(50 * time.Millisecond) {
 			break
 		}
 	}
@@ -44,7 +44,7 @@ func (s *Server) drain(timeout time.Duration) {
 // closeSessions DELETEs every upstream session the server holds (bounded by
 // ctx, a few seconds at most) and closes the server.
 func (s *Server) closeSessions(ctx context.Context) {
-	sessions := s.store.Sessions()
+	sessions := s.sessions.store.Sessions()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	sem := make(chan struct{}, 16)
@@ -66,7 +66,7 @@ func (s *Server) closeSessions(ctx context.Context) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			dl, _ := ctx.Deadline()
-			_ = s.deleteNow(up, auth, dl)
+			_ = s.link.deleteNow(up, auth, dl)
 		}(up, recipeHeader(sess).PeekBytes(hdrAuthorization))
 	}
 	wg.Wait()

@@ -44,6 +44,9 @@ var (
 		"Live client sessions.", []string{"upstream"}, nil)
 	descBreaker = prometheus.NewDesc("mcpheal_breaker_state",
 		"Circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"upstream"}, nil)
+	descMemory = prometheus.NewDesc("mcpheal_memory_budget_bytes",
+		"The memory budget: used = session state, journals and buffered answers counted now; limit = memory_budget.",
+		[]string{"upstream", "kind"}, nil)
 )
 
 // collector exposes the counters of the router's current servers at scrape
@@ -105,9 +108,11 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	counter(descPanics, k.panics.Load())
 	counter(descBytes, k.bytesIn.Load(), "in")
 	counter(descBytes, k.bytesOut.Load(), "out")
-	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(s.store.Len()), name)
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(s.sessions.store.Len()), name)
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, float64(s.breakerState()), name)
+	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.mem.used.Load()), name, "used")
+	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.mem.limit), name, "limit")
 	k.healDuration.Collect(ch)
 	k.sessionAge.Collect(ch)
-	s.shared.collect(ch)
+	s.sessions.fleet.collect(ch)
 }

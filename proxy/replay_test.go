@@ -416,7 +416,7 @@ func TestToolsLearnedBeforeAnswerPasses(t *testing.T) {
 			break
 		}
 	}
-	sess, ok := s.store.Get(session.ClientID(sid))
+	sess, ok := s.sessions.store.Get(session.ClientID(sid))
 	if !ok {
 		t.Fatalf("session %s not in the store", sid)
 	}

@@ -82,9 +82,9 @@ func sharedKinds(t *testing.T, f func(t *testing.T, sh *countingShared, srv *red
 	})
 }
 
-// fleet is n mcpheal replicas with one key ring and one store, behind a
+// replicaSet is n mcpheal replicas with one key ring and one store, behind a
 // round-robin balancer.
-type fleet struct {
+type replicaSet struct {
 	t      *testing.T
 	up     string
 	keys   string
@@ -93,8 +93,8 @@ type fleet struct {
 	lb     *balancer
 }
 
-func startFleet(t *testing.T, n int, up string, shared session.Shared) *fleet {
-	f := &fleet{t: t, up: up, keys: testKeys(1), shared: shared}
+func startFleet(t *testing.T, n int, up string, shared session.Shared) *replicaSet {
+	f := &replicaSet{t: t, up: up, keys: testKeys(1), shared: shared}
 	addrs := make([]string, n)
 	for i := range n {
 		p := f.start("127.0.0.1:0")
@@ -105,7 +105,7 @@ func startFleet(t *testing.T, n int, up string, shared session.Shared) *fleet {
 	return f
 }
 
-func (f *fleet) start(addr string) *proxyProcess {
+func (f *replicaSet) start(addr string) *proxyProcess {
 	return startProxyAt(f.t, addr, f.up, func(c *Config) {
 		c.SessionKeys = f.keys
 		c.Shared = f.shared
@@ -113,20 +113,20 @@ func (f *fleet) start(addr string) *proxyProcess {
 }
 
 // url is the balancer's MCP endpoint; replica(i) one replica's own.
-func (f *fleet) url() string { return "http://" + f.lb.addr + "/mcp" }
+func (f *replicaSet) url() string { return "http://" + f.lb.addr + "/mcp" }
 
-func (f *fleet) replica(i int) string { return "http://" + f.procs[i].ln.Addr().String() + "/mcp" }
+func (f *replicaSet) replica(i int) string { return "http://" + f.procs[i].ln.Addr().String() + "/mcp" }
 
 // restart kills replica i (kill -9: no goodbye) and starts a new process
 // on its address.
-func (f *fleet) restart(i int) {
+func (f *replicaSet) restart(i int) {
 	addr := f.procs[i].ln.Addr().String()
 	f.procs[i].kill()
 	f.procs[i] = f.start(addr)
 }
 
 // check asserts the invariant of every fault test on every replica.
-func (f *fleet) check() {
+func (f *replicaSet) check() {
 	f.t.Helper()
 	for i, p := range f.procs {
 		if st := p.s.Stats(); st.UnsafeResends != 0 || st.Panics != 0 {
@@ -137,7 +137,7 @@ func (f *fleet) check() {
 
 // initsByReplica describes, for a failure message, the upstream
 // initializes and heals each replica made.
-func (f *fleet) initsByReplica() string {
+func (f *replicaSet) initsByReplica() string {
 	var b strings.Builder
 	for i, p := range f.procs {
 		st := p.s.Stats()
@@ -270,7 +270,7 @@ func TestFleetHealsOncePerDeath(t *testing.T) {
 		// request of its own fails.
 		for i, p := range f.procs {
 			peerWait(t, "replica "+strconv.Itoa(i)+" to follow the heal", func() bool {
-				sess, ok := p.s.store.Peek(session.ClientID(cs.ID()))
+				sess, ok := p.s.sessions.store.Peek(session.ClientID(cs.ID()))
 				if !ok {
 					return false
 				}
@@ -348,7 +348,7 @@ func TestFleetDeleteEndsEverywhere(t *testing.T) {
 		// only when their upstream session fails.
 		for i := range 2 {
 			peerWait(t, "replica "+strconv.Itoa(i)+" to drop the ended session", func() bool {
-				return !f.procs[i].s.store.Has(session.ClientID(sid))
+				return !f.procs[i].s.sessions.store.Has(session.ClientID(sid))
 			})
 		}
 		f.procs = append(f.procs, f.start("127.0.0.1:0")) // never saw the session
@@ -440,7 +440,7 @@ func TestFleetConcurrentHeals(t *testing.T) {
 		}
 		wg.Wait()
 		for i, p := range f.procs {
-			t.Logf("replica %d: served %d heals %d adopted %v lost %v", i, f.lb.served[i].Load(), p.s.Stats().Heals, testutil.ToFloat64(p.s.shared.adopted.n), testutil.ToFloat64(p.s.shared.lost.n))
+			t.Logf("replica %d: served %d heals %d adopted %v lost %v", i, f.lb.served[i].Load(), p.s.Stats().Heals, testutil.ToFloat64(p.s.sessions.fleet.stats.adopted), testutil.ToFloat64(p.s.sessions.fleet.stats.lost))
 		}
 		if n := up.Inits(); n != 2*agents {
 			t.Fatalf("%d upstream initializes for %d agents and one upstream restart, want %d", n, agents, 2*agents)

@@ -199,7 +199,7 @@ func TestSealedIDRefusals(t *testing.T) {
 	if resp, _ := peerRawDo(t, req); resp.StatusCode != http.StatusOK {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
-	a.s.store.Remove(session.ClientID(sid)) // as if the process had lost it: the next use restores
+	a.s.sessions.store.Remove(session.ClientID(sid)) // as if the process had lost it: the next use restores
 	inits := up.inits.Load()
 	tampered := []byte(sid)
 	tampered[len(tampered)/2] ^= 1
@@ -231,8 +231,9 @@ func foreignID(t *testing.T, keys string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{cfg: Config{Name: "another", SessionMaxAge: time.Hour}, ring: ring}
-	return string(s.sealID(nil, "2025-11-25", []byte(`{}`)))
+	ss := &sessions{cfg: &Config{Name: "another", SessionMaxAge: time.Hour}, ring: ring}
+	id, _ := ss.seal(nil, "2025-11-25", []byte(`{}`))
+	return string(id)
 }
 
 func TestNewRingRefusesBadKeys(t *testing.T) {

@@ -164,7 +164,7 @@ func (r *Router) Reload(ups []Config) error {
 	var drop []*Server
 	for path, list := range old.retired {
 		for _, s := range list {
-			if _, served := t.byPath[path]; served && s.store.Len() > 0 {
+			if _, served := t.byPath[path]; served && s.sessions.store.Len() > 0 {
 				t.retired[path] = append(t.retired[path], s)
 			} else {
 				drop = append(drop, s)
@@ -297,7 +297,7 @@ func (r *Router) wellKnown(ctx *fasthttp.RequestCtx, t *routeTable, p string) {
 		if s == nil || s.cfg.Credentials != nil {
 			break // unknown, or the proxy owns that upstream's credential
 		}
-		s.wellKnown(ctx, kind+s.up.Path())
+		s.wellKnown(ctx, kind+s.link.up.Path())
 		return
 	}
 	ctx.Error("not found\n", fasthttp.StatusNotFound)
@@ -309,7 +309,7 @@ func (t *routeTable) owner(s *Server, path string, sid []byte) *Server {
 		return s
 	}
 	for _, old := range t.retired[path] {
-		if old.store.Has(session.ClientID(b2s(sid))) {
+		if old.sessions.store.Has(session.ClientID(b2s(sid))) {
 			return old
 		}
 	}
@@ -389,7 +389,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	t := r.routes.Load()
 	for _, s := range t.servers() {
 		s.streams.stopAll() // held-open GET streams would stall the drain
-		s.stopListens()
+		s.bridge.stopListens()
 	}
 	err := errors.Join(r.srv.ShutdownWithContext(ctx), r.adm.ShutdownWithContext(ctx))
 	var wg sync.WaitGroup

@@ -151,7 +151,10 @@ func TestStolenSessionID(t *testing.T) {
 }
 
 // TestTokenRotation: once the upstream accepts the owner's new token on the
-// session, the session is bound to it: the new token heals, the old no more.
+// session, the session is bound to it as well: the new token heals, and
+// the re-init uses it. The old token stays the creator's (a stranger who
+// got a token accepted could otherwise lock the creator out): what it may
+// do, the upstream judges.
 func TestTokenRotation(t *testing.T) {
 	t.Parallel()
 	up := startAuthServer(t, map[string]string{"alice-token-old1": "alice"})
@@ -163,9 +166,6 @@ func TestTokenRotation(t *testing.T) {
 	}
 	up.expireAll()
 	inits := up.inits.Load()
-	if resp, _ := authPost(t, url, sid, "alice-token-old1", echoCall); resp.StatusCode == 200 || up.inits.Load() != inits {
-		t.Fatalf("old token after rotation healed the session (%d)", resp.StatusCode)
-	}
 	resp, body := authPost(t, url, sid, "alice-token-new1", echoCall)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || up.inits.Load() != inits+1 {
 		t.Fatalf("rotated token after expiry: %d %q", resp.StatusCode, body)

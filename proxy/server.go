@@ -2,13 +2,9 @@ package proxy
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
-	"hash"
 	"net"
 	"strings"
 	"sync"
@@ -19,7 +15,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/session"
-	"github.com/mcpheal/mcpheal/session/seal"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -133,6 +128,11 @@ type Config struct {
 	// MemoryBudget caps the bytes of session state and buffered answers the
 	// upstream's sessions may hold (see budget); zero means 512 MiB.
 	MemoryBudget int
+	// MaxJournal caps the state mcpheal keeps per session to restore after
+	// a heal (the last log level's params and the subscribed URIs); zero
+	// means 64 KiB. A request that would pass it gets -32019 and is not
+	// sent.
+	MaxJournal int
 	// WriteTimeout bounds a single write to an agent: one that takes longer
 	// (a slow or stalled reader) ends that agent's connection; zero means
 	// 30 s. It is per write, not per response, so long SSE streams live on.
@@ -167,6 +167,7 @@ func (c *Config) normalize() error {
 	c.MaxAnswer = orInt(c.MaxAnswer, 32<<20)
 	c.MaxSSELine = orInt(c.MaxSSELine, 8<<20)
 	c.MemoryBudget = orInt(c.MemoryBudget, 512<<20)
+	c.MaxJournal = orInt(c.MaxJournal, 64<<10)
 	c.SessionMaxAge = orDur(c.SessionMaxAge, 7*24*time.Hour)
 	c.StoreTimeout = orDur(c.StoreTimeout, 250*time.Millisecond)
 	switch c.EraBridge {
@@ -200,52 +201,36 @@ func (c *Config) normalize() error {
 	return nil
 }
 
-// Server is the mcpheal proxy for one upstream.
+// Server is the mcpheal proxy for one upstream. It serves agents through
+// the one pipeline (pipeline.go), whose stages each have their own type:
+// guard (guard.go), sessions and fleet (sessions.go, fleet.go), the
+// upstream link (link.go), the healer (heal.go), the bridge (bridge.go).
 type Server struct {
 	cfg         Config
 	log         zerolog.Logger
-	up          *upstream.Client
-	store       *session.Store
-	guard       hostGuard
-	fpKey       []byte    // keys credential fingerprints; random per process
-	macs        sync.Pool // of hash.Hash: HMAC-SHA256 under fpKey
-	replayTools map[string]bool
 	count       counters
-	mem         budget     // Config.MemoryBudget
-	ring        *seal.Ring // seals and opens agent session ids (Config.SessionKeys)
-	graves      graveyard  // ids ended by DELETE, never restored
-	shared      sharedStats
-	eras        eraState        // the upstream's protocol era (era.go)
-	bridge      bridgeState     // legacy agents of a 2026-07-28 upstream (bridge.go)
-	watcher     session.Watcher // Config.Shared's events, or nil
-	keys        sync.Map        // Watcher.Key → session.ClientID of the sessions held (with a watcher)
-	instance    string          // this process among the fleet's (Event.Owner)
-	restoreMu   sync.Mutex      // one restore of an id at a time
-	breaker     *upstream.Breaker
-	streams     streamSet
-	inflight    atomic.Int64 // ServeMCP calls running
+	mem         budget // Config.MemoryBudget
+	replayTools map[string]bool
+
+	guard    *guard
+	link     *link
+	sessions *sessions
+	healer   *healer
+	eras     *eraState
+	bridge   *bridge
+	streams  streamSet
+	inflight atomic.Int64 // ServeMCP calls running
 
 	srvOnce sync.Once
 	srv     *fasthttp.Server // only when served alone (Serve)
 
-	bg       bgGroup       // background work: DELETEs, keepalive
+	bg       bgGroup       // background work: DELETEs, keepalive, pumps
 	done     chan struct{} // closed by Close: stops backoff waits and keepalive
 	doneOnce sync.Once
 
 	readyMu  sync.Mutex // protects readyAt, readyErr
 	readyAt  time.Time
 	readyErr error
-
-	failing atomic.Bool   // an exchange failed and none has succeeded since
-	wakeMu  sync.Mutex    // protects wake
-	wake    chan struct{} // closed (and replaced) when the upstream answers again
-	// watching: an outage watcher runs (watchOutage); lastFailure is the
-	// unix nanoseconds of the last failed exchange.
-	watching    atomic.Bool
-	lastFailure atomic.Int64
-
-	pingUnsupported atomic.Bool // the upstream answered -32601 to ping
-	kaSeq           atomic.Uint64
 }
 
 // New returns a Server for cfg. It does not listen yet.
@@ -257,58 +242,56 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	up, err := upstream.New(upstream.Config{URL: cfg.Upstream, MaxIdleConn: cfg.MaxIdleConn, MaxResponseBody: cfg.MaxAnswer})
-	if err != nil {
-		return nil, fmt.Errorf("proxy config: %w", err)
-	}
-	s := &Server{
-		cfg:         cfg,
-		log:         log,
-		up:          up,
-		guard:       newHostGuard(cfg.Listen, cfg.AllowedHosts),
-		fpKey:       make([]byte, 32),
-		replayTools: make(map[string]bool),
-		wake:        make(chan struct{}),
-		done:        make(chan struct{}),
-	}
-	_, _ = rand.Read(s.fpKey)
-	s.macs.New = func() any { return hmac.New(sha256.New, s.fpKey) }
+	s := &Server{cfg: cfg, log: log, replayTools: make(map[string]bool), done: make(chan struct{})}
 	for _, t := range cfg.ReplayTools {
 		s.replayTools[t] = true
 	}
-	s.store, err = session.NewStore(session.StoreConfig{
+	s.mem.limit = int64(cfg.MemoryBudget)
+	s.count.init(cfg.Name)
+	if s.link, err = newLink(&s.cfg, &s.log, &s.count, &s.bg, s.done); err != nil {
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
+	s.sessions = &sessions{cfg: &s.cfg, log: &s.log, count: &s.count, mem: &s.mem, link: s.link, ring: ring,
+		dead: session.NewTombstones(cfg.SessionMaxAge), fleet: s.newFleet(), onRelease: s.released}
+	s.sessions.store, err = session.NewStore(session.StoreConfig{
 		MaxSessions:      cfg.MaxSessions,
 		MaxPerCredential: cfg.MaxSessionsPerCredential,
 		IdleTTL:          cfg.SessionTTL,
-	}, s.sessionDropped)
+	}, s.sessions.dropped)
 	if err != nil {
+		s.link.up.Close()
 		return nil, fmt.Errorf("session store: %w", err)
 	}
-	s.ring = ring
-	s.count.init(cfg.Name)
-	if cfg.Shared != nil {
-		s.shared.init(cfg.Name)
+	s.guard = &guard{cfg: &s.cfg, hosts: newHostGuard(cfg.Listen, cfg.AllowedHosts), mem: &s.mem, link: s.link, sessions: s.sessions}
+	s.healer = &healer{cfg: &s.cfg, log: &s.log, count: &s.count, mem: &s.mem, link: s.link, sessions: s.sessions,
+		streams: &s.streams, bg: &s.bg}
+	s.eras = &eraState{cfg: &s.cfg, log: &s.log, link: s.link, mem: &s.mem, bg: &s.bg}
+	s.link.onRecover = s.eras.recheck
+	s.bridge = &bridge{s: s}
+	if f := s.sessions.fleet; f != nil && f.watcher != nil && s.bg.Add(1) {
+		go func() {
+			defer s.bg.Done()
+			f.watch(s.done, s.fleetEvent)
+		}()
 	}
-	if w, ok := cfg.Shared.(session.Watcher); ok {
-		s.watcher = w
-		s.instance = rand.Text() // random per process
-		if s.bg.Add(1) {
-			go s.watchShared()
-		}
-	}
-	s.mem.limit = int64(cfg.MemoryBudget)
-	bc := cfg.Breaker
-	bc.OnChange = func(from, to upstream.BreakerState, cooldown time.Duration) {
-		log.Warn().Str("from", from.String()).Str("to", to.String()).Dur("cooldown", cooldown).
-			Msg("circuit breaker " + to.String())
-	}
-	s.breaker = upstream.NewBreaker(bc)
-	if cfg.Keepalive > 0 {
-		if s.bg.Add(1) {
-			go s.keepaliveLoop()
-		}
+	if cfg.Keepalive > 0 && s.bg.Add(1) {
+		go s.healer.keepaliveLoop(s.done)
 	}
 	return s, nil
+}
+
+// newFleet returns the fleet of Config.Shared, or nil.
+func (s *Server) newFleet() *fleet {
+	if s.cfg.Shared == nil {
+		return nil
+	}
+	f := &fleet{cfg: &s.cfg, log: &s.log, shared: s.cfg.Shared, sleep: s.link.sleep}
+	f.stats.init(s.cfg.Name)
+	if w, ok := s.cfg.Shared.(session.Watcher); ok {
+		f.watcher = w
+		f.instance = rand.Text() // random per process
+	}
+	return f
 }
 
 // listenerLimits are the listener-side caps, shared by the upstreams of one
@@ -399,7 +382,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.srvOnce.Do(func() {}) // a Serve racing with Shutdown gets no server
 	s.streams.stopAll()     // held-open GET streams would stall the drain
-	s.stopListens()
+	s.bridge.stopListens()
 	if s.srv != nil {
 		err = s.srv.ShutdownWithContext(ctx)
 	}
@@ -413,9 +396,9 @@ func (s *Server) Close() {
 	s.doneOnce.Do(func() {
 		close(s.done)
 		s.streams.stopAll()
-		s.stopListens()
-		s.store.Close()
-		s.up.Close() // cuts exchanges in flight, so background work ends at once
+		s.bridge.stopListens()
+		s.sessions.store.Close()
+		s.link.up.Close() // cuts exchanges in flight, so background work ends at once
 		s.bg.Wait()
 	})
 }
@@ -424,7 +407,7 @@ func (s *Server) Close() {
 const breakerOpen = int(upstream.Open)
 
 // breakerState is 0 closed, 1 half-open, 2 open.
-func (s *Server) breakerState() int { return int(s.breaker.State()) }
+func (s *Server) breakerState() int { return int(s.link.breaker.State()) }
 
 // Handler is the fasthttp handler: the MCP endpoint and /healthz.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
@@ -479,49 +462,6 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 	}
 }
 
-func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
-	writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, "null",
-		fmt.Sprintf("Request body too large (limit %d bytes)", limit))
-}
-
-// fingerprint keys the agent's credential so that a session can be bound to
-// it without keeping it for comparison: the first 16 bytes of HMAC-SHA256
-// under a per-process key. No credential gives the zero fingerprint. It does
-// not allocate.
-func (s *Server) fingerprint(auth []byte) (fp fingerprint) {
-	if len(auth) == 0 {
-		return fp
-	}
-	m := s.macs.Get().(hash.Hash)
-	defer s.macs.Put(m)
-	m.Reset()
-	m.Write(auth)
-	var sum [sha256.Size]byte
-	m.Sum(sum[:0])
-	copy(fp[:], sum[:16])
-	return fp
-}
-
-// fingerprint identifies a credential; never printed.
-type fingerprint [16]byte
-
-// String is the form a session stores ("" for no credential).
-func (fp fingerprint) String() string {
-	if fp == (fingerprint{}) {
-		return ""
-	}
-	return string(fp[:])
-}
-
-// sameCredential reports whether fp is the credential the session is bound
-// to; only such a request may re-create the session.
-func sameCredential(sess *session.Session, fp fingerprint) bool {
-	cred, _ := sess.Binding()
-	if fp == (fingerprint{}) {
-		return cred == ""
-	}
-	return len(cred) == len(fp) && subtle.ConstantTimeCompare([]byte(cred), fp[:]) == 1
-}
 
 // fasthttpLogger routes fasthttp's own messages (malformed requests,
 // oversized bodies: client mistakes) to debug level. It never prints what

@@ -176,7 +176,7 @@ func (s *Server) Stats() Stats {
 		UpstreamDown:   c.upstreamDown.Load(),
 		AgentGone:      c.agentGone.Load(),
 		Panics:         c.panics.Load(),
-		Sessions:       s.store.Len(),
+		Sessions:       s.sessions.store.Len(),
 		Classes:        make(map[classify.Class]uint64),
 	}
 	for m := range c.requests {

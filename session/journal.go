@@ -18,26 +18,78 @@ type Journal struct {
 	Subscriptions []string
 }
 
-// SetLevel records an accepted logging/setLevel (its raw params).
-func (s *Session) SetLevel(params string) {
+// Bytes is what a journal holds: its level's params and every URI. The
+// proxy counts it in its memory budget and caps it per session.
+func (j Journal) Bytes() int {
+	n := len(j.Level)
+	for _, uri := range j.Subscriptions {
+		n += len(uri)
+	}
+	return n
+}
+
+// SetLevel records an accepted logging/setLevel (its raw params) and
+// returns how many bytes the journal grew by (negative: shrank).
+func (s *Session) SetLevel(params string) (grew int) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.journalGone {
+		return 0
+	}
+	grew = len(params) - len(s.level)
 	s.level = params
-	s.mu.Unlock()
+	s.journalBytes += grew
+	return grew
 }
 
 // Subscribe records an accepted resources/subscribe; ok false records an
-// accepted resources/unsubscribe.
-func (s *Session) Subscribe(uri string, ok bool) {
+// accepted resources/unsubscribe. It returns how many bytes the journal
+// grew by (negative: shrank; zero: nothing changed).
+func (s *Session) Subscribe(uri string, ok bool) (grew int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !ok {
+	if s.journalGone {
+		return 0
+	}
+	_, had := s.subs[uri]
+	switch {
+	case !ok && had:
 		delete(s.subs, uri)
-		return
+		grew = -len(uri)
+	case ok && !had:
+		if s.subs == nil {
+			s.subs = make(map[string]bool)
+		}
+		s.subs[uri] = true
+		grew = len(uri)
 	}
-	if s.subs == nil {
-		s.subs = make(map[string]bool)
-	}
-	s.subs[uri] = true
+	s.journalBytes += grew
+	return grew
+}
+
+// Subscribed reports whether uri is subscribed.
+func (s *Session) Subscribed(uri string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subs[uri]
+}
+
+// JournalBytes returns what the journal holds now (Journal.Bytes).
+func (s *Session) JournalBytes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.journalBytes
+}
+
+// DropJournal empties the journal for good, once the session has left its
+// store, and returns the bytes it held: the caller gives them back to its
+// budget exactly once, and later changes record nothing.
+func (s *Session) DropJournal() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.journalBytes
+	s.level, s.subs, s.journalBytes, s.journalGone = "", nil, 0, true
+	return n
 }
 
 // Journal returns a snapshot of the state to replay.
@@ -72,10 +124,13 @@ func (s *Session) ToolsSeen() bool {
 }
 
 // SetJournal replaces the session's journal with j (the fleet's, from
-// Shared).
-func (s *Session) SetJournal(j Journal) {
+// Shared) and returns how many bytes the journal grew by.
+func (s *Session) SetJournal(j Journal) (grew int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.journalGone {
+		return 0
+	}
 	s.level = j.Level
 	s.subs = nil
 	for _, uri := range j.Subscriptions {
@@ -84,4 +139,7 @@ func (s *Session) SetJournal(j Journal) {
 		}
 		s.subs[uri] = true
 	}
+	n := j.Bytes()
+	grew, s.journalBytes = n-s.journalBytes, n
+	return grew
 }

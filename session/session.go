@@ -27,6 +27,16 @@ type Recipe struct {
 	// session; empty when the agent sent none. Rebind moves the session to
 	// a rotated credential; Binding reads the current one.
 	Credential string
+	// Nonce is the session's identity inside its sealed id (seal.Record):
+	// what every spelling of the id would name, and what a tombstone keys.
+	Nonce [16]byte
+	// InitSealed reports that the sealed id carries InitBody itself; when
+	// false it carries only its digest, and a restart or another replica
+	// can re-create the session only from a fleet store that keeps it.
+	InitSealed bool
+	// Expires is when the sealed id stops opening: the session's maximum
+	// age. Zero means never (ids not sealed, in tests).
+	Expires time.Time
 	// Header holds the agent's request headers (name, value) at initialize,
 	// for work the proxy does on the session's behalf with no agent request
 	// at hand (keepalive pings and the heals they trigger). Never logged.
@@ -78,12 +88,16 @@ type Session struct {
 	heals    uint64
 	reported uint64 // the last generation whose heal was reported
 
-	cred      string          // current credential fingerprint (starts as Recipe.Credential)
-	hdr       [][2]string     // current headers for proactive work (starts as Recipe.Header)
-	level     string          // journal: raw params of the last logging/setLevel
-	subs      map[string]bool // journal: subscribed resource URIs
-	tools     [32]byte        // hash of the last tools/list result the agent saw
-	toolsSeen bool
+	cred  string          // current credential fingerprint (starts as Recipe.Credential)
+	hdr   [][2]string     // current headers for proactive work (starts as Recipe.Header)
+	level string          // journal: raw params of the last logging/setLevel
+	subs  map[string]bool // journal: subscribed resource URIs
+	// journalBytes is Journal().Bytes(), kept as it changes; journalGone:
+	// DropJournal ran, and the journal records nothing more.
+	journalBytes int
+	journalGone  bool
+	tools        [32]byte // hash of the last tools/list result the agent saw
+	toolsSeen    bool
 }
 
 // healCall is one re-init in flight; its result fields are written once,
@@ -120,6 +134,13 @@ func Adopted(id ClientID, r Recipe, up UpstreamID, gen uint64) *Session {
 	s.gen = max(gen, 1)
 	s.adopted.Store(s.gen)
 	return s
+}
+
+// Expired reports whether the session has passed its maximum age
+// (Recipe.Expires): it ends then, however active, in memory as when its
+// sealed id is opened.
+func (s *Session) Expired(t time.Time) bool {
+	return !s.Recipe.Expires.IsZero() && !t.Before(s.Recipe.Expires)
 }
 
 // NeedsInit reports whether the session must create its upstream session

@@ -63,11 +63,20 @@ type Record struct {
 	Credential string
 	// Protocol is the negotiated MCP protocol version.
 	Protocol string
-	// Init is the agent's initialize body, or nil when it was too large to
-	// seal; InitDigest is its SHA-256 either way.
+	// Init is the agent's initialize body; InitDigest is its SHA-256. A
+	// record opened from an id whose initialize was too large to seal has
+	// Init nil (see Carried).
 	Init       []byte
 	InitDigest [32]byte
+
+	zinit []byte // Init deflated, when it fits (NewRecord)
 }
+
+// Carried reports whether the sealed id carries the initialize itself
+// rather than only its digest: false for an initialize that deflates to
+// more than maxInit bytes. Without it, a process that opens the id needs
+// the initialize from elsewhere (a fleet store) to re-create the session.
+func (rec *Record) Carried() bool { return rec.Init != nil && rec.zinit != nil }
 
 // CredentialDigest is how a record binds a credential: a SHA-256 prefix of
 // the Authorization value. The record is encrypted, so the digest is never
@@ -228,6 +237,9 @@ func (r *Ring) Open(id string, now time.Time) (*Record, error) {
 func NewRecord(upstream, credential, protocol string, init []byte, now time.Time, ttl time.Duration) *Record {
 	rec := &Record{Issued: now, Expires: now.Add(ttl), Upstream: upstream, Credential: credential,
 		Protocol: protocol, Init: init, InitDigest: sha256.Sum256(init)}
+	if z := deflate(init); len(z) <= maxInit {
+		rec.zinit = z
+	}
 	_, _ = rand.Read(rec.Nonce[:])
 	return rec
 }
@@ -244,10 +256,7 @@ func (rec *Record) encode() []byte {
 		b = append(b, s...)
 	}
 	b = append(b, rec.InitDigest[:]...)
-	if z := deflate(rec.Init); len(z) <= maxInit {
-		b = append(b, z...)
-	}
-	return b
+	return append(b, rec.zinit...)
 }
 
 func decode(b []byte) (*Record, error) {
@@ -278,7 +287,7 @@ func decode(b []byte) (*Record, error) {
 		if err != nil || sha256.Sum256(init) != rec.InitDigest {
 			return nil, ErrInvalid
 		}
-		rec.Init = init
+		rec.Init, rec.zinit = init, z
 	}
 	return rec, nil
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -9,32 +10,40 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // attempt is one agent request on its way upstream: the loop
-// send → judge → decide → act runs until the agent has its answer.
+// send → judge → decide → act runs until the request has its outcome.
+// Every route sends through it: the session-era pass-through and the
+// 2026-07-28 pass-through ([Server.forward], whose answer [attempt.answer]
+// writes), and the bridge (bridge.go), which writes its own translation.
 type attempt struct {
 	s    *Server
-	ctx  *fasthttp.RequestCtx
-	sess *session.Session // nil: session-less (2026-07-28) pass-through
+	ctx  *fasthttp.RequestCtx // the agent's; nil once the handler has returned (a bridged call's later rounds)
+	r    *request
+	sess *session.Session // the agent's session; nil for 2026-07-28 pass-through
 	msg  message          // by value: the attempt is pooled, so nothing escapes
 	req  *fasthttp.Request
 	resp *upstream.Response
 	up   session.UpstreamID
 	gen  uint64
+	// heals: the upstream holds a session for this request that mcpheal
+	// may re-create (a session-era upstream; not the bridge).
+	heals bool
 
-	// replaySafe: the request may run twice without harm (see replayable);
+	// replaySafe: the request may run twice without harm (replayable);
 	// decided once, before the first send.
 	replaySafe bool
 	healed     bool // this request healed the session once
-	adopted    bool // this request took another process's heal once (shared.go)
+	adopted    bool // this request took another process's heal once (fleet.go)
 	// mayHaveRun: an exchange of this request may have reached the
 	// upstream's dispatcher (see facts.dispatched).
 	mayHaveRun bool
 	budget     time.Time // end of the heal budget; zero until the first failure
-	delay      time.Duration
+	wait       upstream.Backoff
 	// probing: this request is its session's probe of an outage (see
 	// session.Probe); it must end the probe before it answers.
 	probing bool
@@ -49,6 +58,7 @@ type attempt struct {
 	first      []byte
 	firstWhole bool     // first is a complete event, not a prefix past peekLimit
 	eof        bool     // the upstream stream has ended
+	readWhole  bool     // the SSE answer was read up to its response: a.out is all the agent gets
 	conn       net.Conn // the agent's connection, while sseBody writes to it
 	charged    int64    // taken from the memory budget for a buffered answer
 	// watch notices the agent going away while it waits (gone.go); nil
@@ -58,37 +68,32 @@ type attempt struct {
 
 var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
 
-// forward sends the agent's request upstream (swapping the session id) and
-// gives the agent one answer: the upstream's, after a heal and replay if
-// the rules allow, or mcpheal's own error. sess is nil for session-less
-// (2026-07-28) traffic.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, sess *session.Session, msg message) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	s.copyRequest(ctx, req)
+// newAttempt takes a pooled attempt for r, with its upstream request and
+// response; ctx may be nil (no agent connection to watch or answer).
+func (s *Server) newAttempt(ctx *fasthttp.RequestCtx, r *request) *attempt {
 	a := attemptPool.Get().(*attempt)
-	*a = attempt{s: s, ctx: ctx, sess: sess, msg: msg, req: req,
+	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg,
 		rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0]}, buf: a.buf, out: a.out[:0], watch: a.watch}
 	if a.watch == nil {
 		a.watch = newAgentWatch()
 	}
+	a.req = fasthttp.AcquireRequest()
 	a.resp = upstream.AcquireResponse()
 	a.resp.SetBudget(&s.mem) // a JSON answer is counted from its first byte until written
-	if sess != nil {
-		a.up, a.gen = sess.Current()
+	if a.sess != nil {
+		a.up, a.gen = a.sess.Current()
 	}
-	if a.run() {
-		// The answer's body (sseBody, jsonBody) now owns a and a.resp:
-		// nothing here may touch them again.
-		return
-	}
-	upstream.ReleaseResponse(a.resp)
-	a.s.mem.give(a.charged)
-	a.release()
+	a.replaySafe = replayable(&a.msg, a.sess, s.replayTools)
+	return a
 }
 
-// release returns the attempt and its buffers to the pool.
+// release returns the attempt, its request and response and its buffers.
 func (a *attempt) release() {
+	fasthttp.ReleaseRequest(a.req)
+	if a.resp != nil {
+		upstream.ReleaseResponse(a.resp)
+	}
+	a.s.mem.give(a.charged)
 	o, b, h := a.out, a.buf, a.rw.held
 	if cap(o) > 64<<10 {
 		o = nil // do not pin large buffers (golang/go#23199)
@@ -102,14 +107,12 @@ func (a *attempt) release() {
 }
 
 // run loops until the agent has an answer, then writes it: the one exit of
-// every request. It reports whether that answer is a body that now owns a
-// and a.resp. The agent's connection is watched from the first send until
-// the answer is written.
+// every pass-through request. It reports whether that answer is a body
+// that now owns a (released when fasthttp has written it). The agent's
+// connection is watched from the first send until the answer is written.
 func (a *attempt) run() bool {
-	a.replaySafe = a.replayable()
 	a.watchAgent()
 	out := a.loop()
-	a.endProbe()
 	if a.answer(out) {
 		return true // the body stops the watch once written (Close)
 	}
@@ -121,10 +124,11 @@ func (a *attempt) run() bool {
 // outcome the agent gets, or sends the request again: after a heal, or
 // after waiting out a failure that proves no harm.
 func (a *attempt) loop() outcome {
-	if a.sess != nil && a.sess.NeedsInit() {
+	defer a.endProbe()
+	if a.heals && a.sess.NeedsInit() {
 		// Restored from its sealed id: create its upstream session first,
-		// under the credential it is bound to only.
-		if !a.mayHeal() {
+		// under a credential it is bound to only.
+		if a.r.standing != bound {
 			return outcome{kind: outGone}
 		}
 		if out, ok := a.heal(reasonRestored); !ok {
@@ -132,15 +136,15 @@ func (a *attempt) loop() outcome {
 		}
 	}
 	for {
-		if ok, wait := a.s.breaker.Allow(); !ok {
+		if ok, wait := a.s.link.breaker.Allow(); !ok {
 			return outcome{kind: outBreakerOpen, wait: wait}
 		}
 		err := a.send()
 		f := a.judge(err)
 		a.mayHaveRun = a.mayHaveRun || f.dispatched
-		if !f.agentGone { // an interrupted exchange says nothing of the upstream
+		if !f.agentGone && !f.credential { // neither says anything of the upstream
 			a.s.count.class(f.class)
-			a.s.recordHealth(f.class)
+			a.s.link.recordHealth(f.class)
 		}
 		switch decide(f) {
 		case actAbandon:
@@ -153,6 +157,8 @@ func (a *attempt) loop() outcome {
 			return outcome{kind: outDown, why: "upstream dropped the new session at once"}
 		case actTooLarge:
 			return outcome{kind: outTooLarge, class: f.class, err: err}
+		case actCredential:
+			return outcome{kind: outCredential, err: err}
 		case actRetry:
 			if !a.backoff() {
 				return outcome{kind: outDown, why: "upstream unreachable"}
@@ -171,7 +177,7 @@ func (a *attempt) loop() outcome {
 }
 
 // send makes one exchange. A request that is not replay-safe goes with
-// DoOnce: never resent by the client, never on a connection whose
+// doOnce: never resent by the client, never on a connection whose
 // liveness is in doubt.
 func (a *attempt) send() error {
 	if a.mayHaveRun && !a.replaySafe {
@@ -181,20 +187,22 @@ func (a *attempt) send() error {
 		a.s.log.Error().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).
 			Msg("BUG: a request that may have run is sent again")
 	}
-	setSessionHeader(a.req, a.up)
+	if a.heals {
+		setSessionHeader(a.req, a.up)
+	}
 	a.s.count.bytesIn.Add(uint64(len(a.req.Body())))
 	deadline := time.Now().Add(a.s.cfg.ResponseTimeout)
 	if a.replaySafe {
-		return a.s.do(a.req, a.resp, deadline)
+		return a.s.link.do(a.req, a.resp, deadline)
 	}
-	return a.s.doOnce(a.req, a.resp, deadline)
+	return a.s.link.doOnce(a.req, a.resp, deadline)
 }
 
 // judge turns one exchange into the facts decide needs: the class of the
 // answer (peeking at the first event of a POST's SSE answer), and whether
 // the upstream may have run the request.
 func (a *attempt) judge(err error) facts {
-	f := facts{replaySafe: a.replaySafe, session: a.sess != nil, healed: a.healed}
+	f := facts{replaySafe: a.replaySafe, session: a.heals, healed: a.healed}
 	if a.agentGone() {
 		// Interrupted, or answered as the agent left: either way nobody
 		// waits for this answer.
@@ -202,6 +210,11 @@ func (a *attempt) judge(err error) facts {
 		return f
 	}
 	if err != nil {
+		var ce *credentialError
+		if errors.As(err, &ce) {
+			f.class, f.credential = classify.Protocol, true // nothing was sent
+			return f
+		}
 		f.class, f.dispatched = failClass(err), upstream.Delivered(err)
 		var tl *upstream.TooLargeError
 		if errors.As(err, &tl) || errors.Is(err, upstream.ErrOverBudget) {
@@ -217,6 +230,9 @@ func (a *attempt) judge(err error) facts {
 		f.class = classify.Classify(status, ct, nil)
 	case r.IsStream():
 		a.rw.gen, a.rw.max = a.gen, a.s.cfg.MaxSSELine
+		if !a.heals {
+			a.rw.gen = 1 // nothing to renumber: no session, or the bridge's own
+		}
 		a.rw.watch = a.msg.method == "tools/list" && a.sess != nil
 		var ok bool
 		a.out, a.first, a.firstWhole, ok = peekFirst(r, &a.rw, a.out[:0], a.readBuf())
@@ -226,7 +242,7 @@ func (a *attempt) judge(err error) facts {
 			return f
 		}
 		f.class = classify.Classify(status, ct, a.first)
-	case a.sess == nil && status == fasthttp.StatusNotFound:
+	case !a.heals && status == fasthttp.StatusNotFound:
 		f.class = classify.Protocol // no session id was sent: 404 is not about one
 	default:
 		f.class = classify.Classify(status, ct, r.Body())
@@ -234,7 +250,7 @@ func (a *attempt) judge(err error) facts {
 	switch f.class {
 	case classify.SessionGone:
 		// Rejected before dispatch (README "Replay rules"): never ran.
-		f.mayHeal = a.sess != nil && !a.healed && a.mayHeal()
+		f.mayHeal = a.heals && !a.healed && a.r.standing == bound
 	case classify.TransportDead:
 		// A 502/503/504. Proof of no harm only if the body is a known
 		// refusal by the server itself; a gateway's error page is not.
@@ -255,6 +271,49 @@ func (a *attempt) readBuf() []byte {
 	return a.buf[:readBuf]
 }
 
+// heal re-initializes the upstream session (single-flight per session) and
+// points the request at the new one. When healing fails, ok is false and
+// out is what the agent gets.
+func (a *attempt) heal(reason int) (out outcome, ok bool) {
+	a.next()
+	if a.budget.IsZero() {
+		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), a.budget)
+	defer cancel()
+	up, gen, err := a.s.healer.heal(ctx, a.sess, a.gen, reason, a.r.hdr)
+	if err != nil {
+		var (
+			bo *breakerOpenError
+			ce *credentialError
+			he *healAuthError
+		)
+		switch {
+		case errors.As(err, &bo):
+			return outcome{kind: outBreakerOpen, wait: bo.wait}, false
+		case errors.As(err, &ce):
+			return outcome{kind: outCredential, err: err}, false
+		case errors.As(err, &he):
+			return outcome{kind: outHealAuth, err: he}, false
+		case errors.Is(err, errClosing):
+			return outcome{kind: outDown, why: "mcpheal is shutting down"}, false
+		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
+			// Its id would open again and heal into the same refusal.
+			a.s.sessions.end(a.sess, errors.Is(err, errRecipeRefused))
+			return outcome{kind: outGone}, false
+		}
+		return outcome{kind: outDown, why: "upstream unreachable while re-initializing the session"}, false
+	}
+	// A session adopted from another process may have died with this
+	// one (an upstream restart): the request may then heal once more.
+	a.up, a.gen = up, gen
+	if !a.sess.WasAdopted(gen) || a.adopted {
+		a.healed = true
+	}
+	a.adopted = true
+	return outcome{}, true
+}
+
 // afterHeal decides what a request does once its session healed: most are
 // replayed; a few have nothing left to do on the new session.
 func (a *attempt) afterHeal() (outcome, bool) {
@@ -270,25 +329,88 @@ func (a *attempt) afterHeal() (outcome, bool) {
 	return outcome{}, true
 }
 
-// replayable reports whether the request may run twice without harm
-// (README "Replay rules").
-func (a *attempt) replayable() bool {
-	m := a.msg
-	if m.batch {
-		return false // its elements are not judged one by one: one may be a tools/call
+// backoff waits before the next try, within the heal budget. It reports
+// false when the budget is spent. One request per session waits out the
+// outage by trying (session.Probe); the others wait for it.
+func (a *attempt) backoff() bool {
+	a.next()
+	if a.budget.IsZero() {
+		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
+		a.wait = upstream.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	}
-	if m.get || !m.isRequest() {
-		return true // a GET stream, a notification, an answer: nothing runs twice
+	left := time.Until(a.budget)
+	if left <= 0 {
+		return false
 	}
-	switch m.method {
-	case "ping", "initialize", "tools/list", "resources/list", "resources/templates/list",
-		"resources/read", "prompts/list", "prompts/get", "completion/complete",
-		"logging/setLevel", "resources/subscribe", "resources/unsubscribe", "server/discover":
-		return true
-	case "tools/call":
-		return a.s.replayTools[m.tool] || (a.sess != nil && a.sess.Replayable(m.tool))
+	if a.sess != nil && !a.probing {
+		lead, done := a.sess.Probe()
+		if !lead {
+			return a.awaitProbe(done, left)
+		}
+		a.probing = true
 	}
-	return false
+	return a.s.link.sleep(min(a.wait.Next(), left))
+}
+
+// awaitProbe waits, within the heal budget, for the request probing the
+// session's outage, then points this request at the session's current
+// upstream id: the probe may have healed it meanwhile.
+func (a *attempt) awaitProbe(done <-chan struct{}, left time.Duration) bool {
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		return false
+	case <-a.s.done:
+		return false
+	}
+	a.up, a.gen = a.sess.Current()
+	return true
+}
+
+// endProbe releases the requests waiting on this one's probe, if it is one.
+func (a *attempt) endProbe() {
+	if a.probing {
+		a.probing = false
+		a.sess.ProbeDone()
+	}
+}
+
+// abandon ends the attempt's exchange in flight as if its agent had gone
+// (a bridged call the agent cancelled): decide gives up on it and nothing
+// is sent again. It may run on another goroutine than the attempt's.
+func (a *attempt) abandon() {
+	a.watch.gone.Store(true)
+	a.resp.Interrupt()
+}
+
+// renew readies the attempt for another request on the same route (a
+// bridged call's next round): that the upstream ran the last one says
+// nothing of this one.
+func (a *attempt) renew() {
+	a.next()
+	a.mayHaveRun, a.healed, a.adopted, a.eof = false, false, false, false
+	a.budget, a.wait = time.Time{}, upstream.Backoff{}
+}
+
+// peeked returns, once, the whole events the first exchange's peek read
+// (judge), for a route that reads the events itself (the bridge).
+func (a *attempt) peeked() [][]byte {
+	if len(a.out) == 0 {
+		return nil
+	}
+	var fr sse.Framer
+	fr.Feed(a.out)
+	a.out = a.out[:0]
+	var evs [][]byte
+	for {
+		ev, ok, _ := fr.Next()
+		if !ok {
+			return evs
+		}
+		evs = append(evs, ev)
+	}
 }
 
 // next prepares the attempt for another exchange.

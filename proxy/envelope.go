@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// envelope returns body as a 2026-07-28 request: id replaced by id, the
+// params' _meta completed with the session's protocol version, client info,
+// client capabilities and log level, and inputResponses and requestState
+// set when not empty.
+func envelope(body []byte, id string, sess *session.Session, inputs []byte, state string) []byte {
+	r := gjson.ParseBytes(body)
+	init := gjson.Parse(sess.Recipe.InitBody)
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
+	out = append(out, `,"method":`...)
+	out = append(out, r.Get("method").Raw...)
+	out = append(out, `,"params":{`...)
+	n := 0
+	var meta gjson.Result
+	r.Get("params").ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "_meta":
+			meta = v
+			return true
+		case "inputResponses", "requestState":
+			return true
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, k.Raw...)
+		out = append(out, ':')
+		out = append(out, v.Raw...)
+		n++
+		return true
+	})
+	comma := func() {
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+	}
+	if len(inputs) > 0 {
+		comma()
+		out = append(out, `"inputResponses":`...)
+		out = append(out, inputs...)
+	}
+	if state != "" {
+		comma()
+		out = append(out, `"requestState":`...)
+		out = append(out, state...)
+	}
+	comma()
+	out = append(out, `"_meta":{"io.modelcontextprotocol/protocolVersion":"`+statelessVersion+`"`...)
+	if ci := init.Get("params.clientInfo"); ci.IsObject() {
+		out = append(out, `,"io.modelcontextprotocol/clientInfo":`...)
+		out = append(out, ci.Raw...)
+	}
+	out = append(out, `,"io.modelcontextprotocol/clientCapabilities":`...)
+	if cc := init.Get("params.capabilities"); cc.IsObject() {
+		out = append(out, cc.Raw...)
+	} else {
+		out = append(out, "{}"...)
+	}
+	if lvl := gjson.Get(sess.Journal().Level, "level"); lvl.Type == gjson.String {
+		out = append(out, `,"io.modelcontextprotocol/logLevel":`...)
+		out = append(out, lvl.Raw...)
+	}
+	meta.ForEach(func(k, v gjson.Result) bool {
+		if !strings.HasPrefix(k.Str, "io.modelcontextprotocol/") {
+			out = append(out, ',')
+			out = append(out, k.Raw...)
+			out = append(out, ':')
+			out = append(out, v.Raw...)
+		}
+		return true
+	})
+	return append(out, "}}}"...)
+}
+
+// mcpNameOf returns the Mcp-Name header value of a 2026-07-28 request.
+func mcpNameOf(method string, body []byte) string {
+	switch method {
+	case "tools/call", "prompts/get":
+		return gjson.GetBytes(body, "params.name").Str
+	case "resources/read":
+		return gjson.GetBytes(body, "params.uri").Str
+	}
+	return ""
+}

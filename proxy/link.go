@@ -1,0 +1,268 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// link is mcpheal's side of one upstream: the HTTP client, the credential
+// mcpheal owns for it, the circuit breaker and the outage watch. Every
+// request sent upstream, the agent's and mcpheal's own, leaves through
+// [link.do] or [link.doOnce]; every request mcpheal makes on an agent's
+// behalf is built by [link.build] (call.go).
+type link struct {
+	cfg     *Config
+	log     *zerolog.Logger
+	count   *counters
+	up      *upstream.Client
+	breaker *upstream.Breaker
+	bg      *bgGroup
+	done    <-chan struct{} // closed when the server closes
+
+	seq atomic.Uint64 // numbers the JSON-RPC ids of mcpheal's own requests
+	// judgesCredentials: the upstream answered 401 to a request whose
+	// credential was missing or refused, so it checks credentials itself
+	// and may judge a token rotation (README "Security").
+	judgesCredentials atomic.Bool
+	// credLogged: unix nanoseconds of the last log line about a refused
+	// upstream credential (one per second at most).
+	credLogged atomic.Int64
+	// onRecover runs when the upstream answers again after failures (the
+	// era is asked again: a restart may have changed it).
+	onRecover func()
+
+	failing atomic.Bool   // an exchange failed and none has succeeded since
+	wakeMu  sync.Mutex    // protects wake
+	wake    chan struct{} // closed (and replaced) when the upstream answers again
+	// watching: an outage watcher runs (watchOutage); lastFailure is the
+	// unix nanoseconds of the last failed exchange.
+	watching    atomic.Bool
+	lastFailure atomic.Int64
+}
+
+func newLink(cfg *Config, log *zerolog.Logger, count *counters, bg *bgGroup, done <-chan struct{}) (*link, error) {
+	up, err := upstream.New(upstream.Config{URL: cfg.Upstream, MaxIdleConn: cfg.MaxIdleConn, MaxResponseBody: cfg.MaxAnswer})
+	if err != nil {
+		return nil, err
+	}
+	l := &link{cfg: cfg, log: log, count: count, up: up, bg: bg, done: done, wake: make(chan struct{})}
+	bc := cfg.Breaker
+	bc.OnChange = func(from, to upstream.BreakerState, cooldown time.Duration) {
+		log.Warn().Str("from", from.String()).Str("to", to.String()).Dur("cooldown", cooldown).
+			Msg("circuit breaker " + to.String())
+	}
+	l.breaker = upstream.NewBreaker(bc)
+	return l, nil
+}
+
+// do sends one exchange upstream. When mcpheal owns the upstream
+// credential it sets it first, and a 401 makes it drop the token, fetch a
+// new one and send once more (the upstream refused before dispatch, so
+// this is safe for any request).
+func (l *link) do(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
+	return l.exchange(req, resp, deadline, l.up.Do)
+}
+
+// doOnce is do for a request that is not safe to send twice: the upstream
+// client never resends it (upstream.Client.DoOnce).
+func (l *link) doOnce(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
+	return l.exchange(req, resp, deadline, l.up.DoOnce)
+}
+
+func (l *link) exchange(req *fasthttp.Request, resp *upstream.Response, deadline time.Time,
+	send func(*fasthttp.Request, *upstream.Response, time.Time) error) error {
+	creds := l.cfg.Credentials
+	if creds == nil {
+		err := send(req, resp, deadline)
+		if err == nil && resp.StatusCode() == fasthttp.StatusUnauthorized {
+			l.judgesCredentials.Store(true)
+		}
+		return err
+	}
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := creds.Apply(ctx, &req.Header)
+		cancel()
+		if err != nil {
+			return l.credentialFailed(err)
+		}
+		// A 401 is a refusal before dispatch: sending again under a new
+		// token runs nothing twice.
+		err = send(req, resp, deadline)
+		if err != nil || resp.StatusCode() != fasthttp.StatusUnauthorized || try > 0 {
+			return err
+		}
+		creds.Invalidate(string(req.Header.PeekBytes(hdrAuthorization)))
+		l.log.Info().Msg("upstream refused the proxy's credential; fetching a new one")
+		resp.Close()
+		resp.Response.Reset()
+	}
+}
+
+// credentialError is the failure of an exchange that never started:
+// mcpheal could not get the upstream credential it owns. Nothing was sent,
+// and the upstream is not at fault: it feeds neither the breaker nor a
+// retry (decide: actCredential).
+type credentialError struct{ err error }
+
+func (e *credentialError) Error() string { return "upstream credential: " + e.err.Error() }
+func (e *credentialError) Unwrap() error { return e.err }
+
+// refused reports a token endpoint's refusal (a 4xx: invalid_client, …),
+// which only the operator can mend, as opposed to its outage.
+func (e *credentialError) refused() bool {
+	var te *upstream.TokenError
+	return errors.As(e.err, &te) && te.StatusCode/100 == 4
+}
+
+// credentialFailed logs a failed credential fetch, at most once a second
+// (the token endpoint's status and error code, never a secret), and
+// returns it as a credentialError.
+func (l *link) credentialFailed(err error) error {
+	ce := &credentialError{err: err}
+	now := time.Now().UnixNano()
+	if last := l.credLogged.Load(); now-last > int64(time.Second) && l.credLogged.CompareAndSwap(last, now) {
+		l.log.Error().Err(err).Bool("refused", ce.refused()).
+			Msg("no upstream credential: the token request failed; requests get -32018 until it succeeds")
+	}
+	return ce
+}
+
+// ownsAuthorization reports whether the agent's Authorization is the
+// proxy's business (inbound auth, or a proxy-owned upstream credential) and
+// must not be forwarded.
+func (l *link) ownsAuthorization() bool {
+	return l.cfg.Credentials != nil || len(l.cfg.AuthTokens) > 0
+}
+
+// requestDrops returns the names of the agent's fields that never go
+// upstream.
+func (l *link) requestDrops() *nameSet {
+	if l.ownsAuthorization() {
+		return reqDropWithAuth
+	}
+	return reqDropHeaders
+}
+
+// copyRequest builds the upstream request from the agent's headers and
+// body. The body is shared, not copied: the agent's request outlives
+// every upstream exchange made for it.
+func (l *link) copyRequest(hdr *fasthttp.RequestHeader, body []byte, req *fasthttp.Request) {
+	hdr.CopyTo(&req.Header)
+	stripRequestHeader(&req.Header, l.requestDrops())
+	l.setOperatorHeaders(&req.Header)
+	req.SetBodyRaw(body)
+}
+
+// setOperatorHeaders sets Config.Headers, which replace an agent's header
+// of the same name.
+func (l *link) setOperatorHeaders(h *fasthttp.RequestHeader) {
+	for k, v := range l.cfg.Headers {
+		h.Set(k, v)
+	}
+}
+
+// upcallID returns a JSON-RPC id (raw JSON) in mcpheal's own namespace for
+// a request of the given kind, unique in the process.
+func (l *link) upcallID(kind string) string {
+	return `"mcpheal-` + kind + `-` + strconv.FormatUint(l.seq.Add(1), 10) + `"`
+}
+
+// maxUpstreamID caps an upstream Mcp-Session-Id. MCP sets no maximum, but
+// every id mcpheal holds is sent on every request of its session, and
+// servers' ids are 32 to 48 characters (JWTs a few hundred): a longer one
+// is refused once, clearly, rather than carried until some hop between
+// here and the upstream cuts it.
+const maxUpstreamID = 4 << 10
+
+// errUpstreamIDTooLong: the upstream named its session with an id longer
+// than maxUpstreamID. The session is DELETEd and not used.
+var errUpstreamIDTooLong = errors.New("upstream Mcp-Session-Id longer than " + strconv.Itoa(maxUpstreamID) + " bytes")
+
+// sessionOf returns the upstream session id an answer names, or
+// errUpstreamIDTooLong (the session it names is then DELETEd).
+func (l *link) sessionOf(h *fasthttp.ResponseHeader, auth []byte) (session.UpstreamID, error) {
+	id := h.PeekBytes(hdrSessionID)
+	if len(id) <= maxUpstreamID {
+		return session.UpstreamID(id), nil
+	}
+	l.log.Error().Int("bytes", len(id)).Int("limit", maxUpstreamID).
+		Msg("upstream session id refused: longer than mcpheal's cap; the upstream session is DELETEd")
+	l.deleteLater(session.UpstreamID(id), auth, true)
+	return "", errUpstreamIDTooLong
+}
+
+// deleteLater ends an upstream session best-effort in the background,
+// bounded by a few seconds.
+func (l *link) deleteLater(up session.UpstreamID, auth []byte, dead bool) {
+	if up == "" {
+		return
+	}
+	var authCopy []byte
+	if len(auth) > 0 {
+		authCopy = append([]byte(nil), auth...)
+	}
+	if !l.bg.Add(1) {
+		return // closing: a killed process says no goodbye either
+	}
+	go func() {
+		defer l.bg.Done()
+		err := l.deleteNow(up, authCopy, time.Now().Add(2*time.Second))
+		if err != nil && !dead {
+			l.log.Debug().Str(logUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
+		}
+	}()
+}
+
+// deleteNow sends DELETE for an upstream session (MCP 2025-03-26+ §Session
+// Management: the client SHOULD end sessions it no longer needs).
+func (l *link) deleteNow(up session.UpstreamID, auth []byte, deadline time.Time) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.count.panics.Add(1)
+			err = fmt.Errorf("delete panicked: %v", p)
+		}
+	}()
+	var hdr *fasthttp.RequestHeader
+	if len(auth) > 0 {
+		hdr = new(fasthttp.RequestHeader)
+		hdr.SetBytesKV(hdrAuthorization, auth)
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := upstream.AcquireResponse()
+	defer upstream.ReleaseResponse(resp)
+	l.build(req, &upcall{hdr: hdr, method: fasthttp.MethodDelete, session: up})
+	return l.do(req, resp, deadline)
+}
+
+// dropMinted ends a session a server opened for a request that needs
+// none (a server/discover probe, a failed initialize, a 2026-07-28
+// request to a session-era server): nobody will use its id.
+func (l *link) dropMinted(r *upstream.Response) {
+	if id := r.Header.PeekBytes(hdrSessionID); len(id) > 0 {
+		l.deleteLater(session.UpstreamID(id), nil, true)
+	}
+}
+
+// recordHealth feeds the breaker: a transport failure is an infrastructure
+// failure; any HTTP answer shows the upstream is up.
+func (l *link) recordHealth(cls classify.Class) {
+	if cls == classify.TransportDead || cls == classify.Timeout {
+		l.failure()
+	} else {
+		l.success()
+	}
+}

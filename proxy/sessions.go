@@ -1,0 +1,297 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/session/seal"
+)
+
+// sessions is where a request's session comes from (README "Sessions that
+// outlive mcpheal"): the store of live sessions; an id the store does not
+// hold (this process restarted, another replica created it, the store
+// dropped it) is opened from its sealed id, checked, and re-created as a
+// restored session, which heals before its first request goes upstream;
+// the fleet's store, when there is one, says whether another process
+// holds its upstream session or ended it. An id that does not open, names
+// another upstream, was ended, has passed its maximum age, or comes under
+// another credential is answered as an unknown session.
+//
+// New sessions are admitted here, under the store's caps and the memory
+// budget; ended ones leave here, DELETE and expiry alike.
+type sessions struct {
+	cfg   *Config
+	log   *zerolog.Logger
+	count *counters
+	mem   *budget
+	link  *link
+	store *session.Store
+	ring  *seal.Ring
+	dead  *session.Tombstones // sessions ended here or refused at their heal
+	fleet *fleet              // nil: this process alone
+	// onRelease stops what a session held open (its GET streams, its
+	// bridged listen) once it has left the store.
+	onRelease func(*session.Session)
+
+	restoreMu sync.Mutex // one restore of an id at a time
+}
+
+// seal returns the agent-facing id for a new session and the record it
+// seals (its nonce and expiry go into the session's recipe).
+func (ss *sessions) seal(auth []byte, version string, init []byte) (session.ClientID, *seal.Record) {
+	rec := seal.NewRecord(ss.cfg.Name, bindingOf(auth), version, init, time.Now(), ss.cfg.SessionMaxAge)
+	return session.ClientID(ss.ring.Seal(rec)), rec
+}
+
+// newSession returns a session for a freshly initialized upstream session
+// (up; "" for a bridged one), not yet admitted.
+func (ss *sessions) newSession(hdr *fasthttp.RequestHeader, auth, init []byte, version string, up session.UpstreamID) *session.Session {
+	id, rec := ss.seal(auth, version, init)
+	in := session.Intern(init)
+	return session.New(id, session.Recipe{
+		InitBody:        in.Value(),
+		Interned:        in,
+		ProtocolVersion: version,
+		Credential:      rec.Credential,
+		Nonce:           rec.Nonce,
+		Expires:         rec.Expires,
+		InitSealed:      rec.Carried(),
+		Header:          recipeHeaders(hdr),
+	}, up)
+}
+
+// errBudget: the memory budget has no room for the session.
+var errBudget = errors.New("memory budget reached")
+
+// admit adds a new session to the store, under the store's caps and the
+// memory budget, and tells the fleet. An error means the session was not
+// admitted: errBudget or session.ErrFull / ErrCredentialFull.
+func (ss *sessions) admit(sess *session.Session) error {
+	if !ss.mem.take(sessionCost(sess)) {
+		return errBudget
+	}
+	if err := ss.store.Add(sess); err != nil {
+		ss.mem.give(sessionCost(sess))
+		return err
+	}
+	ss.fleet.index(sess)
+	ss.fleet.created(sess)
+	return nil
+}
+
+// lookup returns the live session sid names, restoring it from its sealed
+// id when the store does not hold it. A session past its maximum age ends
+// here, in memory as everywhere.
+func (ss *sessions) lookup(sid, auth []byte) (*session.Session, bool) {
+	// The key is only read during Get, so a zero-copy view is safe.
+	sess, ok := ss.store.Get(session.ClientID(b2s(sid)))
+	if !ok {
+		return ss.restore(sid, auth)
+	}
+	if sess.Expired(time.Now()) {
+		ss.expire(sess)
+		return nil, false
+	}
+	return sess, true
+}
+
+// expire ends a session that passed its maximum age: its id no longer
+// opens anywhere, so only this process's copy is left to drop.
+func (ss *sessions) expire(sess *session.Session) {
+	if _, ok := ss.store.Remove(sess.ID); !ok {
+		return
+	}
+	ss.release(sess)
+	up, _ := sess.Current()
+	ss.link.deleteLater(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)
+	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session ended: session_max_age reached")
+}
+
+// restore re-creates the session named by sid from its sealed id, or
+// reports false. Unsealing happens only on a store miss.
+func (ss *sessions) restore(sid, auth []byte) (*session.Session, bool) {
+	if len(sid) == 0 || sid[0] != 'm' {
+		return nil, false
+	}
+	now := time.Now()
+	rec, err := ss.ring.Open(string(sid), now)
+	if err != nil || rec.Upstream != ss.cfg.Name || ss.dead.Buried(rec.Nonce, rec.Expires, now) {
+		return nil, false
+	}
+	id := session.ClientID(sid)
+	// Another process may hold its upstream session, have ended it, have
+	// moved it to a rotated credential, or keep the initialize its id
+	// could not carry.
+	st, shared := ss.fleet.load(context.Background(), id)
+	if shared && st.Ended {
+		ss.dead.Bury(rec.Nonce, rec.Expires)
+		return nil, false
+	}
+	b := bindingOf(auth)
+	if b != rec.Credential && b != st.Binding && seal.CredentialDigest(auth) != rec.Credential {
+		return nil, false // only a credential bound to it may bring it back
+	}
+	init := rec.Init
+	if init == nil && st.Init != nil && sha256.Sum256(st.Init) == rec.InitDigest {
+		init = st.Init
+	}
+	if init == nil {
+		return nil, false // its initialize was too large for the id, and no store keeps it
+	}
+	in := session.Intern(init)
+	recipe := session.Recipe{
+		InitBody:        in.Value(),
+		Interned:        in,
+		ProtocolVersion: rec.Protocol,
+		Credential:      rec.Credential,
+		Nonce:           rec.Nonce,
+		Expires:         rec.Expires,
+		InitSealed:      rec.Carried(),
+		Header:          ss.restoredHeaders(auth),
+	}
+	var sess *session.Session
+	if shared && st.Gen > 0 && st.Upstream != "" {
+		sess = session.Adopted(id, recipe, st.Upstream, st.Gen)
+	} else {
+		sess = session.Restored(id, recipe)
+	}
+	if st.Binding != "" && st.Binding != rec.Credential {
+		sess.Rebind(st.Binding, recipe.Header)
+	}
+	return ss.addRestored(sess, st)
+}
+
+// restoredHeaders are the headers a restored session uses for work on its
+// behalf: the credential that brought it back.
+func (ss *sessions) restoredHeaders(auth []byte) [][2]string {
+	if len(auth) == 0 || ss.link.ownsAuthorization() {
+		return nil
+	}
+	return [][2]string{{"Authorization", string(auth)}}
+}
+
+// addRestored admits a restored session, unless a concurrent request
+// restored it first or it ended meanwhile.
+func (ss *sessions) addRestored(sess *session.Session, st session.State) (*session.Session, bool) {
+	ss.restoreMu.Lock()
+	defer ss.restoreMu.Unlock()
+	if live, ok := ss.store.Get(sess.ID); ok {
+		return live, true
+	}
+	if ss.dead.Buried(sess.Recipe.Nonce, sess.Recipe.Expires, time.Now()) {
+		return nil, false // ended while it was being opened
+	}
+	if !ss.mem.take(sessionCost(sess)) {
+		return nil, false
+	}
+	if err := ss.store.Add(sess); err != nil {
+		ss.mem.give(sessionCost(sess))
+		return nil, false
+	}
+	if st.HasJournal {
+		ss.mem.charge(int64(sess.SetJournal(st.Journal)))
+	}
+	ss.fleet.index(sess)
+	ss.count.restored.Add(1)
+	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session restored from its id")
+	return sess, true
+}
+
+// end ends the agent's session (DELETE, or a recipe the upstream refused):
+// its id never opens again, here or, with a fleet, anywhere. It reports
+// false when the session had ended already.
+func (ss *sessions) end(sess *session.Session, everywhere bool) bool {
+	// Buried first: a request restoring the id meanwhile finds it ended.
+	ss.dead.Bury(sess.Recipe.Nonce, sess.Recipe.Expires)
+	if everywhere {
+		ss.fleet.ended(sess.ID)
+	}
+	if _, ok := ss.store.Remove(sess.ID); !ok {
+		return false
+	}
+	ss.release(sess)
+	return true
+}
+
+// endedElsewhere drops a session another process ended.
+func (ss *sessions) endedElsewhere(id session.ClientID) {
+	sess, ok := ss.store.Peek(id)
+	if !ok {
+		return
+	}
+	ss.dead.Bury(sess.Recipe.Nonce, sess.Recipe.Expires)
+	if _, ok := ss.store.Remove(id); ok {
+		ss.release(sess)
+		ss.log.Info().Str(logSession, id.Short()).Msg("session ended by another process")
+	}
+}
+
+// release gives back what a session held once it left the store.
+func (ss *sessions) release(sess *session.Session) {
+	ss.mem.give(sessionCost(sess) + int64(sess.DropJournal()))
+	ss.fleet.forget(sess)
+	if ss.onRelease != nil {
+		ss.onRelease(sess)
+	}
+}
+
+// dropped runs when the store expires or evicts a session.
+func (ss *sessions) dropped(sess *session.Session) {
+	ss.release(sess)
+	up, _ := sess.Current()
+	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")
+	if ss.fleet != nil {
+		return // another process of the fleet may be using its upstream session
+	}
+	ss.link.deleteLater(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)
+}
+
+// journal records a change to the session's journal that the upstream (or
+// the bridge) accepted, in the session and the fleet, and settles the
+// memory reserved for it by the guard (reserved bytes; see
+// guard.reserveJournal).
+func (ss *sessions) journal(sess *session.Session, c session.JournalChange, reserved int64) {
+	var grew int
+	switch {
+	case c.Level != "":
+		grew = sess.SetLevel(c.Level)
+	case c.URI != "":
+		grew = sess.Subscribe(c.URI, c.Subscribed)
+	}
+	ss.mem.give(reserved - int64(max(grew, 0)))
+	if grew < 0 {
+		ss.mem.give(int64(-grew))
+	}
+	if grew != 0 || c.Level != "" {
+		ss.fleet.note(sess, c)
+	}
+}
+
+// rebind moves the session to a rotated credential the upstream accepted:
+// here, and in the fleet.
+func (ss *sessions) rebind(sess *session.Session, auth []byte, hdr *fasthttp.RequestHeader) {
+	b := bindingOf(auth)
+	sess.Rebind(b, recipeHeaders(hdr))
+	ss.fleet.bind(sess, b)
+	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session credential rotated")
+}
+
+// newRing returns the ring of Config.SessionKeys, or a ring of one key made
+// up now.
+func newRing(keys string) (*seal.Ring, error) {
+	if keys == "" {
+		return seal.RandomRing(), nil
+	}
+	ks, err := seal.ParseKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	return seal.NewRing(ks)
+}
