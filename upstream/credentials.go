@@ -263,6 +263,15 @@ type TokenError struct {
 	Code string
 }
 
+// Refused reports whether the endpoint turned the request down (a 4xx
+// status: RFC 6749 §5.2 answers 400, or 401 for invalid_client) rather
+// than failed to answer it (a 5xx, or a 200 that holds no token). Asking
+// again with the same client credentials or refresh token will get the
+// same answer until an operator changes them, so a refusal is not worth
+// retrying within a request; an outage may be. Callers tell the two apart
+// with errors.As(err, &te) && te.Refused().
+func (e *TokenError) Refused() bool { return e.StatusCode >= 400 && e.StatusCode < 500 }
+
 func (e *TokenError) Error() string {
 	if e.Code == "" {
 		return fmt.Sprintf("token endpoint answered %d", e.StatusCode)

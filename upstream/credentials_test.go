@@ -538,3 +538,26 @@ func TestCredentialsCloseStopsGoroutines(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestTokenErrorRefused(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		status int
+		want   bool
+	}{
+		{0, false}, // no response at all
+		{200, false},
+		{399, false},
+		{400, true},
+		{401, true},
+		{403, true},
+		{499, true},
+		{500, false},
+		{503, false},
+	}
+	for _, tt := range tests {
+		if got := (&TokenError{StatusCode: tt.status}).Refused(); got != tt.want {
+			t.Errorf("TokenError{StatusCode: %d}.Refused() = %v, want %v", tt.status, got, tt.want)
+		}
+	}
+}
