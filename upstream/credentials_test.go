@@ -206,10 +206,13 @@ func TestClientCredentialsRefreshedBeforeExpiry(t *testing.T) {
 	c, clk := newClientCreds(t, ts)
 	apply(t, c)
 	// Inside the early-refresh window: the old token is still sent, without
-	// waiting, while one background fetch replaces it.
+	// waiting, while one background fetch replaces it. The fetch is held
+	// until all callers are back, or a fast one could beat a slow caller.
 	clk.advance(time.Hour - 20*time.Second)
+	release := ts.hold()
 	got, errs := applyAll(c, 10)
 	wantAll(t, got, errs, "Bearer tok-1")
+	release()
 	waitFlight(c)
 	if got := apply(t, c); got != "Bearer tok-2" {
 		t.Fatalf("Apply after refresh = %q, want %q", got, "Bearer tok-2")
