@@ -148,7 +148,7 @@ func (h *harness) startUpstream(ctx context.Context, e *env) error {
 // startProxy starts a mcpheal child in front of upURL and returns its MCP
 // URL and its /stats URL. extra are more flags for the child.
 func (h *harness) startProxy(ctx context.Context, dir, upURL string, extra ...string) (string, string, *child, error) {
-	return h.startProxyBin(ctx, h.self, dir, upURL, h.cfg.proxyEnv, extra...)
+	return h.startProxyBin(ctx, h.self, dir, upURL, h.proxyEnv(), extra...)
 }
 
 // startProxyBin is startProxy with the proxy subcommand of another mcpbench
@@ -253,8 +253,15 @@ func (h *harness) altBin() string {
 	return h.cfg.alt
 }
 
-// altEnv is the alt proxy's extra environment: -proxy-env, then -alt-env,
+// proxyEnv is mcpheal's extra environment: the image's (the Dockerfile's
+// ENV), then -proxy-env, whose values win (os/exec keeps the last value of
+// a key).
+func (h *harness) proxyEnv() []string {
+	return append(slices.Clip(h.image), h.cfg.proxyEnv...)
+}
+
+// altEnv is the alt proxy's extra environment: mcpheal's, then -alt-env,
 // whose values win.
 func (h *harness) altEnv() []string {
-	return append(slices.Clip(h.cfg.proxyEnv), h.cfg.altEnv...)
+	return append(h.proxyEnv(), h.cfg.altEnv...)
 }

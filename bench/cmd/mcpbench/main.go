@@ -15,8 +15,9 @@
 //
 // The same binary is its own upstream and proxy processes (subcommands
 // "upstream" and "proxy"), so that each has its own CPU and memory figures.
-// "nginx-conf" and "targets" give bench/syscalls.sh the harness's nginx
-// configuration and its session and vegeta targets.
+// "nginx-conf", "targets" and "image-env" give bench/syscalls.sh the
+// harness's nginx configuration, its session and vegeta targets, and the
+// environment mcpheal runs with (the Dockerfile's, image.go).
 package main
 
 import (
@@ -43,6 +44,8 @@ func main() {
 		err = runNginxConf(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "targets":
 		err = runTargets(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "image-env":
+		err = runImageEnv(os.Args[2:])
 	default:
 		var code int
 		code, err = runHarness(os.Args[1:])
@@ -70,9 +73,9 @@ type config struct {
 	stealMax     float64 // percent; a run above it is repeated
 	foreignMax   float64 // percent of machine CPU used by others; a run above it is repeated
 	nice         int
-	proxyEnv     []string // extra environment of the mcpheal processes (experiments)
+	proxyEnv     []string // extra environment of the mcpheal processes, after the image's (experiments)
 	alt          string   // a second mcpbench binary whose proxy is measured as mcpheal-alt ("self": this one)
-	altEnv       []string // extra environment of the alt proxy, after proxyEnv
+	altEnv       []string // extra environment of the alt proxy, after the image's and proxyEnv
 	healRate     int      // 0 skips heal under load
 	healFor      time.Duration
 	healAt       time.Duration
@@ -119,8 +122,8 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.foreignMax, "foreign-max", 30, "repeat a round with a run where other processes used more of the machine's CPU, percent")
 	fs.IntVar(&c.nice, "nice", -10, "nice value of every process started (0: inherit); negative needs root")
 	fs.StringVar(&c.alt, "alt", "", "another mcpbench binary (built from a patched tree), or \"self\" for this one with -alt-env: its proxy is measured beside mcpheal as "+altProxy)
-	fs.StringVar(&altEnv, "alt-env", "", "comma-separated KEY=VALUE added to the -alt proxy's environment after -proxy-env, e.g. GOMAXPROCS=1, or MCPBENCH_PROXY=passthrough for a bare fasthttp relay")
-	fs.StringVar(&proxyEnv, "proxy-env", "", "comma-separated KEY=VALUE added to mcpheal's environment, e.g. GOMAXPROCS=1")
+	fs.StringVar(&altEnv, "alt-env", "", "comma-separated KEY=VALUE added to the -alt proxy's environment after mcpheal's (the image's, then -proxy-env), e.g. GOMAXPROCS=1, or MCPBENCH_PROXY=passthrough for a bare fasthttp relay")
+	fs.StringVar(&proxyEnv, "proxy-env", "", "comma-separated KEY=VALUE added to mcpheal's environment after the image's (the Dockerfile's ENV), e.g. GOMAXPROCS=1")
 	fs.IntVar(&c.healRate, "heal-rate", 300, "heal-under-load rate (0 skips)")
 	fs.DurationVar(&c.healFor, "heal-duration", 10*time.Second, "heal-under-load length")
 	fs.DurationVar(&c.healAt, "heal-at", 4*time.Second, "when the upstream is restarted")

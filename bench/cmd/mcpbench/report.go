@@ -78,9 +78,11 @@ func (h *harness) writeMachine(w writer) {
 	w("| memory | %s |\n", memTotal())
 	w("| kernel | %s |\n", strings.TrimSpace(readFile("/proc/sys/kernel/osrelease")))
 	w("| Go | %s (GOMAXPROCS %d) |\n", runtime.Version(), runtime.GOMAXPROCS(0))
+	env := "the Dockerfile's `ENV`, as the image runs it"
 	if len(h.cfg.proxyEnv) > 0 {
-		w("| mcpheal environment | `%s` |\n", strings.Join(h.cfg.proxyEnv, " "))
+		env += ", then `-proxy-env`"
 	}
+	w("| mcpheal environment | `%s` (%s) |\n", strings.Join(h.proxyEnv(), " "), env)
 	if h.cfg.alt != "" {
 		w("| %s | `%s` with environment `%s` |\n", altProxy, h.cfg.alt, strings.Join(h.altEnv(), " "))
 	}

@@ -219,7 +219,7 @@ func (h *harness) writeValidity(w writer) {
 
 func (h *harness) writeMethod(w writer) {
 	w("## Method\n\n")
-	w("- The upstream and vegeta run with GOGC=400: at the default the Go SDK server spends about a third of its CPU in GC, and neither is what is measured; mcpheal runs with the defaults.\n")
+	w("- The upstream and vegeta run with GOGC=400: at the default the Go SDK server spends about a third of its CPU in GC, and neither is what is measured; mcpheal runs with the image's environment (the Dockerfile's `ENV`: `%s`) and Go's defaults otherwise.\n", strings.Join(h.image, " "))
 	w("- Upstream: the official Go SDK (`github.com/modelcontextprotocol/go-sdk` v1.8.0) Streamable HTTP server, stateful, one `echo` tool annotated `readOnlyHint`; a JSON-answer and an SSE-answer variant, each in its own process.\n")
 	w("- Targets, all on 127.0.0.1: *direct* to the upstream; *nginx* with keepalive upstream connections, `proxy_buffering off`, `proxy_request_buffering off`, Host rewritten, 2 workers; *mcpheal* (`proxy.New` with the binary's defaults, info-level JSON log) in its own process, which also serves `/stats` (runtime.MemStats) and pprof on a second port.\n")
 	w("- Each target gets one session (initialize, notifications/initialized, tools/list) per variant; every request is a `tools/call` of `echo` with a unique JSON-RPC id, and every answer is checked to be the echo of that id.\n")
