@@ -188,7 +188,7 @@ func (h *harness) runVariant(ctx context.Context, variant string) error {
 		h.profile = p
 	}
 	if h.cfg.healRate > 0 {
-		for _, name := range h.targetNames()[2:] { // mcpheal, and mcpheal-alt if any
+		for _, name := range h.buildNames() {
 			r, err := h.healRun(ctx, e, name)
 			if err != nil {
 				return fmt.Errorf("heal under load (%s): %w", name, err)
