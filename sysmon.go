@@ -12,12 +12,12 @@ import (
 // of the next request need not wake it (runtime/proc.go, func sysmon). The
 // image and the Kubernetes examples set GODEBUG=schedtrace=2147483647 for
 // this; the bare binary runs with Go's default unless its operator sets it
-// (README "Performance").
+// (README "Keeping the runtime's sysmon awake").
 //
 // Like the runtime (runtime/runtime1.go, parsegodebug), it takes the
 // entries left to right and the last schedtrace whose value parses as an
 // int32 wins; an entry whose value does not is ignored. The runtime reads
-// GODEBUG only at start, and mcpheal never changes it.
+// schedtrace only at start, and mcpheal never changes GODEBUG.
 func sysmonAwake(godebug string) bool {
 	var n int64
 	for f := range strings.SplitSeq(godebug, ",") {
