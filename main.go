@@ -30,24 +30,15 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/mcpheal/mcpheal/proxy"
-	"github.com/mcpheal/mcpheal/proxy/sysmon"
 	"github.com/mcpheal/mcpheal/session/redisstore"
 )
 
 func main() {
-	keepSysmonAwake = sysmon.Reexec
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
-
-// keepSysmonAwake runs once the command line asks to serve, before
-// anything is opened or read. main sets it to sysmon.Reexec, which starts
-// the process again with the runtime's sysmon kept awake (proxy/sysmon;
-// README "Performance"); tests, which call cli in their own process, leave
-// it nil.
-var keepSysmonAwake func() error
 
 // exitError carries an exit status other than the usual 2.
 type exitError struct {
@@ -178,10 +169,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("--upstream or --config is required")
 	}
-	var sysmonErr error
-	if keepSysmonAwake != nil && ctx.Err() == nil { // a signal before the exec would be lost with it
-		sysmonErr = keepSysmonAwake() // returns only if it did not exec
-	}
 	creds := newCredCache()
 	defer creds.Close()
 	rc, err := resolve(o, os.LookupEnv, creds)
@@ -191,9 +178,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log, err := newLogger(stderr, rc.logLevel, rc.logFormat)
 	if err != nil {
 		return err
-	}
-	if sysmonErr != nil {
-		log.Warn().Err(sysmonErr).Msg("the runtime's sysmon sleeps as usual: more CPU per request at light load")
 	}
 	return serve(ctx, o, rc, creds, log)
 }
@@ -570,10 +554,11 @@ func setMemoryLimit(ups []proxy.Config, log zerolog.Logger) {
 }
 
 // announce logs the listen URL, the operations URLs (admin is "" when the
-// admin listener is off) and, per upstream, the URL agents use.
+// admin listener is off), whether the runtime keeps sysmon awake (sysmon.go)
+// and, per upstream, the URL agents use.
 func announce(log zerolog.Logger, rc *resolved, admin string) {
 	ev := log.Info().Str("listen", "http://"+rc.listen).Int("upstreams", len(rc.ups)).
-		Str("health", agentURL(rc.listen, "/healthz")).Bool("sysmon_awake", sysmon.Awake())
+		Str("health", agentURL(rc.listen, "/healthz")).Bool("sysmon_awake", sysmonAwake(os.Getenv("GODEBUG")))
 	if admin != "" {
 		ev = ev.Str("metrics", agentURL(admin, "/metrics")).Str("ready", agentURL(admin, "/readyz"))
 	} else {

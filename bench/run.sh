@@ -2,7 +2,7 @@
 # Benchmark harness for mcpheal (issue 3): builds bench/cmd/mcpbench and the
 # pinned vegeta (bench/tools/go.mod), then runs them from the repository root.
 #
-#   bench/run.sh           full run (~25 min): installs nginx from Debian when
+#   bench/run.sh           full run (~30 min): installs nginx from Debian when
 #                          missing, writes bench/RESULTS.md and bench/latency.svg
 #   bench/run.sh --smoke   CI: one short round per target, heal and storm,
 #                          one 1 MB SSE event; checks every answer, not speed;

@@ -17,10 +17,11 @@
 # Needs perf (Debian's linux-perf) or strace, and nginx for that relay;
 # everything listens on loopback and stops at the end. STRACE_ARGS replaces
 # strace's -c (e.g. "-tt -e trace=close"); KEEP=<dir> keeps vegeta's results,
-# the relay's log and the counter's output; RELAY_ENV="GOMAXPROCS=1 ..." is
-# added to mcpheal's or the bare relay's environment only
-# (RELAY_ENV=GODEBUG=schedtrace=0: with the runtime's sysmon sleeping as
-# usual, proxy/sysmon).
+# the relay's log and the counter's output. mcpheal and the bare relay run
+# with the image's environment (the Dockerfile's ENV: mcpbench image-env),
+# then RELAY_ENV="GOMAXPROCS=1 ...", whose values win (RELAY_ENV=GODEBUG=:
+# Go's default scheduler, as the bare binary runs, its sysmon sleeping as
+# usual; README "Performance").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -66,7 +67,8 @@ nginx)
 	for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$listen/admin/stats" && break; sleep 0.1; done
 	;;
 mcpheal | passthrough)
-	read -r -a env_ <<<"${RELAY_ENV:-}"
+	image_env=$("$w/mcpbench" image-env) # an assignment, so that set -e stops on its failure
+	read -r -a env_ <<<"$image_env ${RELAY_ENV:-}"
 	[ "$relay" = passthrough ] && env_+=(MCPBENCH_PROXY=passthrough)
 	env "${env_[@]}" "$w/mcpbench" proxy -upstream "http://127.0.0.1:$up/mcp" \
 		-listen "127.0.0.1:$listen" -stats "127.0.0.1:$stats" >"$w/relay.log" 2>&1 &

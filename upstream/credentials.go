@@ -45,6 +45,14 @@ const (
 	refreshRetry = 5 * time.Second
 	// tokenTimeout bounds one exchange with the token endpoint.
 	tokenTimeout = 10 * time.Second
+	// holdMin and holdMax bound the hold-down after a refusal: the first
+	// lasts about holdMin and each consecutive refusal doubles it up to
+	// holdMax. A refused credential stays refused until an operator fixes
+	// it, so asking more often than this only loads the endpoint (and may
+	// get the client locked out); asking at all lets a fix take effect
+	// without a restart.
+	holdMin = time.Second
+	holdMax = 60 * time.Second
 )
 
 const authorizationHeader = "Authorization"
@@ -109,6 +117,14 @@ func (g *refreshGrant) token(ctx context.Context) (*oauth2.Token, error) {
 // tokenCredentials caches one OAuth access token and fetches a new one on a
 // single goroutine at a time (single flight): callers that find no usable
 // token wait for that fetch, each on its own context.
+//
+// A fetch the endpoint refuses (an error response of RFC 6749 §5.2 with a
+// 4xx status; TokenError.Refused) starts a hold-down: until it ends no
+// fetch starts, and a caller with no usable token gets the refusal at once.
+// Without it every Apply that found no token would ask again, and a proxy
+// retrying one agent request would ask once per retry. Transient failures
+// (network, timeouts, 5xx) are not held down: the next Apply that needs a
+// token asks again, as the endpoint may be back.
 type tokenCredentials struct {
 	fetch  func(context.Context) (*oauth2.Token, error) // called by the fetch goroutine only
 	base   context.Context                              // long-lived: oauth2 keeps it; cancelled by Close
@@ -117,11 +133,14 @@ type tokenCredentials struct {
 	now    func() time.Time
 	wg     sync.WaitGroup // fetch goroutines
 
-	mu        sync.Mutex // protects value, refreshAt, staleAt, retryAt, flight, closed
-	value     string     // header value in use; "" when none
-	refreshAt time.Time  // start a background refresh from here; zero: never
-	staleAt   time.Time  // stop sending value from here; zero: never
-	retryAt   time.Time  // no background refresh before this
+	mu        sync.Mutex  // protects value, refreshAt, staleAt, retryAt, refusal, heldUntil, hold, flight, closed
+	value     string      // header value in use; "" when none
+	refreshAt time.Time   // start a background refresh from here; zero: never
+	staleAt   time.Time   // stop sending value from here; zero: never
+	retryAt   time.Time   // no background refresh before this
+	refusal   *TokenError // the last fetch's error if it was a refusal, else nil
+	heldUntil time.Time   // no fetch before this, while refusal is set
+	hold      Backoff     // hold-downs of consecutive refusals; a token resets it
 	flight    *tokenFlight
 	closed    bool
 }
@@ -140,10 +159,14 @@ func newTokenCredentials(fetch func(context.Context) (*oauth2.Token, error)) *to
 	// oauth2 retains the context it is given for every later refresh, so it
 	// gets a long-lived one rather than a request's (STYLE §4).
 	base, cancel := context.WithCancel(context.WithValue(context.Background(), oauth2.HTTPClient, hc))
-	return &tokenCredentials{fetch: fetch, base: base, cancel: cancel, tr: tr, now: time.Now}
+	return &tokenCredentials{
+		fetch: fetch, base: base, cancel: cancel, tr: tr, now: time.Now,
+		hold: Backoff{Min: holdMin, Max: holdMax},
+	}
 }
 
-// Apply sets Authorization to the cached token, or waits for a fetch.
+// Apply sets Authorization to the cached token, or waits for a fetch. During
+// a hold-down it returns the refusal that started it without asking again.
 func (c *tokenCredentials) Apply(ctx context.Context, h *fasthttp.RequestHeader) error {
 	value, f, err := c.current()
 	if err != nil {
@@ -164,7 +187,8 @@ func (c *tokenCredentials) Apply(ctx context.Context, h *fasthttp.RequestHeader)
 	return nil
 }
 
-// current returns the header value to send, or else the fetch to wait for.
+// current returns the header value to send, or else the fetch to wait for,
+// or else the refusal that holds fetches down.
 func (c *tokenCredentials) current() (string, *tokenFlight, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,13 +196,20 @@ func (c *tokenCredentials) current() (string, *tokenFlight, error) {
 		return "", nil, fmt.Errorf("upstream token: %w", ErrClosed)
 	}
 	now := c.now()
+	held := c.refusal != nil && now.Before(c.heldUntil)
 	if c.value != "" && (c.staleAt.IsZero() || now.Before(c.staleAt)) {
-		if c.flight == nil && !c.refreshAt.IsZero() && !now.Before(c.refreshAt) && !now.Before(c.retryAt) {
+		// A refused background refresh does not cost the token still in
+		// hand: it is sent until stale, and the refresh waits out the
+		// hold-down like any other fetch.
+		if c.flight == nil && !held && !c.refreshAt.IsZero() && !now.Before(c.refreshAt) && !now.Before(c.retryAt) {
 			c.startLocked()
 		}
 		return c.value, nil, nil
 	}
 	if c.flight == nil {
+		if held {
+			return "", nil, fmt.Errorf("upstream token: %w", c.refusal)
+		}
 		c.startLocked()
 	}
 	return "", c.flight, nil
@@ -202,9 +233,21 @@ func (c *tokenCredentials) run(f *tokenFlight) {
 	c.flight = nil
 	if err != nil {
 		f.err = tokenErr(err)
-		c.retryAt = c.now().Add(refreshRetry)
+		now := c.now()
+		c.retryAt = now.Add(refreshRetry)
+		var te *TokenError
+		if errors.As(f.err, &te) && te.Refused() {
+			c.refusal = te
+			c.heldUntil = now.Add(c.hold.Next())
+		} else {
+			// An outage says nothing about the credential: the hold-down
+			// schedule is kept, and only a token starts it over.
+			c.refusal = nil
+		}
 		return
 	}
+	c.refusal = nil
+	c.hold.Reset()
 	f.value = t.Type() + " " + t.AccessToken
 	c.value = f.value
 	c.refreshAt, c.staleAt = time.Time{}, time.Time{}
@@ -262,6 +305,15 @@ type TokenError struct {
 	// the registered codes, "" otherwise.
 	Code string
 }
+
+// Refused reports whether the endpoint turned the request down (a 4xx
+// status: RFC 6749 §5.2 answers 400, or 401 for invalid_client) rather
+// than failed to answer it (a 5xx, or a 200 that holds no token). Asking
+// again with the same client credentials or refresh token will get the
+// same answer until an operator changes them, so a refusal is not worth
+// retrying within a request; an outage may be. Callers tell the two apart
+// with errors.As(err, &te) && te.Refused().
+func (e *TokenError) Refused() bool { return e.StatusCode >= 400 && e.StatusCode < 500 }
 
 func (e *TokenError) Error() string {
 	if e.Code == "" {

@@ -206,10 +206,13 @@ func TestClientCredentialsRefreshedBeforeExpiry(t *testing.T) {
 	c, clk := newClientCreds(t, ts)
 	apply(t, c)
 	// Inside the early-refresh window: the old token is still sent, without
-	// waiting, while one background fetch replaces it.
+	// waiting, while one background fetch replaces it. The fetch is held
+	// until all callers are back, or a fast one could beat a slow caller.
 	clk.advance(time.Hour - 20*time.Second)
+	release := ts.hold()
 	got, errs := applyAll(c, 10)
 	wantAll(t, got, errs, "Bearer tok-1")
+	release()
 	waitFlight(c)
 	if got := apply(t, c); got != "Bearer tok-2" {
 		t.Fatalf("Apply after refresh = %q, want %q", got, "Bearer tok-2")
@@ -536,5 +539,28 @@ func TestCredentialsCloseStopsGoroutines(t *testing.T) {
 			t.Fatalf("goroutines = %d, want ≤ %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTokenErrorRefused(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		status int
+		want   bool
+	}{
+		{0, false}, // no response at all
+		{200, false},
+		{399, false},
+		{400, true},
+		{401, true},
+		{403, true},
+		{499, true},
+		{500, false},
+		{503, false},
+	}
+	for _, tt := range tests {
+		if got := (&TokenError{StatusCode: tt.status}).Refused(); got != tt.want {
+			t.Errorf("TokenError{StatusCode: %d}.Refused() = %v, want %v", tt.status, got, tt.want)
+		}
 	}
 }

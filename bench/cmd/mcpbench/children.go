@@ -20,7 +20,6 @@ import (
 
 	"github.com/mcpheal/mcpheal/bench"
 	"github.com/mcpheal/mcpheal/proxy"
-	"github.com/mcpheal/mcpheal/proxy/sysmon"
 )
 
 // readyLine is what a child prints on stdout once it is listening.
@@ -105,7 +104,8 @@ type relay interface {
 // /stats and /debug/pprof on -stats, so that its CPU, memory and
 // allocations are its own process's. With MCPBENCH_PROXY=passthrough in
 // its environment it serves the bare fasthttp relay instead
-// (passthrough.go).
+// (passthrough.go). It runs with the environment it is given, as the
+// mcpheal binary does: the harness gives it the image's (image.go).
 func runProxy(args []string) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	upstream := fs.String("upstream", "", "upstream MCP endpoint")
@@ -114,12 +114,6 @@ func runProxy(args []string) error {
 	memRate := fs.Int("memprofilerate", runtime.MemProfileRate, "runtime.MemProfileRate (bytes per allocation sample)")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	// As main.go does before it serves: the measured relay runs with the
-	// runtime's sysmon kept awake unless its GODEBUG names schedtrace
-	// (-alt-env GODEBUG=schedtrace=0 measures it without).
-	if err := sysmon.Reexec(); err != nil {
-		fmt.Fprintln(os.Stderr, "mcpbench proxy:", err)
 	}
 	runtime.MemProfileRate = *memRate
 	var p relay

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcpheal/mcpheal/bench"
@@ -18,7 +19,12 @@ import (
 const (
 	direct   = "direct"
 	viaNginx = "nginx"
-	mcpheal  = "mcpheal"
+	mcpheal  = "mcpheal" // as the image runs it: with the Dockerfile's environment
+	// bareProxy is the same mcpheal process as the bare binary runs it
+	// without the image's GODEBUG: Go's default scheduler, its sysmon
+	// parking when idle (README "Keeping the runtime's sysmon awake"). It is
+	// measured beside mcpheal in the open and closed models (-bare).
+	bareProxy = "mcpheal-bare"
 	// altProxy is a second mcpheal build (-alt), measured beside the first
 	// in the same rounds to record a fix's before and after.
 	altProxy = "mcpheal-alt"
@@ -26,11 +32,29 @@ const (
 
 // targetNames lists the targets of the tables, in order.
 func (h *harness) targetNames() []string {
-	if h.cfg.alt != "" {
-		return []string{direct, viaNginx, mcpheal, altProxy}
+	names := []string{direct, viaNginx, mcpheal}
+	if h.cfg.bare {
+		names = append(names, bareProxy)
 	}
-	return []string{direct, viaNginx, mcpheal}
+	if h.cfg.alt != "" {
+		names = append(names, altProxy)
+	}
+	return names
 }
+
+// buildNames lists the mcpheal builds under test, mcpheal and mcpheal-alt
+// if any: the targets of the verdicts, the heal runs and the large-event
+// section. mcpheal-bare is the same build as mcpheal, only compared with it.
+func (h *harness) buildNames() []string {
+	if h.cfg.alt != "" {
+		return []string{mcpheal, altProxy}
+	}
+	return []string{mcpheal}
+}
+
+// isMcpheal reports whether target t is a mcpheal process, with its /stats
+// and its read and write system calls counted.
+func isMcpheal(t string) bool { return t == mcpheal || t == bareProxy || t == altProxy }
 
 // target returns the target named name.
 func (e *env) target(name string) *target {
@@ -58,6 +82,7 @@ type env struct {
 	up       *child
 	nginx    *nginxProc
 	proxy    *child
+	bare     *child // mcpheal-bare, in the open and closed models only
 	alt      *child
 	statsURL string
 	targets  []*target
@@ -114,6 +139,17 @@ func (h *harness) startEnv(ctx context.Context, variant string) (*env, error) {
 	e.proxy, e.statsURL = p, statsURL
 	e.targets = append(e.targets, &target{name: mcpheal, sess: bench.Session{URL: proxyURL},
 		pids: func() []int { return []int{e.proxy.pid()} }, stats: statsURL})
+	godebug := fmt.Sprintf("%s %q", mcpheal, godebugOf(e.proxy.pid()))
+	if h.cfg.bare {
+		bareURL, bareStats, bp, err := h.startProxyBin(ctx, h.self, filepath.Join(e.dir, "bare"), upURL, h.bareEnv())
+		if err != nil {
+			return nil, err
+		}
+		e.bare = bp
+		e.targets = append(e.targets, &target{name: bareProxy, sess: bench.Session{URL: bareURL},
+			pids: func() []int { return []int{e.bare.pid()} }, stats: bareStats})
+		godebug += fmt.Sprintf(", %s %q", bareProxy, godebugOf(e.bare.pid()))
+	}
 	if h.cfg.alt != "" {
 		altURL, altStats, ap, err := h.startProxyBin(ctx, h.altBin(), filepath.Join(e.dir, "alt"), upURL, h.altEnv())
 		if err != nil {
@@ -122,6 +158,7 @@ func (h *harness) startEnv(ctx context.Context, variant string) (*env, error) {
 		e.alt = ap
 		e.targets = append(e.targets, &target{name: altProxy, sess: bench.Session{URL: altURL},
 			pids: func() []int { return []int{e.alt.pid()} }, stats: altStats})
+		godebug += fmt.Sprintf(", %s %q", altProxy, godebugOf(e.alt.pid()))
 	}
 	e.targets[0].sess.URL = upURL
 	for _, t := range e.targets {
@@ -129,7 +166,7 @@ func (h *harness) startEnv(ctx context.Context, variant string) (*env, error) {
 			return nil, fmt.Errorf("session via %s: %w", t.name, err)
 		}
 	}
-	h.logf("%s: upstream %s, targets %d, sessions open", variant, e.upAddr, len(e.targets))
+	h.logf("%s: upstream %s, targets %d, sessions open; GODEBUG of %s", variant, e.upAddr, len(e.targets), godebug)
 	ok = true
 	return e, nil
 }
@@ -148,7 +185,7 @@ func (h *harness) startUpstream(ctx context.Context, e *env) error {
 // startProxy starts a mcpheal child in front of upURL and returns its MCP
 // URL and its /stats URL. extra are more flags for the child.
 func (h *harness) startProxy(ctx context.Context, dir, upURL string, extra ...string) (string, string, *child, error) {
-	return h.startProxyBin(ctx, h.self, dir, upURL, h.cfg.proxyEnv, extra...)
+	return h.startProxyBin(ctx, h.self, dir, upURL, h.proxyEnv(), extra...)
 }
 
 // startProxyBin is startProxy with the proxy subcommand of another mcpbench
@@ -203,6 +240,9 @@ func (e *env) stop() {
 	if e.proxy != nil {
 		e.proxy.stop(5 * time.Second)
 	}
+	if e.bare != nil {
+		e.bare.stop(5 * time.Second)
+	}
 	if e.alt != nil {
 		e.alt.stop(5 * time.Second)
 	}
@@ -253,8 +293,47 @@ func (h *harness) altBin() string {
 	return h.cfg.alt
 }
 
-// altEnv is the alt proxy's extra environment: -proxy-env, then -alt-env,
+// proxyEnv is mcpheal's extra environment: the image's (the Dockerfile's
+// ENV), then -proxy-env, whose values win (os/exec keeps the last value of
+// a key).
+func (h *harness) proxyEnv() []string {
+	return append(slices.Clip(h.image), h.cfg.proxyEnv...)
+}
+
+// altEnv is the alt proxy's extra environment: mcpheal's, then -alt-env,
 // whose values win.
 func (h *harness) altEnv() []string {
-	return append(slices.Clip(h.cfg.proxyEnv), h.cfg.altEnv...)
+	return append(h.proxyEnv(), h.cfg.altEnv...)
+}
+
+// bareEnv is mcpheal-bare's extra environment: mcpheal's, then
+// bareGODEBUG.
+func (h *harness) bareEnv() []string {
+	return append(h.proxyEnv(), h.bareGODEBUG())
+}
+
+// bareGODEBUG is the GODEBUG entry of mcpheal-bare: mcpheal's GODEBUG
+// without schedtrace.
+func (h *harness) bareGODEBUG() string {
+	return "GODEBUG=" + withoutSchedtrace(append(os.Environ(), h.proxyEnv()...))
+}
+
+// withoutSchedtrace returns the GODEBUG that a process started with env
+// would get (os/exec keeps the last value of a key) with every schedtrace
+// entry taken out: any schedtrace above 0 keeps sysmon from parking
+// (runtime/proc.go, func sysmon).
+func withoutSchedtrace(env []string) string {
+	var godebug string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			godebug = v
+		}
+	}
+	var keep []string
+	for f := range strings.SplitSeq(godebug, ",") {
+		if k, _, _ := strings.Cut(f, "="); f != "" && k != "schedtrace" {
+			keep = append(keep, f)
+		}
+	}
+	return strings.Join(keep, ",")
 }

@@ -20,8 +20,11 @@ type harness struct {
 	self   string // this binary, re-run as upstream and proxy
 	vegeta string
 	nginx  string // "" when nginx is not used
-	note   []string
-	ids    atomic.Uint64 // JSON-RPC ids handed out
+	// image is the environment the shipped image gives mcpheal (the
+	// Dockerfile's ENV, image.go): every mcpheal process starts with it.
+	image []string
+	note  []string
+	ids   atomic.Uint64 // JSON-RPC ids handed out
 
 	runs      []*runResult
 	heals     []*healResult
@@ -59,6 +62,9 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 	if h.self, err = os.Executable(); err != nil {
 		return nil, err
 	}
+	if h.image, err = readImageEnv(h.root); err != nil {
+		return nil, err
+	}
 	h.dir = cfg.dir
 	if h.dir == "" {
 		if h.dir, err = os.MkdirTemp("", "mcpbench-"); err != nil {
@@ -68,6 +74,7 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 		return nil, err
 	}
 	h.logf("work directory %s", h.dir)
+	h.logf("mcpheal runs as the image does, with the Dockerfile's environment: %s", strings.Join(h.image, " "))
 	if h.vegeta = cfg.vegeta; h.vegeta == "" && cfg.only == "" { // the sections that run alone need no vegeta
 		h.vegeta = filepath.Join(h.dir, "vegeta")
 		h.logf("building the pinned vegeta (bench/tools/go.mod)")
@@ -181,7 +188,7 @@ func (h *harness) runVariant(ctx context.Context, variant string) error {
 		h.profile = p
 	}
 	if h.cfg.healRate > 0 {
-		for _, name := range h.targetNames()[2:] { // mcpheal, and mcpheal-alt if any
+		for _, name := range h.buildNames() {
 			r, err := h.healRun(ctx, e, name)
 			if err != nil {
 				return fmt.Errorf("heal under load (%s): %w", name, err)

@@ -98,3 +98,46 @@ func TestSmokeDefaults(t *testing.T) {
 		t.Errorf("smoke config = %+v, want 2 rounds (explicit), 2 s, one rate, no results file, no memory run", c)
 	}
 }
+
+// TestWithoutSchedtrace: mcpheal-bare's GODEBUG is mcpheal's, the last one
+// of its environment (os/exec keeps a key's last value), without schedtrace.
+func TestWithoutSchedtrace(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"PATH=/bin", "GODEBUG=schedtrace=2147483647"}, ""},
+		{[]string{"GODEBUG=http2client=0", "GODEBUG=x=1,schedtrace=2147483647"}, "x=1"},
+		{[]string{"GODEBUG=schedtrace=1,x=1,scheddetail=1,schedtrace=0"}, "x=1,scheddetail=1"},
+		{[]string{"GODEBUG=noschedtrace=1"}, "noschedtrace=1"},
+	} {
+		if got := withoutSchedtrace(c.env); got != c.want {
+			t.Errorf("withoutSchedtrace(%q) = %q, want %q", c.env, got, c.want)
+		}
+	}
+}
+
+// TestTargetNames: mcpheal-bare is a target of the tables but not a build
+// under test (no verdicts, heal runs or large-event rounds of its own).
+func TestTargetNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		bare          bool
+		alt           string
+		names, builds []string
+	}{
+		{false, "", []string{direct, viaNginx, mcpheal}, []string{mcpheal}},
+		{true, "", []string{direct, viaNginx, mcpheal, bareProxy}, []string{mcpheal}},
+		{true, "self", []string{direct, viaNginx, mcpheal, bareProxy, altProxy}, []string{mcpheal, altProxy}},
+	} {
+		h := &harness{cfg: config{bare: c.bare, alt: c.alt}}
+		if got := h.targetNames(); !slices.Equal(got, c.names) {
+			t.Errorf("bare %v, alt %q: targetNames() = %q, want %q", c.bare, c.alt, got, c.names)
+		}
+		if got := h.buildNames(); !slices.Equal(got, c.builds) {
+			t.Errorf("bare %v, alt %q: buildNames() = %q, want %q", c.bare, c.alt, got, c.builds)
+		}
+	}
+}

@@ -276,7 +276,7 @@ func (h *harness) startMcpheal(ctx context.Context, bin, dir, upURL string, flag
 	if err := os.WriteFile(filepath.Join(dir, "cmdline"), []byte(strings.Join(argv, " ")+"\n"), 0o644); err != nil {
 		return nil, "", "", err
 	}
-	c, err := startChild(ctx, "mcpheal", log, false, nil, argv...)
+	c, err := startChild(ctx, "mcpheal", log, false, h.image, argv...) // as the image runs it
 	if err != nil {
 		return nil, "", "", err
 	}

@@ -650,7 +650,7 @@ func (h *harness) largeCPUSource() string {
 }
 
 func largeSyscallCell(rs []*largeResult, t string) string {
-	if t != mcpheal && t != altProxy {
+	if !isMcpheal(t) {
 		return "–"
 	}
 	return largeFigure(rs, func(r *largeResult) float64 { return r.Syscalls }).f(0)
@@ -695,7 +695,7 @@ func (h *harness) printLarge() {
 				largeFigure(rs, largeWall).f(3), largeFigure(rs, largeRelay).f(3), largeFigure(rs, largeUp).f(3),
 				largeFigure(rs, largeClient).f(3), largeFigure(rs, largeWhole).f(3), largeFigure(rs, largeRSS).f(1))
 		}
-		for _, p := range h.targetNames()[2:] {
+		for _, p := range h.buildNames() {
 			fmt.Printf("  %2d MB %-11s relay CPU / nginx %s, wall / nginx %s, whole-call CPU / direct %s (nginx %s), wall / direct %s (nginx %s)\n",
 				size>>20, p, fmtRatio(h.largeRatio(size, p, viaNginx, largeRelay)), fmtRatio(h.largeRatio(size, p, viaNginx, largeWall)),
 				fmtRatio(h.largeRatio(size, p, direct, largeWhole)), fmtRatio(h.largeRatio(size, viaNginx, direct, largeWhole)),

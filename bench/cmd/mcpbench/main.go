@@ -1,6 +1,8 @@
 // Command mcpbench measures mcpheal against a direct connection and nginx in
-// one run, all on 127.0.0.1: a Go SDK echo upstream (JSON and SSE answers),
-// vegeta open-model runs at fixed rates alternating the targets, a
+// one run, all on 127.0.0.1 (mcpheal as the image runs it and, beside it in
+// the open and closed models, the same process with Go's default scheduler,
+// as the bare binary runs: env.go): a Go SDK echo upstream (JSON and SSE
+// answers), vegeta open-model runs at fixed rates alternating the targets, a
 // closed-model saturation run, heal under load, an expiry storm, one large
 // SSE event (1 and 12 MB) relayed by each target, hostile input against
 // the mcpheal binary (hostile.go), memory per idle session, the Go
@@ -8,15 +10,16 @@
 // It writes bench/RESULTS.md and a latency plot, and prints PASS or MISS for
 // every target of issue 3.
 //
-//	bench/run.sh            # the full run (~25 min); installs nginx and vegeta
+//	bench/run.sh            # the full run (~30 min); installs nginx and vegeta
 //	bench/run.sh --smoke    # CI: 2 s per target, one rate, correctness only
 //	bench/run.sh -only large  # the large-SSE-event section alone (~1 min)
 //	bench/run.sh -only hostile  # the hostile-input section alone (~2 min)
 //
 // The same binary is its own upstream and proxy processes (subcommands
 // "upstream" and "proxy"), so that each has its own CPU and memory figures.
-// "nginx-conf" and "targets" give bench/syscalls.sh the harness's nginx
-// configuration and its session and vegeta targets.
+// "nginx-conf", "targets" and "image-env" give bench/syscalls.sh the
+// harness's nginx configuration, its session and vegeta targets, and the
+// environment mcpheal runs with (the Dockerfile's, image.go).
 package main
 
 import (
@@ -43,6 +46,8 @@ func main() {
 		err = runNginxConf(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "targets":
 		err = runTargets(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "image-env":
+		err = runImageEnv(os.Args[2:])
 	default:
 		var code int
 		code, err = runHarness(os.Args[1:])
@@ -70,9 +75,10 @@ type config struct {
 	stealMax     float64 // percent; a run above it is repeated
 	foreignMax   float64 // percent of machine CPU used by others; a run above it is repeated
 	nice         int
-	proxyEnv     []string // extra environment of the mcpheal processes (experiments)
+	proxyEnv     []string // extra environment of the mcpheal processes, after the image's (experiments)
 	alt          string   // a second mcpbench binary whose proxy is measured as mcpheal-alt ("self": this one)
-	altEnv       []string // extra environment of the alt proxy, after proxyEnv
+	altEnv       []string // extra environment of the alt proxy, after the image's and proxyEnv
+	bare         bool     // measure mcpheal-bare beside mcpheal in the open and closed models
 	healRate     int      // 0 skips heal under load
 	healFor      time.Duration
 	healAt       time.Duration
@@ -119,8 +125,9 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.foreignMax, "foreign-max", 30, "repeat a round with a run where other processes used more of the machine's CPU, percent")
 	fs.IntVar(&c.nice, "nice", -10, "nice value of every process started (0: inherit); negative needs root")
 	fs.StringVar(&c.alt, "alt", "", "another mcpbench binary (built from a patched tree), or \"self\" for this one with -alt-env: its proxy is measured beside mcpheal as "+altProxy)
-	fs.StringVar(&altEnv, "alt-env", "", "comma-separated KEY=VALUE added to the -alt proxy's environment after -proxy-env, e.g. GOMAXPROCS=1, or MCPBENCH_PROXY=passthrough for a bare fasthttp relay")
-	fs.StringVar(&proxyEnv, "proxy-env", "", "comma-separated KEY=VALUE added to mcpheal's environment, e.g. GOMAXPROCS=1")
+	fs.StringVar(&altEnv, "alt-env", "", "comma-separated KEY=VALUE added to the -alt proxy's environment after mcpheal's (the image's, then -proxy-env), e.g. GOMAXPROCS=1, or MCPBENCH_PROXY=passthrough for a bare fasthttp relay")
+	fs.BoolVar(&c.bare, "bare", true, "also measure "+bareProxy+": the same mcpheal without schedtrace in GODEBUG (Go's default scheduler, as the bare binary runs), in the open and closed models")
+	fs.StringVar(&proxyEnv, "proxy-env", "", "comma-separated KEY=VALUE added to mcpheal's environment after the image's (the Dockerfile's ENV), e.g. GOMAXPROCS=1")
 	fs.IntVar(&c.healRate, "heal-rate", 300, "heal-under-load rate (0 skips)")
 	fs.DurationVar(&c.healFor, "heal-duration", 10*time.Second, "heal-under-load length")
 	fs.DurationVar(&c.healAt, "heal-at", 4*time.Second, "when the upstream is restarted")
@@ -215,7 +222,7 @@ func (c *config) onlyLarge(fs *flag.FlagSet) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c.variants, c.satDuration, c.healRate, c.storm, c.memSessions = nil, 0, 0, 0, 0
-	c.goBench, c.profile, c.hostileBudgets = false, false, nil
+	c.goBench, c.profile, c.hostileBudgets, c.bare = false, false, nil, false
 	c.partialOutput(set)
 	if len(c.largeSizes) == 0 {
 		c.largeSizes = []int{1, 12}
@@ -227,7 +234,7 @@ func (c *config) onlyHostile(fs *flag.FlagSet) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c.variants, c.satDuration, c.healRate, c.storm, c.memSessions = nil, 0, 0, 0, 0
-	c.goBench, c.profile, c.largeSizes = false, false, nil
+	c.goBench, c.profile, c.largeSizes, c.bare = false, false, nil, false
 	c.partialOutput(set)
 	if len(c.hostileBudgets) == 0 {
 		c.hostileBudgets = []int{0, 64}

@@ -181,7 +181,7 @@ func (r *runResult) account(a, b snapshot, stealMax float64) {
 		r.Syscalls = float64(b.proxy.syscalls-a.proxy.syscalls) / float64(r.Requests)
 		r.PeakRSSKB = b.proxy.hwmKB
 	}
-	if r.Target == mcpheal || r.Target == altProxy {
+	if isMcpheal(r.Target) {
 		r.Allocs = float64(b.mallocs-a.mallocs) / float64(r.Requests)
 	}
 }
@@ -274,7 +274,7 @@ func (h *harness) logRun(r *runResult) {
 	if r.Rate == 0 {
 		rate = fmt.Sprintf("closed %.0f/s", r.Throughput)
 	}
-	h.logf("%-4s %-7s %-14s r%d  n=%d ok=%d p50=%s p99=%s max=%s rate=%.1f cpu=%.1fµs up=%.1fµs gen=%.1fµs allocs=%.2f sys=%.1f busy=%.0f%% foreign=%.0f%% steal=%.1f%%",
+	h.logf("%-4s %-12s %-14s r%d  n=%d ok=%d p50=%s p99=%s max=%s rate=%.1f cpu=%.1fµs up=%.1fµs gen=%.1fµs allocs=%.2f sys=%.1f busy=%.0f%% foreign=%.0f%% steal=%.1f%%",
 		r.Variant, r.Target, rate, r.Round, r.Requests, r.OK, ms(r.P50), ms(r.P99), ms(r.Max), r.Achieved,
 		r.CPUus, r.UpCPUus, r.GenCPUus, r.Allocs, r.Syscalls, r.BusyPct, r.ForeignPct, r.StealPct)
 }

@@ -18,7 +18,7 @@ const (
 	maxNines       = 4.0 // x axis ends at p99.99
 )
 
-var lineColor = map[string]string{direct: "#7f7f7f", viaNginx: "#2ca02c", mcpheal: "#1f77b4", altProxy: "#d62728"}
+var lineColor = map[string]string{direct: "#7f7f7f", viaNginx: "#2ca02c", mcpheal: "#1f77b4", bareProxy: "#ff7f0e", altProxy: "#d62728"}
 
 // writePlot draws latency by percentile (HdrHistogram style: x is
 // log10(1/(1-q))) for every variant and rate, each target one line, all
@@ -37,7 +37,7 @@ func (h *harness) writePlot(path string) error {
 	for _, t := range h.targetNames() {
 		fmt.Fprintf(&b, `<line x1="%.0f" y1="16" x2="%.0f" y2="16" stroke="%s" stroke-width="2.5"/><text x="%.0f" y="20">%s</text>`+"\n",
 			x, x+22, lineColor[t], x+27, t)
-		x += 90
+		x += 100
 	}
 	fmt.Fprintf(&b, `<text x="%.0f" y="20" fill="#555">latency by percentile, open model, all counted rounds pooled</text>`+"\n", x+10)
 	for i, v := range h.cfg.variants {

@@ -183,6 +183,21 @@ func memKB(pid int) (hwm, rss uint64, err error) {
 	return hwm, rss, sc.Err()
 }
 
+// godebugOf returns GODEBUG as process pid was started with it (Linux:
+// /proc/<pid>/environ), "(none)" without one, or "?" if it is unreadable.
+func godebugOf(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return "?"
+	}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			return v
+		}
+	}
+	return "(none)"
+}
+
 // childPids returns the pids whose parent is ppid (nginx's workers).
 func childPids(ppid int) ([]int, error) {
 	ents, err := os.ReadDir("/proc")

@@ -78,8 +78,13 @@ func (h *harness) writeMachine(w writer) {
 	w("| memory | %s |\n", memTotal())
 	w("| kernel | %s |\n", strings.TrimSpace(readFile("/proc/sys/kernel/osrelease")))
 	w("| Go | %s (GOMAXPROCS %d) |\n", runtime.Version(), runtime.GOMAXPROCS(0))
+	env := "the Dockerfile's `ENV`, as the image runs it"
 	if len(h.cfg.proxyEnv) > 0 {
-		w("| mcpheal environment | `%s` |\n", strings.Join(h.cfg.proxyEnv, " "))
+		env += ", then `-proxy-env`"
+	}
+	w("| mcpheal environment | `%s` (%s) |\n", strings.Join(h.proxyEnv(), " "), env)
+	if h.cfg.bare {
+		w("| %s | the same, then `%s` |\n", bareProxy, h.bareGODEBUG())
 	}
 	if h.cfg.alt != "" {
 		w("| %s | `%s` with environment `%s` |\n", altProxy, h.cfg.alt, strings.Join(h.altEnv(), " "))
@@ -255,7 +260,7 @@ func (h *harness) addedCell(v string, rate int, t string, p50 bool) string {
 // /proc/<pid>/io counts read, write, readv and writev, which is every call Go
 // makes on a socket, but not nginx's recv, so nginx's figure would mislead.
 func syscallCell(rs []*runResult, t string) string {
-	if t != mcpheal && t != altProxy {
+	if !isMcpheal(t) {
 		return "–"
 	}
 	return figure(rs, func(r *runResult) float64 { return r.Syscalls }).f(2)

@@ -100,7 +100,7 @@ func ratio(a, b float64) float64 {
 // verdicts evaluates the issue's targets for every variant measured.
 func (h *harness) verdicts() []verdict {
 	var vs []verdict
-	for _, p := range h.targetNames()[2:] { // mcpheal, and mcpheal-alt if any
+	for _, p := range h.buildNames() {
 		for _, v := range h.cfg.variants {
 			vs = append(vs, h.latencyVerdicts(v, p)...)
 			vs = append(vs, h.costVerdicts(v, p)...)
@@ -198,6 +198,7 @@ func (h *harness) finish() (int, error) {
 		}
 		fmt.Printf("%-4s %-55s %-32s %s%s\n", v.Status, v.Name, v.Value, v.Limit, s)
 	}
+	h.printBare()
 	h.printValidity()
 	h.printLarge()
 	h.printHostile()
@@ -237,4 +238,42 @@ func (h *harness) printValidity() {
 	}
 	fmt.Printf("\nruns: %d; achieved rate off by > 1 %%: %d; left out for steal > %.0f %% or foreign load > %.0f %%: %d\n",
 		len(h.runs), off, h.cfg.stealMax, h.cfg.foreignMax, heavy)
+}
+
+// printBare prints mcpheal's CPU per request as the image runs it beside
+// mcpheal-bare's, the same process with Go's default scheduler, and
+// nginx's, for every variant and rate measured (README "Keeping the
+// runtime's sysmon awake").
+func (h *harness) printBare() {
+	if !h.cfg.bare || len(h.runs) == 0 {
+		return
+	}
+	fmt.Printf("\nCPU µs per request, median: %s as the image runs it, %s without schedtrace in GODEBUG\n", mcpheal, bareProxy)
+	rates := h.cfg.rates
+	if h.cfg.satDuration > 0 {
+		rates = append(slices.Clip(rates), 0) // the closed model
+	}
+	for _, v := range h.cfg.variants {
+		for _, rate := range rates {
+			cpu := func(t string) float64 {
+				return figure(h.cell(v, rate, t), func(r *runResult) float64 { return r.CPUus }).Med
+			}
+			shipped, bare := cpu(mcpheal), cpu(bareProxy)
+			if math.IsNaN(shipped) && math.IsNaN(bare) {
+				continue
+			}
+			label := fmt.Sprintf("%d req/s", rate)
+			if rate == 0 {
+				label = "closed model"
+			}
+			us := func(x float64) string {
+				if math.IsNaN(x) {
+					return fmt.Sprintf("%6s", "–")
+				}
+				return fmt.Sprintf("%6.1f", x)
+			}
+			fmt.Printf("  %-4s %-12s %s %s   %s %s   %s / %s %s   nginx %s\n", v, label,
+				mcpheal, us(shipped), bareProxy, us(bare), bareProxy, mcpheal, fmtRatio(ratio(bare, shipped)), us(cpu(viaNginx)))
+		}
+	}
 }
