@@ -566,4 +566,3 @@ func contains(list []string, v string) bool {
 	}
 	return false
 }
-

@@ -124,7 +124,7 @@ func (e *credentialError) Unwrap() error { return e.err }
 // which only the operator can mend, as opposed to its outage.
 func (e *credentialError) refused() bool {
 	var te *upstream.TokenError
-	return errors.As(e.err, &te) && te.StatusCode/100 == 4
+	return errors.As(e.err, &te) && te.Refused()
 }
 
 // credentialFailed logs a failed credential fetch, at most once a second

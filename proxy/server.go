@@ -462,7 +462,6 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 	}
 }
 
-
 // fasthttpLogger routes fasthttp's own messages (malformed requests,
 // oversized bodies: client mistakes) to debug level. It never prints what
 // the client sent: errors keep only their text before the first quoted
