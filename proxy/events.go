@@ -85,7 +85,7 @@ func (er *eventRewriter) line(out, line []byte) []byte {
 		if len(v) == 0 {
 			return append(out, line...)
 		}
-		out = append(out, "id: "...)
+		out = sse.AppendFieldName(out, "id")
 		out = strconv.AppendUint(out, er.gen, 10)
 		out = append(out, '-')
 		return append(out, v...)
@@ -99,7 +99,7 @@ func (er *eventRewriter) line(out, line []byte) []byte {
 		}
 		if er.gen > 1 {
 			if nv, ok := namespaceRequestID(v, er.gen); ok {
-				out = append(out, "data: "...)
+				out = sse.AppendFieldName(out, "data")
 				return append(out, nv...)
 			}
 		}

@@ -224,7 +224,7 @@ func (g *getStream) reopen(lastID string, retryMs int) bool {
 			return false
 		default:
 		}
-		if delay > 0 && !g.wait(delay) {
+		if delay > 0 && !sleepUnless(delay, g.quit, g.s.done) {
 			return false
 		}
 		delay = wait.Next()
@@ -310,20 +310,6 @@ func (g *getStream) stop() {
 		}
 		g.mu.Unlock()
 	})
-}
-
-// wait sleeps d unless the stream stops first.
-func (g *getStream) wait(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-g.quit:
-		return false
-	case <-g.s.done:
-		return false
-	}
 }
 
 // contextWithTimeout is a context that ends after d or when quit closes.

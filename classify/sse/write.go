@@ -10,10 +10,17 @@ package sse
 // AppendField appends one field line, "name: value" and LF. value must
 // hold no line end (CR or LF); AppendEvent splits data that may.
 func AppendField(dst []byte, name string, value []byte) []byte {
-	dst = append(dst, name...)
-	dst = append(dst, ':', ' ')
+	dst = AppendFieldName(dst, name)
 	dst = append(dst, value...)
 	return append(dst, '\n')
+}
+
+// AppendFieldName appends the start of a field line: its name and the
+// separator. The caller appends the value (holding no line end) and the
+// line end: a relay that rewrites a line keeps the line end it came with.
+func AppendFieldName(dst []byte, name string) []byte {
+	dst = append(dst, name...)
+	return append(dst, ':', ' ')
 }
 
 // AppendEvent appends one whole event: an event field when name is not
