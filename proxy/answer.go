@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"io"
-	"net"
 	"strconv"
 	"time"
 
@@ -234,20 +233,6 @@ func (a *attempt) accepted() {
 		a.s.sessions.rebind(a.sess, a.r.auth, &a.req.Header)
 		a.r.standing = bound
 	}
-}
-
-// armWrite bounds the next write to the agent by Config.WriteTimeout: an
-// agent that stops reading its answer (or never started) loses its
-// connection instead of pinning the answer in memory. Streams re-arm before
-// each write; fasthttp writes a buffered answer right after the handler.
-func (s *Server) armWrite(c net.Conn) {
-	if c == nil {
-		return
-	}
-	// A RequestCtx made by Init (tests, fasthttp.TimeoutHandler) has a
-	// stand-in connection whose methods panic.
-	defer func() { _ = recover() }()
-	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 }
 
 // respond writes the upstream answer to the agent: status and headers

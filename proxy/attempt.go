@@ -70,7 +70,7 @@ var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
 
 // newAttempt takes a pooled attempt for r, with its upstream request and
 // response; ctx may be nil (no agent connection to watch or answer).
-func (s *Server) newAttempt(ctx *fasthttp.RequestCtx, r *request) *attempt {
+func newAttempt(s *Server, ctx *fasthttp.RequestCtx, r *request) *attempt {
 	a := attemptPool.Get().(*attempt)
 	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg,
 		rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0]}, buf: a.buf, out: a.out[:0], watch: a.watch}

@@ -126,7 +126,7 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 	sess := s.sessions.newSession(r.hdr, r.auth, r.body, version, "")
 	if err := s.sessions.admit(sess); err != nil {
 		body.Close()
-		a := s.newAttempt(ctx, r)
+		a := newAttempt(s, ctx, r)
 		a.answer(outcome{kind: outFull, err: err})
 		a.release()
 		return
@@ -231,7 +231,7 @@ type bridgeCall struct {
 // as they come), or JSON when the upstream answered JSON at once.
 func (b *bridge) call(ctx *fasthttp.RequestCtx, r *request) {
 	s := b.s
-	a := s.newAttempt(ctx, r)
+	a := newAttempt(s, ctx, r)
 	c := &bridgeCall{b: b, a: a, key: callKey(r.sess.ID, r.msg.id), hdr: new(fasthttp.RequestHeader),
 		body: append([]byte(nil), r.body...)}
 	r.hdr.CopyTo(c.hdr)

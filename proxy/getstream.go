@@ -77,7 +77,7 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 		s.sessions.fleet.claimStream(sess) // and in the other processes of the fleet
 	}
 
-	a := s.newAttempt(ctx, r)
+	a := newAttempt(s, ctx, r)
 	defer a.release()
 	a.heals = true
 	g.hdr.CopyTo(&a.req.Header)

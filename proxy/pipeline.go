@@ -65,7 +65,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 // the upstream's) and gives the agent one answer: the upstream's, after a
 // heal and replay if the rules allow, or mcpheal's own error.
 func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) {
-	a := s.newAttempt(ctx, r)
+	a := newAttempt(s, ctx, r)
 	a.heals = r.sess != nil
 	s.link.copyRequest(r.hdr, r.body, a.req)
 	if a.heals && r.msg.method == "" && r.msg.id != "" && !r.msg.batch && !a.answerRoute() {
@@ -104,7 +104,7 @@ func (a *attempt) answerRoute() bool {
 // request is replay-safe, so a down upstream costs latency within the heal
 // budget, not an error.
 func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *request) {
-	a := s.newAttempt(ctx, r)
+	a := newAttempt(s, ctx, r)
 	a.gen = 1 // event ids are the proxy's from the first answer on (README "Streams")
 	s.link.copyRequest(r.hdr, r.body, a.req)
 	a.req.Header.DelBytes(hdrSessionID)

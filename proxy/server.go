@@ -516,3 +516,41 @@ func orDur(d, def time.Duration) time.Duration {
 	}
 	return d
 }
+
+// armWrite bounds the next write to the agent by Config.WriteTimeout: an
+// agent that stops reading its answer (or never started) loses its
+// connection instead of pinning the answer in memory. Streams re-arm before
+// each write; fasthttp writes a buffered answer right after the handler.
+func (s *Server) armWrite(c net.Conn) {
+	if c == nil {
+		return
+	}
+	// A RequestCtx made by Init (tests, fasthttp.TimeoutHandler) has a
+	// stand-in connection whose methods panic.
+	defer func() { _ = recover() }()
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+}
+
+// wellKnown forwards OAuth discovery (RFC 9728 protected resource metadata,
+// RFC 8414 authorization server metadata) to the upstream's origin, so that
+// an agent whose credential passes through can find where to get one.
+func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
+	defer s.recoverPanic(ctx)
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := upstream.AcquireResponse()
+	defer upstream.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.Set("Accept", "application/json")
+	if err := s.link.up.DoPath(req, resp, path, time.Now().Add(10*time.Second)); err != nil {
+		writeError(ctx, fasthttp.StatusBadGateway, codeUpstreamDown, "null", "upstream unreachable: "+s.link.up.Origin())
+		return
+	}
+	ctx.SetStatusCode(resp.StatusCode())
+	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
+	if resp.IsStream() {
+		ctx.SetStatusCode(fasthttp.StatusBadGateway)
+		return
+	}
+	ctx.Response.SetBody(resp.Body())
+}
