@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/classify"
@@ -120,13 +121,7 @@ func (a *attempt) fail(out outcome) failure {
 			a.s.cfg.Name + " (" + errorText(out.err) + "); " + m.method + " was not sent; retry later", retryAfter: 1}
 	case outFull:
 		c.request(m, classify.OK)
-		switch {
-		case errorIs(out.err, session.ErrCredentialFull):
-			return failure{status: fasthttp.StatusTooManyRequests, code: codeTooMany, msg: "Too many sessions for this credential (max_sessions_per_credential); retry later", retryAfter: 10}
-		case errorIs(out.err, errBudget):
-			return failure{status: fasthttp.StatusServiceUnavailable, code: codeTooMany, msg: "Too many sessions: mcpheal's memory_budget for this upstream is reached; retry later", retryAfter: 10}
-		}
-		return failure{status: fasthttp.StatusServiceUnavailable, code: codeTooMany, msg: "Too many sessions: mcpheal's session cap (max_sessions) is reached; retry later", retryAfter: 10}
+		return admissionFailure(out.err)
 	case outHealAuth:
 		c.request(m, classify.Auth)
 		he := out.err.(*healAuthError)
@@ -145,6 +140,32 @@ func (a *attempt) fail(out outcome) failure {
 			" waited for the upstream; mcpheal ended the exchange, and the request may or may not have run"}
 	}
 	return failure{status: fasthttp.StatusBadGateway, code: codeProxyError, msg: "mcpheal internal error"}
+}
+
+// admissionFailure is the answer to a new session that the store's caps
+// or the memory budget have no room for.
+func admissionFailure(err error) failure {
+	switch {
+	case errors.Is(err, session.ErrCredentialFull):
+		return failure{status: fasthttp.StatusTooManyRequests, code: codeTooMany, retryAfter: 10,
+			msg: "Too many sessions for this credential (max_sessions_per_credential); retry later"}
+	case errors.Is(err, errBudget):
+		return failure{status: fasthttp.StatusServiceUnavailable, code: codeTooMany, retryAfter: 10,
+			msg: "Too many sessions: mcpheal's memory_budget for this upstream is reached; retry later"}
+	}
+	return failure{status: fasthttp.StatusServiceUnavailable, code: codeTooMany, retryAfter: 10,
+		msg: "Too many sessions: mcpheal's session cap (max_sessions) is reached; retry later"}
+}
+
+// writeFailure writes mcpheal's error f as a JSON answer carrying id.
+func writeFailure(ctx *fasthttp.RequestCtx, id string, f failure) {
+	writeError(ctx, f.status, f.code, id, f.msg)
+	if f.retryAfter > 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(f.retryAfter))
+	}
+	if f.challenge != "" {
+		ctx.Response.Header.Set("WWW-Authenticate", f.challenge)
+	}
 }
 
 // errorText is err's message for an agent: the credential error's own
@@ -186,14 +207,7 @@ func (a *attempt) answer(out outcome) bool {
 	case outAgentGone:
 		a.ctx.SetConnectionClose()
 	}
-	f := a.fail(out)
-	writeError(a.ctx, f.status, f.code, a.msg.idOrNull(), f.msg)
-	if f.retryAfter > 0 {
-		a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(f.retryAfter))
-	}
-	if f.challenge != "" {
-		a.ctx.Response.Header.Set("WWW-Authenticate", f.challenge)
-	}
+	writeFailure(a.ctx, a.msg.idOrNull(), a.fail(out))
 	return false
 }
 
@@ -276,9 +290,7 @@ func (a *attempt) respond() bool {
 		// counted until the handler ends.
 		n := 2 * int64(len(r.Body()))
 		if !s.mem.take(n) {
-			f := a.fail(outcome{kind: outTooLarge, class: classify.Protocol, err: upstream.ErrOverBudget})
-			writeError(ctx, f.status, f.code, a.msg.idOrNull(), f.msg)
-			ctx.Response.Header.Set("Retry-After", "1")
+			writeFailure(ctx, a.msg.idOrNull(), a.fail(outcome{kind: outTooLarge, class: classify.Protocol, err: upstream.ErrOverBudget}))
 			return false
 		}
 		a.charged = n
@@ -552,9 +564,8 @@ func (b *jsonBody) Close() error {
 // reports false when the budget had no room (the agent got -32017).
 func writeJSONAnswer(ctx *fasthttp.RequestCtx, status int, body []byte, sess *session.Session, mem *budget) bool {
 	if !mem.take(int64(len(body))) {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, requestID(body, 64),
-			"answer not relayed: mcpheal's memory_budget is reached; retry later")
-		ctx.Response.Header.Set("Retry-After", "1")
+		writeFailure(ctx, gjson.GetBytes(body, "id").Raw, failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget,
+			msg: "answer not relayed: mcpheal's memory_budget is reached; retry later", retryAfter: 1})
 		return false
 	}
 	ctx.SetStatusCode(status)

@@ -68,36 +68,65 @@ func callKey(id session.ClientID, rawID string) string { return string(id) + "\x
 // for it (binding.go).
 func (b *bridge) serve(ctx *fasthttp.RequestCtx, r *request) {
 	m := &r.msg
-	local := m.method != "" && m.method != "ping" && m.method != "initialize" &&
-		m.method != "logging/setLevel" && m.method != "resources/subscribe" && m.method != "resources/unsubscribe"
 	switch {
 	case r.sess == nil:
 		b.initialize(ctx, r)
-	case r.standing != bound && !(local && m.isRequest()):
-		sessionNotFound(ctx, m.idOrNull())
-	case m.get:
+	case m.get && r.standing == bound:
 		b.listen(ctx, r)
+	case m.isRequest() && !m.batch && !answeredHere(m.method):
+		b.call(ctx, r)
+	default:
+		status, body := b.local(r)
+		if body == nil {
+			ctx.SetStatusCode(status)
+			return
+		}
+		writeJSONAnswer(ctx, status, body, r.sess, &b.s.mem)
+	}
+}
+
+// answeredHere reports the requests the bridge answers itself: 2026-07-28
+// has no session to initialize or ping, and carries the journal (log
+// level, subscriptions) on every request and on the listen instead.
+func answeredHere(method string) bool {
+	switch method {
+	case "ping", "initialize", "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
+		return true
+	}
+	return false
+}
+
+// local answers what the bridge handles itself: the status, and the JSON
+// body (nil for none).
+func (b *bridge) local(r *request) (int, []byte) {
+	m := &r.msg
+	switch {
+	case r.standing != bound:
+		b.s.count.request(m, classify.SessionGone)
+		return fasthttp.StatusNotFound, appendError(nil, codeSessionNotFound, m.idOrNull(), "Session not found")
 	case m.batch:
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+		return fasthttp.StatusBadRequest, appendError(nil, codeInvalidRequest, "null",
 			"JSON-RPC batches are not supported: the upstream speaks MCP 2026-07-28, which has none")
 	case m.method == "" && m.id != "":
-		b.input(ctx, r)
+		b.input(r)
+		return fasthttp.StatusAccepted, nil
 	case m.id == "": // a notification
 		if m.method == "notifications/cancelled" {
 			b.cancel(r.sess, gjson.GetBytes(r.body, "params.requestId").Raw)
 		}
 		// notifications/initialized, roots/list_changed…: 2026-07-28 has
 		// no place for them.
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
-	case m.method == "ping":
-		b.result(ctx, r, "{}")
+		return fasthttp.StatusAccepted, nil
 	case m.method == "initialize":
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.id, "Invalid Request: the session is already initialized")
-	case m.method == "logging/setLevel" || m.method == "resources/subscribe" || m.method == "resources/unsubscribe":
-		b.journal(ctx, r)
-	default:
-		b.call(ctx, r)
+		return fasthttp.StatusBadRequest, appendError(nil, codeInvalidRequest, m.id, "Invalid Request: the session is already initialized")
+	case m.method != "ping":
+		if body, ok := b.journal(r); !ok {
+			return fasthttp.StatusOK, body
+		}
 	}
+	b.s.count.request(m, classify.OK)
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.id...)
+	return fasthttp.StatusOK, append(out, `,"result":{}}`...)
 }
 
 // initialize answers a legacy agent's initialize for a 2026-07-28 upstream
@@ -126,9 +155,8 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 	sess := s.sessions.newSession(r.hdr, r.auth, r.body, version, "")
 	if err := s.sessions.admit(sess); err != nil {
 		body.Close()
-		a := newAttempt(s, ctx, r)
-		a.answer(outcome{kind: outFull, err: err})
-		a.release()
+		s.count.request(m, classify.OK)
+		writeFailure(ctx, m.idOrNull(), admissionFailure(err))
 		return
 	}
 	out := append(body.b, `{"jsonrpc":"2.0","id":`...)
@@ -153,41 +181,28 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 }
 
 // journal records a logging/setLevel or resources/(un)subscribe, whose
-// memory the guard reserved, and answers it: 2026-07-28 carries them on
-// every request and on the listen instead.
-func (b *bridge) journal(ctx *fasthttp.RequestCtx, r *request) {
-	if r.journal == (session.JournalChange{}) {
-		what := "uri"
-		if r.msg.method == "logging/setLevel" {
-			what = "level"
-		}
-		writeError(ctx, fasthttp.StatusOK, -32602, r.msg.id, "Invalid params: "+what+" is required")
-		return
-	}
-	if r.journal.Level != "" && !gjson.Get(r.journal.Level, "level").Exists() {
-		writeError(ctx, fasthttp.StatusOK, -32602, r.msg.id, "Invalid params: level is required")
-		return
+// memory the guard reserved: 2026-07-28 carries them on every request and
+// on the listen instead. It returns the error answer of one that lacks its
+// params (ok false).
+func (b *bridge) journal(r *request) (errBody []byte, ok bool) {
+	switch {
+	case r.journal == (session.JournalChange{}) && r.msg.method == "logging/setLevel",
+		r.journal.Level != "" && !gjson.Get(r.journal.Level, "level").Exists():
+		return appendError(nil, -32602, r.msg.id, "Invalid params: level is required"), false
+	case r.journal == (session.JournalChange{}):
+		return appendError(nil, -32602, r.msg.id, "Invalid params: uri is required"), false
 	}
 	b.s.sessions.journal(r.sess, r.journal, r.reserved)
 	r.journal, r.reserved = session.JournalChange{}, 0
 	if r.msg.method != "logging/setLevel" {
 		b.listenChanged(r.sess.ID)
 	}
-	b.result(ctx, r, "{}")
-}
-
-// result answers a request locally with result (raw JSON).
-func (b *bridge) result(ctx *fasthttp.RequestCtx, r *request, result string) {
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), r.msg.id...)
-	out = append(out, `,"result":`...)
-	out = append(out, result...)
-	writeJSONAnswer(ctx, fasthttp.StatusOK, append(out, '}'), r.sess, &b.s.mem)
-	b.s.count.request(&r.msg, classify.OK)
+	return nil, true
 }
 
 // input takes an agent's answer to a request the bridge sent it, for the
 // session that was asked only.
-func (b *bridge) input(ctx *fasthttp.RequestCtx, r *request) {
+func (b *bridge) input(r *request) {
 	if v, ok := b.inputs.Load(r.msg.id); ok {
 		if p := v.(*pendingInput); p.sess == r.sess {
 			select {
@@ -196,7 +211,6 @@ func (b *bridge) input(ctx *fasthttp.RequestCtx, r *request) {
 			}
 		}
 	}
-	ctx.SetStatusCode(fasthttp.StatusAccepted)
 }
 
 // inputID returns the JSON-RPC id of a request the bridge sends an agent:

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"crypto/subtle"
+	"net"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -272,4 +274,107 @@ func sessionNotFound(ctx *fasthttp.RequestCtx, id string) {
 func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
 	writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, "null",
 		"Request body too large (limit "+strconv.Itoa(limit)+" bytes)")
+}
+
+// jsonDepthOK reports whether no array or object in b nests deeper than
+// max. It scans once, without recursion, skipping strings; it does not
+// validate (gjson.ValidBytes does that after it, with its recursion bounded
+// by max).
+func jsonDepthOK(b []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			if depth++; depth > max {
+				return false
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return true
+}
+
+// requestID returns the raw JSON id of body for error answers, or "null".
+// maxDepth is Config.MaxJSONDepth: gjson's validator recurses per level.
+func requestID(body []byte, maxDepth int) string {
+	if len(body) == 0 || !jsonDepthOK(body, maxDepth) || !gjson.ValidBytes(body) { // an id from broken JSON is no id
+		return "null"
+	}
+	id := gjson.Get(b2s(body), "id")
+	if !id.Exists() || id.Raw == "" {
+		return "null"
+	}
+	if id.Type != gjson.String && id.Type != gjson.Number {
+		return "null"
+	}
+	return id.Raw
+}
+
+// hostGuard implements the DNS-rebinding check that MCP 2025-06-18+
+// §Security Warning asks of Streamable HTTP servers. Because mcpheal rewrites
+// Host for the upstream, the upstream's own check no longer protects it, so
+// the proxy takes it over: Host must name the proxy itself, and a browser's
+// Origin must be one of those names too.
+type hostGuard struct {
+	hosts map[string]bool // lower-case host names, without port
+}
+
+func newHostGuard(listen string, extra []string) hostGuard {
+	g := hostGuard{hosts: make(map[string]bool)}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		host = listen
+	}
+	names := []string{"localhost", "127.0.0.1", "::1"}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		names = append(names, host)
+	}
+	names = append(names, extra...)
+	for _, n := range names {
+		g.hosts[strings.ToLower(hostname(n))] = true
+	}
+	return g
+}
+
+// hostname strips an optional port and IPv6 brackets from a Host value.
+// The port is not checked: a container or port forward may publish the
+// proxy under another port, and DNS rebinding is about names.
+func hostname(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		return host
+	}
+	return strings.Trim(h, "[]")
+}
+
+// allowHost reports whether a Host header names this proxy.
+func (g hostGuard) allowHost(h []byte) bool {
+	if len(h) == 0 {
+		return false
+	}
+	name := hostname(b2s(h))
+	return g.hosts[name] || g.hosts[strings.ToLower(name)]
+}
+
+// allowOrigin reports whether an Origin header is absent (a non-browser
+// client), or a page served from one of the proxy's own names.
+func (g hostGuard) allowOrigin(o []byte) bool {
+	if len(o) == 0 {
+		return true
+	}
+	u, err := url.Parse(string(o))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return g.hosts[strings.ToLower(u.Hostname())]
+}
+
+func (g hostGuard) allow(ctx *fasthttp.RequestCtx) bool {
+	return g.allowHost(ctx.Request.Header.Host()) && g.allowOrigin(ctx.Request.Header.PeekBytes(hdrOrigin))
 }

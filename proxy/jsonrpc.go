@@ -118,47 +118,6 @@ func parseMessage(body []byte) (m message) {
 	return m
 }
 
-// jsonDepthOK reports whether no array or object in b nests deeper than
-// max. It scans once, without recursion, skipping strings; it does not
-// validate (gjson.ValidBytes does that after it, with its recursion bounded
-// by max).
-func jsonDepthOK(b []byte, max int) bool {
-	depth := 0
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
-		case '[', '{':
-			if depth++; depth > max {
-				return false
-			}
-		case ']', '}':
-			depth--
-		}
-	}
-	return true
-}
-
-// requestID returns the raw JSON id of body for error answers, or "null".
-// maxDepth is Config.MaxJSONDepth: gjson's validator recurses per level.
-func requestID(body []byte, maxDepth int) string {
-	if len(body) == 0 || !jsonDepthOK(body, maxDepth) || !gjson.ValidBytes(body) { // an id from broken JSON is no id
-		return "null"
-	}
-	id := gjson.Get(b2s(body), "id")
-	if !id.Exists() || id.Raw == "" {
-		return "null"
-	}
-	if id.Type != gjson.String && id.Type != gjson.Number {
-		return "null"
-	}
-	return id.Raw
-}
-
 // errorCode returns error.code of a JSON-RPC answer, or 0.
 func errorCode(body []byte) int64 {
 	return gjson.GetBytes(body, "error.code").Int()

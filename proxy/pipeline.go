@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -30,11 +29,11 @@ const statelessVersion = "2026-07-28"
 // → attempt (attempt.go) → answer (answer.go). A panic is answered 502
 // and never spreads.
 func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
-	defer s.recoverPanic(ctx)
+	var r request
+	defer s.recoverPanic(ctx, &r)
 	defer s.armWrite(ctx.Conn()) // the answer is written after the handler
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	var r request
 	if !s.guard.check(ctx, &r) {
 		return
 	}
@@ -202,7 +201,3 @@ func (s *Server) released(sess *session.Session) {
 	s.streams.stop(sess.ID)
 	s.bridge.stopListen(sess.ID)
 }
-
-// errorIs reports whether err is target (errors.Is), for the admission
-// errors fail maps.
-func errorIs(err, target error) bool { return errors.Is(err, target) }

@@ -411,7 +411,7 @@ func (s *Server) breakerState() int { return int(s.link.breaker.State()) }
 
 // Handler is the fasthttp handler: the MCP endpoint and /healthz.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
-	defer s.recoverPanic(ctx)
+	defer s.recoverPanic(ctx, nil)
 	switch string(ctx.Path()) {
 	case s.cfg.Path:
 		s.ServeMCP(ctx)
@@ -425,11 +425,15 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 
 // recoverPanic turns a bug into a 502 for this request only (fasthttp does
 // not recover handler panics).
-func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx) {
+func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx, r *request) {
 	if p := recover(); p != nil {
 		s.count.panics.Add(1)
 		s.log.Error().Interface("panic", p).Msg("handler panicked")
-		writeError(ctx, fasthttp.StatusBadGateway, codeProxyError, requestID(ctx.PostBody(), s.cfg.MaxJSONDepth), "mcpheal internal error")
+		id := "null"
+		if r != nil {
+			id = r.msg.idOrNull() // known once the guard parsed the message
+		}
+		writeError(ctx, fasthttp.StatusBadGateway, codeProxyError, id, "mcpheal internal error")
 	}
 }
 
@@ -535,7 +539,7 @@ func (s *Server) armWrite(c net.Conn) {
 // RFC 8414 authorization server metadata) to the upstream's origin, so that
 // an agent whose credential passes through can find where to get one.
 func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
-	defer s.recoverPanic(ctx)
+	defer s.recoverPanic(ctx, nil)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := upstream.AcquireResponse()
