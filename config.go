@@ -40,6 +40,7 @@ type settings struct {
 	MaxAnswer                int
 	MaxSSELine               int
 	MemoryBudget             int
+	MaxJournal               int
 	SessionKeys              string
 	SessionMaxAge            time.Duration
 	WriteTimeout             time.Duration
@@ -69,6 +70,7 @@ var builtin = func() settings {
 		MaxAnswer:                d.MaxAnswer,
 		MaxSSELine:               d.MaxSSELine,
 		MemoryBudget:             d.MemoryBudget,
+		MaxJournal:               d.MaxJournal,
 		SessionMaxAge:            d.SessionMaxAge,
 		WriteTimeout:             d.WriteTimeout,
 		EraBridge:                d.EraBridge,
@@ -113,6 +115,7 @@ func (s settings) or(base settings) settings {
 		MaxAnswer:                pickInt(s.MaxAnswer, base.MaxAnswer),
 		MaxSSELine:               pickInt(s.MaxSSELine, base.MaxSSELine),
 		MemoryBudget:             pickInt(s.MemoryBudget, base.MemoryBudget),
+		MaxJournal:               pickInt(s.MaxJournal, base.MaxJournal),
 		SessionKeys:              pickStr(s.SessionKeys, base.SessionKeys),
 		SessionMaxAge:            pick(s.SessionMaxAge, base.SessionMaxAge),
 		WriteTimeout:             pick(s.WriteTimeout, base.WriteTimeout),
@@ -191,6 +194,7 @@ func (f *fileConfig) proxyConfigs(creds func(*credSpec) upstream.Credentials) []
 			MaxAnswer:                s.MaxAnswer,
 			MaxSSELine:               s.MaxSSELine,
 			MemoryBudget:             s.MemoryBudget,
+			MaxJournal:               s.MaxJournal,
 			SessionKeys:              cmp.Or(s.SessionKeys, os.Getenv("MCPHEAL_SESSION_KEYS")),
 			SessionMaxAge:            s.SessionMaxAge,
 			WriteTimeout:             s.WriteTimeout,
@@ -320,6 +324,7 @@ type shadowSettings struct {
 	MaxAnswer                int    `yaml:"max_answer"`
 	MaxSSELine               int    `yaml:"max_sse_line"`
 	MemoryBudget             int    `yaml:"memory_budget"`
+	MaxJournal               int    `yaml:"max_journal"`
 	SessionKeys              string `yaml:"session_keys"`
 	SessionMaxAge            string `yaml:"session_max_age"`
 	WriteTimeout             string `yaml:"write_timeout"`

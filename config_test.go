@@ -85,7 +85,7 @@ upstreams:
 		MaxBody: builtin.MaxBody, HealTimeout: 20 * time.Second, Keepalive: -1,
 		AdminListen: "127.0.0.1:9001", MaxJSONDepth: 16, WriteTimeout: 10 * time.Second,
 		MaxInitBody: builtin.MaxInitBody, MaxAnswer: builtin.MaxAnswer, MaxSSELine: builtin.MaxSSELine,
-		MemoryBudget: builtin.MemoryBudget, SessionMaxAge: builtin.SessionMaxAge, EraBridge: "auto",
+		MemoryBudget: builtin.MemoryBudget, MaxJournal: builtin.MaxJournal, SessionMaxAge: builtin.SessionMaxAge, EraBridge: "auto",
 	}
 	wp, local := base, base
 	wp.Name, wp.Upstream, wp.Path = "wordpress", "https://mcp.example.com/mcp?site=x", "/wordpress/mcp"

@@ -120,6 +120,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.s.MaxSSELine, "max-sse-line", builtin.MaxSSELine, "longest SSE line in bytes that mcpheal holds whole while relaying")
 	fs.DurationVar(&o.s.SessionMaxAge, "session-max-age", builtin.SessionMaxAge, "how long a sealed session id stays valid")
 	fs.IntVar(&o.s.MemoryBudget, "memory-budget", builtin.MemoryBudget, "bytes of session state and buffered answers mcpheal may hold per upstream (503 beyond)")
+	fs.IntVar(&o.s.MaxJournal, "max-journal", builtin.MaxJournal, "bytes of state (log level, subscribed URIs) mcpheal keeps per session to restore after a heal (-32019 beyond)")
 	fs.DurationVar(&o.s.WriteTimeout, "write-timeout", builtin.WriteTimeout, "a single write to an agent taking longer ends its connection")
 	fs.StringVar(&o.s.EraBridge, "era-bridge", builtin.EraBridge, "auto: bridge session-era agents to an upstream that speaks only MCP 2026-07-28; off: pass their traffic through")
 	storeFlags(fs, o)
@@ -247,7 +248,7 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 			MaxSessions: flagS.MaxSessions, MaxBody: flagS.MaxBody, MaxIdleConn: flagS.MaxIdleConn,
 			Keepalive: flagS.Keepalive, MaxJSONDepth: flagS.MaxJSONDepth, MaxInitBody: flagS.MaxInitBody,
 			MaxAnswer: flagS.MaxAnswer, MaxSSELine: flagS.MaxSSELine, WriteTimeout: flagS.WriteTimeout, EraBridge: flagS.EraBridge,
-			MemoryBudget: flagS.MemoryBudget, SessionMaxAge: flagS.SessionMaxAge,
+			MemoryBudget: flagS.MemoryBudget, MaxJournal: flagS.MaxJournal, SessionMaxAge: flagS.SessionMaxAge,
 			// From the environment, never a flag: the process table is public.
 			SessionKeys: os.Getenv("MCPHEAL_SESSION_KEYS"),
 		}}}
@@ -372,6 +373,7 @@ func overrideSettings(c *proxy.Config, set map[string]bool, s settings) {
 		"max-answer":     {&c.MaxAnswer, s.MaxAnswer},
 		"max-sse-line":   {&c.MaxSSELine, s.MaxSSELine},
 		"memory-budget":  {&c.MemoryBudget, s.MemoryBudget},
+		"max-journal":    {&c.MaxJournal, s.MaxJournal},
 	}
 	for name, n := range ints {
 		if set[name] {
