@@ -406,7 +406,7 @@ func TestKubernetesExampleConfig(t *testing.T) {
 }
 
 // TestResolveExposure: a listener other hosts can reach needs inbound auth
-// on every upstream, or --insecure-listen (issue 6 §3); the refusal says how.
+// on every upstream, or --insecure-listen; the refusal says how.
 func TestResolveExposure(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

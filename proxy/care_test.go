@@ -402,7 +402,7 @@ func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 	if len(fast) < 30 {
 		t.Fatalf("only %d fail-fast answers measured", len(fast))
 	}
-	// The issue asks < 5 ms each. On a shared 2-core machine a single
+	// A fail-fast answer should take < 5 ms. On a shared 2-core machine a single
 	// answer can stall for 100+ ms (measured under load 8), so: the median
 	// within 5 ms, nine in ten within a generous 50 ms. An answer that
 	// waited on the upstream (a dial, a 10 ms backoff) fails both.

@@ -1,7 +1,7 @@
 package proxy
 
 // tcpRelay: a TCP relay on 127.0.0.1 between the proxy and a real upstream,
-// for fault injection (issue 4). It plays the network middlebox that the
+// for fault injection. It plays the network middlebox that the
 // field reports blame: a NAT or load balancer that forgets an idle flow and
 // answers its next packet with a reset, one that forgets it silently, and an
 // upstream host that is down.

@@ -1,6 +1,7 @@
 package proxy
 
-// Issue 7: streams and session state survive a heal. The tests run the
+// Streams and session state survive a heal (README "Streams and session
+// state across a heal"). The tests run the
 // official Go SDK server (startGoSDK) behind the proxy and, mostly, the
 // official Go SDK client in front of it (raw HTTP where the wire itself is
 // the subject: keepalive comments, Last-Event-ID), kill the upstream
