@@ -168,6 +168,18 @@ func writeFailure(ctx *fasthttp.RequestCtx, id string, f failure) {
 	}
 }
 
+// cut is the error that ends an SSE answer whose upstream stream ended
+// before its response: the request is safe to send again (-32010), or it
+// may have run and was not (-32011).
+func (a *attempt) cut() failure {
+	if a.replaySafe {
+		return failure{code: codeUpstreamDown, msg: "upstream connection lost before the answer; " + a.msg.method + " is safe to retry"}
+	}
+	a.s.count.replaysRefused.Add(1)
+	return failure{code: codeMaybeExecuted, msg: "the upstream's event stream ended before its answer, after " + a.msg.method +
+		" was sent; it may or may not have run and was not retried"}
+}
+
 // errorText is err's message for an agent: the credential error's own
 // (never a secret: upstream.TokenError keeps only status and code).
 func errorText(err error) string {
@@ -243,7 +255,7 @@ func (a *attempt) accepted() {
 		a.s.sessions.journal(a.sess, a.r.journal, a.r.reserved)
 		a.r.journal, a.r.reserved = session.JournalChange{}, 0
 	}
-	if a.r.standing == rotating {
+	if a.r.standing == rotating || a.s.sessions.staleHeaders(a.sess, a.r.auth) {
 		a.s.sessions.rebind(a.sess, a.r.auth, &a.req.Header)
 		a.r.standing = bound
 	}
@@ -400,17 +412,12 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 	}
 	// The stream ended before the answer: without one the agent's call
 	// would wait for its own timeout. It gets mcpheal's error instead.
-	code, why := codeUpstreamDown, "upstream connection lost before the answer; "+a.msg.method+" is safe to retry"
-	switch {
-	case serr != nil:
-		code, why = codeTooLarge, "upstream answer has an SSE line larger than mcpheal's limit of "+
-			strconv.Itoa(a.rw.max)+" bytes (max_sse_line); the answer was cut"
-	case !a.replaySafe:
-		a.s.count.replaysRefused.Add(1)
-		code, why = codeMaybeExecuted, "the upstream's event stream ended before its answer, after "+a.msg.method+
-			" was sent; it may or may not have run and was not retried"
+	f := a.cut()
+	if serr != nil {
+		f = failure{code: codeTooLarge, msg: "upstream answer has an SSE line larger than mcpheal's limit of " +
+			strconv.Itoa(a.rw.max) + " bytes (max_sse_line); the answer was cut"}
 	}
-	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Int("code", code).AnErr("cut", rerr).
+	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Int("code", f.code).AnErr("cut", rerr).
 		AnErr("too_large", serr).Msg("SSE answer ended before its response")
 	// End the agent's current event first: a blank line, after ending a
 	// line cut mid-way (its event is lost either way).
@@ -418,7 +425,7 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 		res = append(res, '\n')
 	}
 	res = append(res, '\n')
-	return sse.AppendEvent(res, "message", appendError(nil, code, a.msg.idOrNull(), why))
+	return sse.AppendEvent(res, "message", appendError(nil, f.code, a.msg.idOrNull(), f.msg))
 }
 
 // sseBody is a POST's streamed SSE answer as the agent's response body.

@@ -417,9 +417,7 @@ func (c *bridgeCall) relayRound() ([]byte, bool) {
 		fr.Feed(a.buf[:n])
 		if err != nil && n == 0 {
 			if !c.isCancelled() {
-				a.s.count.replaysRefused.Add(1)
-				c.fail(failure{code: codeMaybeExecuted, msg: "the upstream's event stream ended before its answer, after " +
-					a.msg.method + " was sent; it may or may not have run and was not retried"})
+				c.fail(a.cut())
 			}
 			return nil, false
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -29,16 +30,28 @@ const statelessVersion = "2026-07-28"
 // → attempt (attempt.go) → answer (answer.go). A panic is answered 502
 // and never spreads.
 func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
-	var r request
-	defer s.recoverPanic(ctx, &r)
+	r := requestPool.Get().(*request)
+	defer putRequest(r)
+	defer s.recoverPanic(ctx, r)
 	defer s.armWrite(ctx.Conn()) // the answer is written after the handler
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	if !s.guard.check(ctx, &r) {
+	if !s.guard.check(ctx, r) {
 		return
 	}
-	defer s.guard.settle(&r)
-	s.route(ctx, &r)
+	defer s.guard.settle(r)
+	s.route(ctx, r)
+}
+
+// requestPool holds the guard's requests: one per agent request, which the
+// attempt points to, so that none is allocated on the hot path. Nothing
+// may hold a request once its handler has returned (an answer body that
+// outlives it lets go of it: attempt.run).
+var requestPool = sync.Pool{New: func() any { return new(request) }}
+
+func putRequest(r *request) {
+	*r = request{}
+	requestPool.Put(r)
 }
 
 // route sends a guarded request the way its upstream's era asks (README

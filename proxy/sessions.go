@@ -274,13 +274,31 @@ func (ss *sessions) journal(sess *session.Session, c session.JournalChange, rese
 	}
 }
 
-// rebind moves the session to a rotated credential the upstream accepted:
-// here, and in the fleet.
+// rebind moves the session to a credential the upstream accepted: a
+// rotated one (another principal: here, and in the fleet), or a new token
+// of the same principal (a JWT renewed): then only the headers the session
+// uses for work on its behalf change, so that a keepalive or a heal does
+// not go out with a token that expired.
 func (ss *sessions) rebind(sess *session.Session, auth []byte, hdr *fasthttp.RequestHeader) {
 	b := bindingOf(auth)
+	cred, _ := sess.Binding()
 	sess.Rebind(b, recipeHeaders(hdr))
-	ss.fleet.bind(sess, b)
-	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session credential rotated")
+	if b != cred {
+		ss.fleet.bind(sess, b)
+		ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session credential rotated")
+	}
+}
+
+// staleHeaders reports whether the session's headers for work on its
+// behalf carry another credential than auth, which the upstream just
+// accepted. Without an agent credential to forward (mcpheal owns it) there
+// is none to keep.
+func (ss *sessions) staleHeaders(sess *session.Session, auth []byte) bool {
+	if ss.link.ownsAuthorization() {
+		return false
+	}
+	_, hdr := sess.Binding()
+	return headerValue(hdr, "Authorization") != b2s(auth)
 }
 
 // newRing returns the ring of Config.SessionKeys, or a ring of one key made
