@@ -114,7 +114,7 @@ func (a *attempt) run() bool {
 	a.watchAgent()
 	out := a.loop()
 	if a.answer(out) {
-		a.r = nil // the request goes back to its pool when the handler returns
+		a.r = nil   // the request goes back to its pool when the handler returns
 		return true // the body stops the watch once written (Close)
 	}
 	a.unwatch()
