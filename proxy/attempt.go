@@ -218,7 +218,7 @@ func (a *attempt) judge(err error) facts {
 		}
 		f.class, f.dispatched = failClass(err), upstream.Delivered(err)
 		var tl *upstream.TooLargeError
-		if errors.As(err, &tl) || errors.Is(err, upstream.ErrOverBudget) {
+		if errors.As(err, &tl) || errors.Is(err, upstream.ErrOverBudget) || errors.Is(err, upstream.ErrHeadTooLarge) {
 			f.class, f.tooLarge = classify.Protocol, true // it answered
 		}
 		return f

@@ -184,6 +184,9 @@ func (h *healer) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 	deadline := deadlineOf(ctx, time.Now().Add(h.cfg.HealTimeout))
 	h.count.upstreamInits.Add(1)
 	rep, err := h.link.call(&upcall{hdr: agent, body: withID([]byte(initBody), h.link.upcallID("init")), deadline: deadline})
+	if errors.Is(err, upstream.ErrHeadTooLarge) {
+		return "", fmt.Errorf("%w: %w", errRecipeRefused, err) // it answered, and would again
+	}
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bufio"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -247,9 +248,25 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 	if err := cn.bw.Flush(); err != nil {
 		return fail("write", err)
 	}
+	bigHead := false
 	for {
-		if err := resp.Header.Read(cn.br); err != nil {
-			if errors.Is(err, io.EOF) {
+		err := resp.Header.Read(cn.br)
+		if err != nil && !bigHead && smallBuffer(err) {
+			// A head larger than the pooled read buffer (a header far
+			// longer than servers send, such as a 100 KB Mcp-Session-Id):
+			// nothing of it was consumed, so it is read again through a
+			// reader of maxHead, and the caller sees the answer for what
+			// it is instead of a broken connection. The connection is not
+			// pooled again with that reader.
+			cn.br, bigHead = bufio.NewReaderSize(cn.br, maxHead), true
+			resp.Header.Reset()
+			err = resp.Header.Read(cn.br)
+		}
+		if err != nil {
+			switch {
+			case smallBuffer(err):
+				err = ErrHeadTooLarge
+			case errors.Is(err, io.EOF):
 				err = io.ErrUnexpectedEOF
 			}
 			return fail("read", headError(err))
@@ -262,7 +279,7 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 		}
 		resp.Header.Reset()
 	}
-	closeConn := req.Header.ConnectionClose() || resp.Header.ConnectionClose()
+	closeConn := req.Header.ConnectionClose() || resp.Header.ConnectionClose() || bigHead
 	if isEventStream(resp.Header.ContentType()) && hasBody(resp.StatusCode()) {
 		resp.StreamBody = true
 		if err := resp.ReadBody(cn.br, 0); err != nil {
@@ -340,12 +357,29 @@ func (e *TooLargeError) Error() string {
 // parsed.
 var ErrMalformedHead = errors.New("malformed response head")
 
+// smallBuffer reports fasthttp's error for a head larger than its reader's
+// buffer.
+func smallBuffer(err error) bool {
+	var small *fasthttp.ErrSmallBuffer
+	return errors.As(err, &small)
+}
+
+// ErrHeadTooLarge is the error of an answer whose head is larger than
+// maxHead. The upstream answered: like TooLargeError, it is no transport
+// death, and sending again would meet the same answer.
+var ErrHeadTooLarge = errors.New("response head larger than 1 MiB")
+
+// maxHead caps an answer's head (the limit of Go's net/http server,
+// DefaultMaxHeaderBytes): the pooled read buffer holds 16 KiB, and a
+// longer head is read once more through a reader this large.
+const maxHead = 1 << 20
+
 // headError keeps what a network error says and drops what fasthttp's
 // parse errors quote of the head itself: header values such as an upstream
 // Mcp-Session-Id or a cookie, which must never reach a log.
 func headError(err error) error {
 	var ne net.Error
-	if IsTimeout(err) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if IsTimeout(err) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrHeadTooLarge) {
 		return err
 	}
 	return ErrMalformedHead

@@ -78,7 +78,17 @@ func (staticHeader) Close()            {}
 // ClientCredentials returns Credentials that obtain a bearer token with the
 // OAuth 2.0 client credentials grant (RFC 6749 §4.4). cfg is retained and
 // must not be changed afterwards. Call Close when done.
+//
+// The client authenticates with HTTP Basic unless cfg says otherwise: every
+// token endpoint must support it for a client issued a password (RFC 6749
+// §2.3.1), and oauth2's auto-detection would send the secret a second time,
+// in the body, after every refusal.
 func ClientCredentials(cfg *clientcredentials.Config) Credentials {
+	if cfg.AuthStyle == oauth2.AuthStyleAutoDetect {
+		c := *cfg
+		c.AuthStyle = oauth2.AuthStyleInHeader
+		cfg = &c
+	}
 	return newTokenCredentials(cfg.Token)
 }
 
@@ -88,6 +98,11 @@ func ClientCredentials(cfg *clientcredentials.Config) Credentials {
 // memory. cfg is retained and must not be changed afterwards. Call Close
 // when done.
 func RefreshToken(cfg *oauth2.Config, refreshToken string) Credentials {
+	if cfg.Endpoint.AuthStyle == oauth2.AuthStyleAutoDetect {
+		c := *cfg
+		c.Endpoint.AuthStyle = oauth2.AuthStyleInHeader
+		cfg = &c
+	}
 	g := &refreshGrant{cfg: cfg, refresh: refreshToken}
 	return newTokenCredentials(g.token)
 }
