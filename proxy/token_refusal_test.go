@@ -25,7 +25,7 @@ import (
 
 // answeringTokenEndpoint is a token endpoint that gives every request the
 // same status and body, and counts them and how each carried the client's
-// credentials (HTTP Basic or the form body, RFC 6749 §2.3.1).
+// credentials (HTTP Basic or the form body).
 type answeringTokenEndpoint struct {
 	url   string
 	calls atomic.Int64

@@ -41,7 +41,7 @@ var bigIDSizes = []struct {
 	size int
 }{{"10KB", 10 << 10}, {"100KB", 100 << 10}}
 
-// bigID is the n-th session's id of size bytes of visible ASCII (MCP: 0x21
+// bigID is the n-th session's id of size bytes of visible ASCII (0x21
 // to 0x7E).
 func bigID(n int64, size int) string {
 	var b strings.Builder
