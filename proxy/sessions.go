@@ -279,14 +279,20 @@ func (ss *sessions) journal(sess *session.Session, c session.JournalChange, rese
 // of the same principal (a JWT renewed): then only the headers the session
 // uses for work on its behalf change, so that a keepalive or a heal does
 // not go out with a token that expired.
+//
+// The creator's principal is bound by the sealed id itself: coming back to
+// it moves no binding, so a rotated principal the fleet recorded stays
+// bound as well.
 func (ss *sessions) rebind(sess *session.Session, auth []byte, hdr *fasthttp.RequestHeader) {
 	b := bindingOf(auth)
 	cred, _ := sess.Binding()
-	sess.Rebind(b, recipeHeaders(hdr))
-	if b != cred {
-		ss.fleet.bind(sess, b)
-		ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session credential rotated")
+	if b == cred || b == sess.Recipe.Credential {
+		sess.Rebind(cred, recipeHeaders(hdr))
+		return
 	}
+	sess.Rebind(b, recipeHeaders(hdr))
+	ss.fleet.bind(sess, b)
+	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session credential rotated")
 }
 
 // staleHeaders reports whether the session's headers for work on its
