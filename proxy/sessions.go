@@ -209,14 +209,16 @@ func (ss *sessions) addRestored(sess *session.Session, st session.State) (*sessi
 // false when the session had ended already.
 func (ss *sessions) end(sess *session.Session, everywhere bool) bool {
 	// Buried first: a request restoring the id meanwhile finds it ended.
+	// The fleet hears of it last: this process hears its own event too,
+	// and must not take it for another's end of the session.
 	ss.dead.Bury(sess.Recipe.Nonce, sess.Recipe.Expires)
-	if everywhere {
-		ss.fleet.ended(sess.ID)
-	}
 	if _, ok := ss.store.Remove(sess.ID); !ok {
 		return false
 	}
 	ss.release(sess)
+	if everywhere {
+		ss.fleet.ended(sess.ID)
+	}
 	return true
 }
 
