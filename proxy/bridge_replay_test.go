@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -82,6 +83,65 @@ func TestBridgeReplaysReplaySafeTools(t *testing.T) {
 			}
 			if runs != 1 {
 				t.Errorf("%s ran %d times upstream, want 1: it may have run, and is not safe to run twice", tc.tool, runs)
+			}
+		})
+	}
+}
+
+// TestBridgeCutStreamSaysWhetherRetryIsSafe: a bridged call whose event
+// stream ends after a notification and before its answer is not sent
+// again (the agent already got part of it), and ends with mcpheal's
+// error as its last event, as on every route (README "Errors mcpheal
+// answers itself"): -32011, "may or may not have run", for a tool that is
+// not safe to run twice; -32010, "safe to retry", for one the upstream
+// annotated readOnlyHint. Telling an agent that a read-only lookup "may
+// have run" makes a careful agent give up on a call it could just retry.
+func TestBridgeCutStreamSaysWhetherRetryIsSafe(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tool string
+		code int64
+	}{
+		{tool: "lookup", code: codeUpstreamDown},
+		{tool: "charge", code: codeMaybeExecuted},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			t.Parallel()
+			up := startScriptedModern(t, &scriptedModern{
+				tools: `{"tools":[{"name":"lookup","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},` +
+					`{"name":"charge","inputSchema":{"type":"object"}}]}`,
+				handle: func(w http.ResponseWriter, _ *http.Request, c scriptedCall) {
+					// One log message, then the connection drops.
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(http.StatusOK)
+					_, _ = io.WriteString(w, "event: message\ndata: "+
+						`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"working"}}`+"\n\n")
+					_ = http.NewResponseController(w).Flush()
+					panic(http.ErrAbortHandler)
+				},
+			})
+			_, url := startProxy(t, up.url, nil)
+			sid := peerRawInitialize(t, url)
+			if resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); resp.StatusCode != http.StatusOK {
+				t.Fatalf("tools/list: %d %s; want 200", resp.StatusCode, body)
+			}
+			resp, events := agentOpen(t, peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`))
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %d; want 200 and an event stream", tc.tool, resp.StatusCode)
+			}
+			var last []byte
+			for {
+				data, err := events.next()
+				if err != nil {
+					break
+				}
+				last = data
+			}
+			if code, msg, id := rpcError(t, last); code != tc.code || id != "3" {
+				t.Errorf("%s's stream cut before its answer ended with %s (%d %q); want error %d for id 3", tc.tool, last, code, msg, tc.code)
+			}
+			if n := len(up.received("tools/call", tc.tool)); n != 1 {
+				t.Errorf("%s ran %d times upstream, want 1 (part of its answer reached the agent: not sent again)", tc.tool, n)
 			}
 		})
 	}
