@@ -61,9 +61,9 @@ func startGuardedModern(t *testing.T, judges bool) *scriptedModern {
 // TestBridgeRefusesStrangers: a bridged session belongs to the credential
 // that created it. A request under another credential, or none, that
 // carries its id gets 404, as for an unknown session, and changes nothing
-// on it: it sets no log level, adds no subscription, and cannot answer the
+// on it: it sets no log level, adds no subscription, cannot answer the
 // session's pending elicitation (which the upstream would receive under
-// the creator's token). That holds whether or not the upstream judges
+// the creator's token) nor cancel the call that waits for it. That holds whether or not the upstream judges
 // credentials itself: when it does, a stranger's call may go upstream for
 // it to judge, but what mcpheal answers locally never happens for one.
 // The ids of the requests mcpheal sends an agent are random, so that they
@@ -137,6 +137,11 @@ func testBridgeRefusesStrangers(t *testing.T, judges bool) {
 				`,"result":{"action":"accept","content":{"name":"stranger-content"}}}`)
 			if resp.StatusCode != http.StatusNotFound {
 				t.Errorf("answer to the pending elicitation under %s: %d %s; want 404", st.what, resp.StatusCode, body)
+			}
+			// Nor may a stranger cancel the creator's call.
+			resp, body = agentPost(t, url, sid, st.auth, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10}}`)
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("notifications/cancelled of the creator's call under %s: %d %s; want 404", st.what, resp.StatusCode, body)
 			}
 		}
 	})
