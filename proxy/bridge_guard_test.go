@@ -63,9 +63,10 @@ func startGuardedModern(t *testing.T, judges bool) *scriptedModern {
 // carries its id gets 404, as for an unknown session, and changes nothing
 // on it: it sets no log level, adds no subscription, cannot answer the
 // session's pending elicitation (which the upstream would receive under
-// the creator's token) nor cancel the call that waits for it. That holds whether or not the upstream judges
-// credentials itself: when it does, a stranger's call may go upstream for
-// it to judge, but what mcpheal answers locally never happens for one.
+// the creator's token) nor cancel the call that waits for it. That holds
+// whether or not the upstream judges credentials itself: when it does, a
+// stranger's call may go upstream for it to judge, but what mcpheal
+// answers locally never happens for one.
 // The ids of the requests mcpheal sends an agent are random, so that they
 // cannot be guessed either.
 func TestBridgeRefusesStrangers(t *testing.T) {
@@ -97,7 +98,6 @@ func testBridgeRefusesStrangers(t *testing.T, judges bool) {
 		}
 	}
 	strangers := []struct{ what, auth string }{{"another token", strangerToken}, {"no credential", ""}}
-
 	for _, st := range strangers {
 		resp, body := agentPost(t, url, sid, st.auth, `{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}`)
 		if resp.StatusCode != http.StatusNotFound {
@@ -116,10 +116,11 @@ func testBridgeRefusesStrangers(t *testing.T, judges bool) {
 			t.Errorf("tools/call under another token: %d %s; want 404", resp.StatusCode, body)
 		}
 	} else {
-		// The upstream judges: the call goes to it, and it refuses a
-		// credential it does not know. This is what makes the local
-		// refusals above meaningful: the stranger is one the upstream may
-		// hear, and mcpheal still answers nothing on the session for it.
+		// The upstream judges: a call under another credential goes to it
+		// (here one it refuses; one it accepted would move the session to
+		// that credential, binding.go), so the strangers above are ones
+		// the upstream may hear, and mcpheal still answered nothing on the
+		// session for them.
 		resp, body := agentPost(t, url, sid, refusedToken, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo"}}`)
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("tools/call under a token the upstream refuses: %d %s; want the upstream's 401", resp.StatusCode, body)
