@@ -140,20 +140,7 @@ func (h *healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 			if err == nil {
 				h.link.success()
 				h.replayJournal(ctx, hdr, sess, up)
-				mine := up
-				up, gen, lost, err := h.sessions.fleet.publish(ctx, sess, seen, up)
-				if lost {
-					h.link.deleteLater(mine, auth, true) // another process won the race: its session, not ours
-				}
-				if err != nil {
-					return "", 0, err
-				}
-				if lost {
-					sess.NoteAdopted(gen)
-					return up, gen, nil
-				}
-				h.link.deleteLater(dead, auth, true)
-				return up, gen, nil
+				return h.publish(ctx, sess, seen, up, dead, auth)
 			}
 			var (
 				ce *credentialError
@@ -173,6 +160,26 @@ func (h *healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 			}
 		}
 	}
+}
+
+// publish makes up, the upstream session this process created for the
+// generation after seen, the session's: with a fleet, unless another
+// process recorded one first (then that one is adopted and up DELETEd).
+// The dead upstream session is DELETEd best-effort.
+func (h *healer) publish(ctx context.Context, sess *session.Session, seen uint64, up, dead session.UpstreamID, auth []byte) (session.UpstreamID, uint64, error) {
+	won, gen, lost, err := h.sessions.fleet.publish(ctx, sess, seen, up)
+	if lost {
+		h.link.deleteLater(up, auth, true) // another process won the race: its session, not ours
+	}
+	switch {
+	case err != nil:
+		return "", 0, err
+	case lost:
+		sess.NoteAdopted(gen)
+		return won, gen, nil
+	}
+	h.link.deleteLater(dead, auth, true)
+	return won, gen, nil
 }
 
 // initUpstream creates a new upstream session from a recipe: initialize

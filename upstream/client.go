@@ -248,36 +248,9 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 	if err := cn.bw.Flush(); err != nil {
 		return fail("write", err)
 	}
-	bigHead := false
-	for {
-		err := resp.Header.Read(cn.br)
-		if err != nil && !bigHead && smallBuffer(err) {
-			// A head larger than the pooled read buffer (a header far
-			// longer than servers send, such as a 100 KB Mcp-Session-Id):
-			// nothing of it was consumed, so it is read again through a
-			// reader of maxHead, and the caller sees the answer for what
-			// it is instead of a broken connection. The connection is not
-			// pooled again with that reader.
-			cn.br, bigHead = bufio.NewReaderSize(cn.br, maxHead), true
-			resp.Header.Reset()
-			err = resp.Header.Read(cn.br)
-		}
-		if err != nil {
-			switch {
-			case smallBuffer(err):
-				err = ErrHeadTooLarge
-			case errors.Is(err, io.EOF):
-				err = io.ErrUnexpectedEOF
-			}
-			return fail("read", headError(err))
-		}
-		// An interim answer (100 Continue, 103 Early Hints) comes before
-		// the real one: taking it for the answer would leave the real one
-		// on the connection for the next request, another agent's.
-		if st := resp.Header.StatusCode(); st < 100 || st >= 200 || st == fasthttp.StatusSwitchingProtocols {
-			break
-		}
-		resp.Header.Reset()
+	bigHead, err := readHead(cn, resp)
+	if err != nil {
+		return fail("read", err)
 	}
 	closeConn := req.Header.ConnectionClose() || resp.Header.ConnectionClose() || bigHead
 	if isEventStream(resp.Header.ContentType()) && hasBody(resp.StatusCode()) {
@@ -356,6 +329,42 @@ func (e *TooLargeError) Error() string {
 // ErrMalformedHead is the error of an answer whose head could not be
 // parsed.
 var ErrMalformedHead = errors.New("malformed response head")
+
+// readHead reads the answer's head, past interim answers. bigHead reports
+// that it was longer than the pooled read buffer and was read through a
+// larger reader, which the connection now holds: it is not to be pooled
+// again.
+func readHead(cn *conn, resp *Response) (bigHead bool, err error) {
+	for {
+		err := resp.Header.Read(cn.br)
+		if err != nil && !bigHead && smallBuffer(err) {
+			// A head larger than the pooled read buffer (a header far
+			// longer than servers send, such as a 100 KB Mcp-Session-Id):
+			// nothing of it was consumed, so it is read again through a
+			// reader of maxHead, and the caller sees the answer for what
+			// it is instead of a broken connection.
+			cn.br, bigHead = bufio.NewReaderSize(cn.br, maxHead), true
+			resp.Header.Reset()
+			err = resp.Header.Read(cn.br)
+		}
+		if err != nil {
+			switch {
+			case smallBuffer(err):
+				err = ErrHeadTooLarge
+			case errors.Is(err, io.EOF):
+				err = io.ErrUnexpectedEOF
+			}
+			return bigHead, headError(err)
+		}
+		// An interim answer (100 Continue, 103 Early Hints) comes before
+		// the real one: taking it for the answer would leave the real one
+		// on the connection for the next request, another agent's.
+		if st := resp.Header.StatusCode(); st < 100 || st >= 200 || st == fasthttp.StatusSwitchingProtocols {
+			return bigHead, nil
+		}
+		resp.Header.Reset()
+	}
+}
 
 // smallBuffer reports fasthttp's error for a head larger than its reader's
 // buffer.
