@@ -34,7 +34,8 @@ type ledger struct {
 	deletes  []string // upstream session ids DELETEd
 }
 
-// ledgerEntry is one JSON-RPC message the server accepted on a session.
+// ledgerEntry is one JSON-RPC message the server accepted: an initialize
+// (Session is the one it created), or a message on a live session.
 type ledgerEntry struct {
 	Session string
 	Method  string
@@ -131,13 +132,17 @@ func (l *ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if msg.Method == "initialize" {
 		n := l.inits.Add(1)
+		sid = ""
 		if !l.stateless {
 			sid = fmt.Sprintf("s-%d", n)
-			l.mu.Lock()
-			l.sessions[sid] = true
-			l.mu.Unlock()
 			w.Header().Set("Mcp-Session-Id", sid)
 		}
+		l.mu.Lock()
+		if sid != "" {
+			l.sessions[sid] = true
+		}
+		l.got = append(l.got, ledgerEntry{Session: sid, Method: msg.Method, ID: string(msg.ID), Params: string(msg.Params)})
+		l.mu.Unlock()
 		writeJSON(w, msg.ID, `{"protocolVersion":"2025-11-25","capabilities":{"logging":{},"resources":{"subscribe":true}},`+
 			`"serverInfo":{"name":"ledger","version":"1"}}`)
 		return
