@@ -27,6 +27,7 @@ type ledger struct {
 	// every request is served without one, as a stateless server does.
 	stateless bool
 	inits     atomic.Int64
+	streams   atomic.Int64 // GET streams open
 
 	mu       sync.Mutex // protects sessions, got, deletes
 	sessions map[string]bool
@@ -115,6 +116,9 @@ func (l *ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		delete(l.sessions, sid)
 		l.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
+		return
+	case http.MethodGet:
+		l.stream(w, r, sid)
 		return
 	case http.MethodPost:
 	default:
@@ -214,4 +218,22 @@ func memSettled(t testing.TB, s *Server) int64 {
 		}
 	}
 	return last
+}
+
+// stream serves a GET stream on a live session: an SSE answer that sends
+// nothing and stays open until the client goes.
+func (l *ledger) stream(w http.ResponseWriter, r *http.Request, sid string) {
+	l.mu.Lock()
+	live := l.sessions[sid]
+	l.mu.Unlock()
+	if !live {
+		http.Error(w, "session not found", http.StatusNotFound)
+		return
+	}
+	l.streams.Add(1)
+	defer l.streams.Add(-1)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).Flush()
+	<-r.Context().Done()
 }

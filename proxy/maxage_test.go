@@ -7,8 +7,11 @@ package proxy
 // process restarted.
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -90,4 +93,87 @@ func TestSessionMaxAgeEndsLiveSession(t *testing.T) {
 		ended(t, up, s, before)
 		noPanics(t, s)
 	})
+}
+
+// TestSessionMaxAgeStopsKeepalive: a session no agent uses past its max age
+// is over: keepalive must neither ping its upstream session (keeping alive
+// what should end) nor, when the upstream forgets it, heal it into a new
+// upstream session; its upstream session is DELETEd.
+func TestSessionMaxAgeStopsKeepalive(t *testing.T) {
+	t.Parallel()
+	const maxAge = 2 * time.Second
+	up := startLedger(t, false)
+	s, url := startProxy(t, up.url, func(c *Config) {
+		c.SessionMaxAge = maxAge
+		c.Keepalive = 200 * time.Millisecond
+	})
+	peerRawInitialize(t, url)
+	t1 := time.Now()
+	pings := func() int {
+		n := 0
+		for _, e := range up.Got("ping") {
+			if strings.HasPrefix(e.ID, `"mcpheal-keepalive-`) {
+				n++
+			}
+		}
+		return n
+	}
+	time.Sleep(maxAge / 2)
+	if pings() == 0 {
+		t.Fatal("no keepalive ping within the max age: the test cannot tell")
+	}
+	time.Sleep(time.Until(t1.Add(maxAge + time.Second))) // the whole-second slack
+	if !slices.Contains(up.Deletes(), "s-1") {
+		t.Errorf("the upstream session was not DELETEd within a second of the session's max age (DELETEs: %q)", up.Deletes())
+	}
+	before := pings()
+	up.Expire() // a keepalive ping now finds the upstream session gone
+	time.Sleep(time.Second)
+	if n := pings() - before; n != 0 {
+		t.Errorf("%d keepalive pings for a session past its max age, want 0", n)
+	}
+	if n := up.inits.Load(); n != 1 {
+		t.Errorf("%d upstream initializes: keepalive healed a session past its max age into a new upstream session", n)
+	}
+	noPanics(t, s)
+}
+
+// TestSessionMaxAgeEndsStream: an agent's GET stream is use of its session
+// too; it must not outlive the session's max age, nor keep the upstream's
+// stream open. Keepalive is off: max age is not a keepalive feature.
+func TestSessionMaxAgeEndsStream(t *testing.T) {
+	t.Parallel()
+	const maxAge = 2 * time.Second
+	up := startLedger(t, false)
+	s, url := startProxy(t, up.url, func(c *Config) {
+		c.SessionMaxAge = maxAge
+		c.Keepalive = -1
+		c.StreamKeepalive = 200 * time.Millisecond
+	})
+	sid := peerRawInitialize(t, url)
+	t1 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), maxAge+3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	peerWait(t, "the upstream's GET stream", func() bool { return up.streams.Load() == 1 })
+	_, _ = io.Copy(io.Discard, resp.Body) // until the proxy ends it, or the context does
+	if el := time.Since(t1); el > maxAge+1500*time.Millisecond {
+		t.Fatalf("the GET stream lasted %v, past the session's max age of %v", el.Round(time.Millisecond), maxAge)
+	}
+	peerWait(t, "the upstream's GET stream to close", func() bool { return up.streams.Load() == 0 })
+	noPanics(t, s)
 }
