@@ -11,11 +11,16 @@ package proxy
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
 )
 
 // journalURI returns a distinct resource URI of exactly n bytes.
@@ -206,6 +211,114 @@ func TestJournalInMemoryBudget(t *testing.T) {
 	memSettled(t, s)
 	if late := peerRawInitialize(t, url); late == "" {
 		t.Fatal("no session after the journal's memory was given back")
+	}
+	noPanics(t, s)
+}
+
+// TestJournalCapHoldsUnderConcurrency: max_journal holds for requests in
+// flight together. Eight subscribes of distinct 16 KiB URIs sent at once on
+// an empty journal: only what fits (4 × 16 KiB) may reach the upstream, the
+// others are answered -32019 unsent. The upstream holds its answers until
+// every request that will come has come, so that all eight are in flight
+// together. Were the cap checked against the recorded journal alone, every
+// one would pass it, and N concurrent requests would make a journal of N
+// URIs — the unbounded journal again, bounded only by the budget.
+func TestJournalCapHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	const n, size = 8, 16 << 10
+	up := startLedger(t, false)
+	s, url := startProxy(t, up.url, func(c *Config) { c.Keepalive = -1 })
+	sid := peerRawInitialize(t, url)
+	base := memSettled(t, s)
+	release := up.Hold()
+	codes := make(chan string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		req := peerPostRequest(t, url, sid, subscribeBody(100+i, "resources/subscribe", journalURI(i, size)))
+		go func() { // no t.Fatal off the test's goroutine: errors are answers here
+			defer wg.Done()
+			resp, err := peerRawClient.Do(req)
+			if err != nil {
+				codes <- err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			if ans := rpcAnswer(raw); resp.StatusCode == http.StatusOK && ans.Get("result").Exists() {
+				codes <- "result"
+			} else {
+				codes <- strconv.Itoa(resp.StatusCode) + " " + ans.Get("error.code").Raw
+			}
+		}()
+	}
+	// Wait for the subscribes to stop arriving: all eight, or those the
+	// proxy let through.
+	last, since := -1, time.Now()
+	for len(up.Got("resources/subscribe")) < n && time.Since(since) < 500*time.Millisecond {
+		if k := len(up.Got("resources/subscribe")); k != last {
+			last, since = k, time.Now()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	close(codes)
+	got := map[string]int{}
+	for c := range codes {
+		got[c]++
+	}
+	sent := len(up.Got("resources/subscribe"))
+	grew := memSettled(t, s) - base
+	if sent > 4 || got["result"] > 4 || grew > 4*size {
+		t.Fatalf("%d concurrent subscribes of 16 KiB: %d reached the upstream, answers %v, the journal grew by %d bytes; "+
+			"want at most 4 (64 KiB, max_journal), the others -32019 unsent", n, sent, got, grew)
+	}
+	if got["result"] != 4 || got["200 -32019"] != 4 {
+		t.Fatalf("answers %v, want 4 results and 4 × 200 -32019", got)
+	}
+	noPanics(t, s)
+}
+
+// TestJournalLevelReplacedAtCap: a logging/setLevel replaces the level the
+// journal holds, so on a journal at max_journal one no longer than the
+// level it replaces does not pass the cap: it must go through. (The agent
+// that wants less logging must not have to drop a subscription first.)
+func TestJournalLevelReplacedAtCap(t *testing.T) {
+	t.Parallel()
+	const size = 16 << 10
+	up := startLedger(t, false)
+	s, url := startProxy(t, up.url, func(c *Config) { c.Keepalive = -1 })
+	sid := peerRawInitialize(t, url)
+	setLevel := func(level string) (int, gjson.Result) {
+		t.Helper()
+		return agentRPC(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"`+level+`"}}`)
+	}
+	debug := `{"level":"debug"}`
+	if status, ans := setLevel("debug"); status != http.StatusOK || !ans.Get("result").Exists() {
+		t.Fatalf("logging/setLevel on an empty journal: %d %s", status, ans.Raw)
+	}
+	// The level and four URIs make exactly max_journal.
+	for i := range 4 {
+		n := size
+		if i == 3 {
+			n -= len(debug)
+		}
+		if status, ans := agentRPC(t, url, sid, subscribeBody(10+i, "resources/subscribe", journalURI(i, n))); status != http.StatusOK || !ans.Get("result").Exists() {
+			t.Fatalf("subscribe %d: %d %s", i, status, ans.Raw)
+		}
+	}
+	if status, ans := agentRPC(t, url, sid, subscribeBody(20, "resources/subscribe", "file:///x")); status != http.StatusOK || ans.Get("error.code").Int() != -32019 {
+		t.Fatalf("subscribe on a journal at max_journal: %d %s, want -32019: the journal is not full, the test's sizes are off", status, ans.Raw)
+	}
+	for _, level := range []string{"debug", "info"} { // the same size, then 1 byte less
+		if status, ans := setLevel(level); status != http.StatusOK || !ans.Get("result").Exists() {
+			t.Errorf("logging/setLevel %q replacing %s on a journal at max_journal: %d %s, want the upstream's result",
+				level, debug, status, ans.Raw)
+		}
+	}
+	if got := len(up.Got("logging/setLevel")); got != 3 {
+		t.Errorf("the upstream received %d logging/setLevel, want 3", got)
 	}
 	noPanics(t, s)
 }

@@ -29,10 +29,13 @@ type ledger struct {
 	inits     atomic.Int64
 	streams   atomic.Int64 // GET streams open
 
-	mu       sync.Mutex // protects sessions, got, deletes
+	mu       sync.Mutex // protects sessions, got, deletes, hold
 	sessions map[string]bool
-	got      []ledgerEntry
-	deletes  []string // upstream session ids DELETEd
+	// hold, when not nil, keeps every resources/subscribe waiting for its
+	// answer until it is closed, once written down.
+	hold    chan struct{}
+	got     []ledgerEntry
+	deletes []string // upstream session ids DELETEd
 }
 
 // ledgerEntry is one JSON-RPC message the server accepted: an initialize
@@ -64,6 +67,15 @@ func (l *ledger) Expire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	clear(l.sessions)
+}
+
+// Hold makes resources/subscribe answers wait until the returned channel
+// is closed.
+func (l *ledger) Hold() chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hold = make(chan struct{})
+	return l.hold
 }
 
 // Got returns the accepted messages of method, in order.
@@ -170,7 +182,15 @@ func (l *ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(msg.Params, &p)
 	l.mu.Lock()
 	l.got = append(l.got, ledgerEntry{Session: sid, Method: msg.Method, ID: string(msg.ID), URI: p.URI, Params: string(msg.Params)})
+	hold := l.hold
 	l.mu.Unlock()
+	if hold != nil && msg.Method == "resources/subscribe" {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if len(msg.ID) == 0 || strings.HasPrefix(msg.Method, "notifications/") {
 		w.WriteHeader(http.StatusAccepted)
 		return
