@@ -117,7 +117,9 @@ func TestDeletedIDOtherSpellings(t *testing.T) {
 				t.Fatalf("ping on replica 1 before the DELETE: %d %s", status, ans.Raw)
 			}
 			if status := agentDelete(t, f.replica(0), sid); status != http.StatusOK {
-				t.Fatalf("DELETE: %d", status)
+				// The session is ended all the same (TestFleetDeleteRacesItsOwnEvent):
+				// its spellings are still worth trying.
+				t.Errorf("DELETE: %d, want 200", status)
 			}
 			// A third replica never held the session: only the store
 			// and its sealed id can tell it of the end.
