@@ -170,33 +170,24 @@ func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *request) bool {
 	if !r.msg.isRequest() {
 		return true
 	}
-	var n int
 	switch r.msg.method {
-	case "resources/subscribe":
+	case "resources/subscribe", "resources/unsubscribe":
 		uri := gjson.GetBytes(r.body, "params.uri").Str
 		if uri == "" {
 			return true // the upstream's own error
 		}
-		r.journal = session.JournalChange{URI: uri, Subscribed: true}
-		if !r.sess.Subscribed(uri) {
-			n = len(uri)
-		}
-	case "resources/unsubscribe":
-		if uri := gjson.GetBytes(r.body, "params.uri").Str; uri != "" {
-			r.journal = session.JournalChange{URI: uri}
-		}
-		return true
+		r.journal = session.JournalChange{URI: uri, Subscribed: r.msg.method == "resources/subscribe"}
 	case "logging/setLevel":
 		p := gjson.GetBytes(r.body, "params")
 		if !p.IsObject() {
 			return true
 		}
 		r.journal = session.JournalChange{Level: p.Raw}
-		n = len(p.Raw)
 	default:
 		return true
 	}
-	if r.sess.JournalBytes()+n > g.cfg.MaxJournal {
+	n, ok := r.sess.ReserveJournal(r.journal, g.cfg.MaxJournal)
+	if !ok {
 		r.journal = session.JournalChange{}
 		writeError(ctx, fasthttp.StatusOK, codeJournalFull, r.msg.idOrNull(), "the session's state (log level and "+
 			"subscriptions) would pass mcpheal's max_journal of "+strconv.Itoa(g.cfg.MaxJournal)+
@@ -204,6 +195,7 @@ func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *request) bool {
 		return false
 	}
 	if !g.mem.take(int64(n)) {
+		r.sess.UnreserveJournal(n)
 		r.journal = session.JournalChange{}
 		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, r.msg.idOrNull(),
 			r.msg.method+" not sent: mcpheal's memory_budget is reached; retry later")
@@ -216,9 +208,10 @@ func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *request) bool {
 
 // settle gives back a journal reservation the request did not use.
 func (g *guard) settle(r *request) {
-	if r.reserved > 0 {
+	if r.journal != (session.JournalChange{}) {
+		r.sess.UnreserveJournal(int(r.reserved))
 		g.mem.give(r.reserved)
-		r.reserved = 0
+		r.journal, r.reserved = session.JournalChange{}, 0
 	}
 }
 

@@ -257,6 +257,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		MaxSessions:      cfg.MaxSessions,
 		MaxPerCredential: cfg.MaxSessionsPerCredential,
 		IdleTTL:          cfg.SessionTTL,
+		MaxAge:           cfg.SessionMaxAge,
 	}, s.sessions.dropped)
 	if err != nil {
 		s.link.up.Close()

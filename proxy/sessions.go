@@ -244,13 +244,19 @@ func (ss *sessions) release(sess *session.Session) {
 	}
 }
 
-// dropped runs when the store expires or evicts a session.
+// dropped runs when the store expires or evicts a session: idle past
+// session_ttl, past session_max_age, or making room.
 func (ss *sessions) dropped(sess *session.Session) {
 	ss.release(sess)
 	up, _ := sess.Current()
-	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")
-	if ss.fleet != nil {
-		return // another process of the fleet may be using its upstream session
+	if sess.Expired(time.Now()) {
+		// Its id opens nowhere any more: its upstream session is nobody's.
+		ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session ended: session_max_age reached")
+	} else {
+		ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")
+		if ss.fleet != nil {
+			return // another process of the fleet may be using its upstream session
+		}
 	}
 	ss.link.deleteLater(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)
 }
@@ -260,6 +266,7 @@ func (ss *sessions) dropped(sess *session.Session) {
 // memory reserved for it by the guard (reserved bytes; see
 // guard.reserveJournal).
 func (ss *sessions) journal(sess *session.Session, c session.JournalChange, reserved int64) {
+	sess.UnreserveJournal(int(reserved))
 	var grew int
 	switch {
 	case c.Level != "":

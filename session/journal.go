@@ -74,6 +74,43 @@ func (s *Session) Subscribed(uri string) bool {
 	return s.subs[uri]
 }
 
+// ReserveJournal holds the bytes that c would add to the journal, for a
+// change in flight (the upstream has yet to accept it), unless the
+// journal, with what the other changes in flight hold, would pass max. It
+// returns the bytes held, to be given back with UnreserveJournal once the
+// change is recorded or dropped. A level replacing another holds only what
+// it adds; an unsubscribe holds nothing.
+func (s *Session) ReserveJournal(c JournalChange, max int) (n int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case c.Level != "":
+		n = len(c.Level) - len(s.level)
+	case c.Subscribed && !s.subs[c.URI]:
+		n = len(c.URI)
+	}
+	n = max0(n)
+	if s.journalBytes+s.journalHeld+n > max {
+		return 0, false
+	}
+	s.journalHeld += n
+	return n, true
+}
+
+// UnreserveJournal gives back what ReserveJournal held.
+func (s *Session) UnreserveJournal(n int) {
+	s.mu.Lock()
+	s.journalHeld -= n
+	s.mu.Unlock()
+}
+
+func max0(n int) int {
+	if n < 0 {
+		return 0
+	}
+	return n
+}
+
 // JournalBytes returns what the journal holds now (Journal.Bytes).
 func (s *Session) JournalBytes() int {
 	s.mu.Lock()

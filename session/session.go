@@ -95,6 +95,7 @@ type Session struct {
 	// journalBytes is Journal().Bytes(), kept as it changes; journalGone:
 	// DropJournal ran, and the journal records nothing more.
 	journalBytes int
+	journalHeld  int // ReserveJournal: bytes held for changes in flight
 	journalGone  bool
 	tools        [32]byte // hash of the last tools/list result the agent saw
 	toolsSeen    bool

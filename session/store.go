@@ -22,6 +22,11 @@ type StoreConfig struct {
 	// from admission (an agent between its initialize and its first call).
 	// Zero means 10 s.
 	Grace time.Duration
+	// MaxAge is the longest a session lives, however active (its
+	// Recipe.Expires): the sweep ends a session past it at most MaxAge/20
+	// late, even one nobody uses (its keepalive pings and GET stream end
+	// with it). Zero: sessions end by idleness only.
+	MaxAge time.Duration
 }
 
 // ErrFull is returned by Add when MaxSessions is reached and no session may
@@ -41,6 +46,7 @@ var ErrCredentialFull = errors.New("too many sessions for this credential")
 type Store struct {
 	cache   *lru.Cache[ClientID, *Session]
 	ttl     time.Duration
+	maxAge  time.Duration
 	max     int
 	perCred int
 	grace   time.Duration
@@ -62,6 +68,7 @@ type Store struct {
 func NewStore(cfg StoreConfig, onDrop func(*Session)) (*Store, error) {
 	st := &Store{
 		ttl:     orDur(cfg.IdleTTL, 24*time.Hour),
+		maxAge:  cfg.MaxAge,
 		max:     cfg.MaxSessions,
 		perCred: cfg.MaxPerCredential,
 		grace:   orDur(cfg.Grace, 10*time.Second),
@@ -224,7 +231,11 @@ func (st *Store) Close() {
 // run owns the idle sweep and the onDrop calls.
 func (st *Store) run() {
 	defer close(st.done)
-	every := min(max(st.ttl/10, 50*time.Millisecond), time.Minute)
+	every := min(st.ttl/10, time.Minute)
+	if st.maxAge > 0 {
+		every = min(every, st.maxAge/20)
+	}
+	every = max(every, 50*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -268,18 +279,28 @@ func (st *Store) compact() {
 	}
 }
 
-// sweep expires idle sessions. LRU order is use order, so the idle ones are
-// all at the cold end.
+// sweep expires idle sessions, and those past their maximum age. LRU order
+// is use order, so the idle ones are all at the cold end; sessions past
+// their age may be anywhere, and are looked for among all of them.
 func (st *Store) sweep() {
 	st.compact()
 	t := now()
 	for {
 		id, s, ok := st.cache.GetOldest()
 		if !ok || s.idle(t) < st.ttl {
-			return
+			break
 		}
 		st.cache.Remove(id) // evicted() queues it for onDrop
 		st.drainQueued()
+	}
+	if st.maxAge <= 0 {
+		return
+	}
+	for _, s := range st.cache.Values() {
+		if s.Expired(t) {
+			st.cache.Remove(s.ID)
+			st.drainQueued()
+		}
 	}
 }
 
