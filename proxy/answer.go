@@ -248,8 +248,10 @@ func (a *attempt) refusal(cls classify.Class, err error) failure {
 // the request's credential when it came under a rotated one (README
 // "Security": the upstream is the judge).
 func (a *attempt) accepted() {
-	if !a.msg.get && a.msg.isRequest() {
-		a.s.sessions.store.Used(a.sess) // the upstream took a call: admission keeps it
+	if !a.msg.get && a.msg.isRequest() && a.msg.method != "initialize" {
+		// The upstream took a call beyond the initialize: admission keeps
+		// the session (a flood of bare initializes only displaces itself).
+		a.s.sessions.store.Used(a.sess)
 	}
 	if a.r.journal != (session.JournalChange{}) {
 		a.s.sessions.journal(a.sess, a.r.journal, a.r.reserved)

@@ -414,8 +414,13 @@ func (a *attempt) peeked() [][]byte {
 	}
 }
 
-// next prepares the attempt for another exchange.
+// next prepares the attempt for another exchange. A session the upstream
+// opened for an answer that is dropped (a failed initialize, a 2026-07-28
+// request to a session-era server) is DELETEd: nobody will use its id.
 func (a *attempt) next() {
+	if a.sess == nil {
+		a.s.link.dropMinted(a.resp)
+	}
 	a.resp.Close()
 	a.resp.Response.Reset()
 	a.rw.fr.Reset(64 << 10)

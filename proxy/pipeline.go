@@ -140,6 +140,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *request) {
 func (a *attempt) create() outcome {
 	msg, ok := a.initializeAnswer()
 	if !ok {
+		a.s.link.dropMinted(a.resp)
 		return outcome{kind: outTooLarge, class: classify.Protocol, err: errAnswerTooLarge}
 	}
 	version := initializedVersion(a.resp.StatusCode(), msg)
