@@ -69,9 +69,7 @@ func runUpstream(args []string) error {
 			writeJSON(w, upstreamStats{Initializes: up.inits.Load(), CPUus: selfCPU().Microseconds()})
 		})
 	case "hostile":
-		up := newHostileUpstream()
-		mux.Handle("/mcp", up)
-		mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, up.stats()) })
+		newHostileUpstream().register(mux)
 	default:
 		return fmt.Errorf("upstream -mode %q: want json, sse, stub, large or hostile", *mode)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,8 +31,9 @@ import (
 // --memory-budget); each attack gets a fresh process, so that its RSS
 // before, its peak during (VmHWM, reset with clear_refs just before) and its
 // RSS 2 s after belong to that attack alone. The upstream is
-// `upstream -mode hostile` (hostile_upstream.go). Each attack is bounded in
-// count and time (at most ~15 s), everything on 127.0.0.1.
+// `upstream -mode hostile` (hostile_upstream.go): a session-era server, or
+// one that speaks only 2026-07-28 (mcpheal bridges it). Each attack is
+// bounded in count and time (at most ~30 s), everything on 127.0.0.1.
 
 // hostilePass is every attack against one mcpheal configuration.
 type hostilePass struct {
@@ -77,6 +79,7 @@ const (
 type hostileAttack struct {
 	id               string // for -hostile-attacks
 	name, sends, cap string
+	path             string // the upstream mcpheal fronts, on the hostile server; "": hostilePath
 	flags            []string
 	setup, run       func(ctx context.Context, a *attackRun) error
 	after            func(ctx context.Context, a *attackRun) error
@@ -194,7 +197,7 @@ func (h *harness) hostileAttack(ctx context.Context, bin, dir, upURL string, pas
 	}
 	res := &hostileResult{Attack: at.name, Sends: at.sends, Cap: at.cap, Flags: at.flags}
 	flags := append(slices.Clone(pass.Flags), at.flags...)
-	p, addr, admin, err := h.startMcpheal(ctx, bin, dir, upURL+"/mcp", flags)
+	p, addr, admin, err := h.startMcpheal(ctx, bin, dir, upURL+cmp.Or(at.path, hostilePath), flags)
 	if err != nil {
 		return nil, err
 	}
@@ -541,7 +544,7 @@ func mib(n int) string {
 }
 
 // hostileAttackIDs name the attacks for -hostile-attacks, in order.
-var hostileAttackIDs = []string{"nested", "fat", "flood", "sse", "held", "slow", "huge", "hugecl"}
+var hostileAttackIDs = []string{"nested", "fat", "flood", "sse", "held", "slow", "huge", "hugecl", "journal", "journal-bridged", "discover"}
 
 // hostileAttacks are the attacks of one pass, in order (those -hostile-attacks
 // names, if it names any).
@@ -549,6 +552,7 @@ func (h *harness) hostileAttacks(pass *hostilePass) []hostileAttack {
 	all := []hostileAttack{
 		h.attackNested(), h.attackFat(pass), h.attackFlood(), h.attackEndless(), h.attackHeldLine(),
 		h.attackSlow(), h.attackHuge(false), h.attackHuge(true),
+		h.attackJournal(false), h.attackJournal(true), h.attackDiscover(),
 	}
 	for i := range all {
 		all[i].id = hostileAttackIDs[i]
@@ -1080,8 +1084,9 @@ func (h *harness) writeHostile(w writer) {
 	}
 	w("## Hostile input\n\n")
 	w("What one agent or one upstream can take (README \"Under attack\"). mcpheal is the real binary built from this tree, each attack against a fresh process with its default limits ")
-	w("(memory_budget 512 MiB, max_body 4 MiB, max_json_depth 64, max_init_body 64 KiB, max_answer 32 MiB, max_sse_line 8 MiB, write_timeout 30 s, max_sessions 100 000, max_sessions_per_credential 1000) ")
-	w("unless the pass or the attack names a flag; the upstream is `mcpbench upstream -mode hostile`, a minimal stateful MCP server whose tools answer 2 MiB+, 100 MiB or never-ending. ")
+	w("(memory_budget 512 MiB, max_body 4 MiB, max_json_depth 64, max_init_body 64 KiB, max_journal 64 KiB, max_answer 32 MiB, max_sse_line 8 MiB, write_timeout 30 s, max_sessions 100 000, max_sessions_per_credential 1000) ")
+	w("unless the pass or the attack names a flag; the upstream is `mcpbench upstream -mode hostile`, a minimal stateful MCP server whose tools answer 2 MiB+, 100 MiB or never-ending, ")
+	w("or (the bridged rows) a server that speaks only MCP 2026-07-28, whose server/discover may carry %s of instructions. ", mib(hostileInstructions))
 	w("Slow agents ask for %s (2 MiB would fit in this kernel's socket buffers, tcp_wmem max %s, and never stall a write). %s in all.\n\n",
 		mib(h.hostileSlowBytes), strings.TrimSpace(lastField(readFile("/proc/sys/net/ipv4/tcp_wmem"))), h.hostileElapsed.Round(time.Second))
 	w("How to read: *before* is mcpheal's VmRSS just before the attack, *peak* its VmHWM during it (reset with `/proc/<pid>/clear_refs` first), *after* its VmRSS 2 s after the attack ended (Go hands freed memory back to the kernel lazily, so *after* ≥ what is still live), in MB (10⁶ bytes), beside the cap that should bound it; *got* counts what the attacker received, as HTTP status and JSON-RPC error code.\n\n")

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -153,5 +157,164 @@ func TestHostileAttackList(t *testing.T) {
 	h.cfg.hostileAttacks = []string{"slow", "nested"}
 	if got := h.hostileAttacks(&hostilePass{}); len(got) != 2 || got[0].id != "nested" || got[1].id != "slow" {
 		t.Errorf("-hostile-attacks slow,nested: %d attacks", len(got))
+	}
+}
+
+func TestHostileSubscribe(t *testing.T) {
+	t.Parallel()
+	up := newHostileUpstream()
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	ctx := context.Background()
+	s, err := bench.Initialize(ctx, srv.Client(), srv.URL, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(subscribeBody(3, 100_000)))
+	req.Header = s.Header()
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !gjson.GetBytes(body, "result").IsObject() {
+		t.Errorf("subscribe: %d %.200s", resp.StatusCode, body)
+	}
+	if got := up.stats().Subscribes; got != 1 {
+		t.Errorf("%d subscribes counted, want 1", got)
+	}
+	if uri := gjson.GetBytes(subscribeBody(3, 100_000), "params.uri").Str; len(uri) != 100_000 || !strings.HasPrefix(uri, hostileFloodURI+"3/") {
+		t.Errorf("subscribeBody: a URI of %d bytes, %.30q", len(uri), uri)
+	}
+}
+
+func TestHostileModern(t *testing.T) {
+	t.Parallel()
+	up := newHostileUpstream()
+	mux := http.NewServeMux()
+	up.register(mux)
+	const fat = 300_000
+	mux.Handle("/fat-test/mcp", &hostileModern{u: up, instructions: fat})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	hc := srv.Client()
+	post := func(path, version, body string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if version != "" {
+			req.Header.Set("Mcp-Protocol-Version", version)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	const discover = `{"jsonrpc":"2.0","id":5,"method":"server/discover","params":{}}`
+	st, b := post(hostileModernPath, modernVersion, discover)
+	if st != http.StatusOK || gjson.GetBytes(b, "result.supportedVersions").Raw != `["2026-07-28"]` ||
+		!gjson.GetBytes(b, "result.capabilities.resources.subscribe").Bool() || gjson.GetBytes(b, "id").Raw != "5" ||
+		gjson.GetBytes(b, `result._meta.io\.modelcontextprotocol/serverInfo.name`).Str != "hostile" || gjson.GetBytes(b, "result.instructions").Exists() {
+		t.Errorf("discover: %d %.300s", st, b)
+	}
+	st, b = post("/fat-test/mcp", modernVersion, discover)
+	if ins := gjson.GetBytes(b, "result.instructions").Str; st != http.StatusOK || len(ins) != fat || strings.Trim(ins, "x") != "" {
+		t.Errorf("fat discover: %d, %d bytes of instructions", st, len(ins))
+	}
+	if n, _, err := countInstructions(bufio.NewReader(bytes.NewReader(b))); n != fat || err != nil {
+		t.Errorf("countInstructions: %d, %v", n, err)
+	}
+	// A session-era request is refused as such a server does.
+	if st, b := post(hostileModernPath, bench.ProtocolVersion, string(initBodyVersion("x", "2025-11-25"))); st != http.StatusBadRequest ||
+		gjson.GetBytes(b, "error.code").Int() != -32022 {
+		t.Errorf("initialize: %d %s", st, b)
+	}
+	if st, b := post(hostileModernPath, modernVersion, string(toolCall(6, bench.EchoTool, `{"text":"hi"}`))); st != http.StatusOK ||
+		gjson.GetBytes(b, "result.content.0.text").Str != "hi" {
+		t.Errorf("echo: %d %s", st, b)
+	}
+	if st, _ := post(hostileModernPath, modernVersion, string(subscribeBody(1, 1000))); st != http.StatusNotFound {
+		t.Errorf("resources/subscribe: %d, want 404", st)
+	}
+	if resp, err := hc.Get(srv.URL + hostileModernPath); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %v %v", resp, err)
+	}
+	// A listen's URIs are counted; it stays open until the client leaves.
+	listen := `{"jsonrpc":"2.0","id":0,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["` +
+		hostileFloodURI + `1/a","` + hostileFloodURI + `2/b","other://x"]}}}`
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+hostileModernPath, strings.NewReader(listen))
+	req.Header.Set("Mcp-Protocol-Version", modernVersion)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	cancel()
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || line != "event: message\n" {
+		t.Errorf("listen: %d %q", resp.StatusCode, line)
+	}
+	s := up.stats()
+	if s.Subscribes != 3 || s.Listens != 1 || s.Discovers != 2 || s.Calls[bench.EchoTool] != 1 {
+		t.Errorf("stats %+v, want 3 subscribes (1 + 2 URIs in a listen), 1 listen, 2 discovers, 1 echo", s)
+	}
+}
+
+func TestReadCounting(t *testing.T) {
+	t.Parallel()
+	marker := []byte(`"ab`)
+	body := strings.Repeat(`x"ab`, 1000) + `"a`
+	for _, limit := range []int{0, 1, 2, 3, 4, 5, 1000, 5000} {
+		head, n, err := readCounting(iotest.OneByteReader(strings.NewReader(body)), limit, marker)
+		if err != nil || n != 1000 || len(head) != min(limit, len(body)) {
+			t.Errorf("limit %d: %d markers, %d bytes of head, %v", limit, n, len(head), err)
+		}
+	}
+}
+
+func TestCountInstructions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body string
+		want int
+		err  bool
+	}{
+		{`{"result":{"instructions":"xxxx"}}`, 4, false},
+		{`{"result":{"instructions":""}}`, 0, false},
+		{`{"result":{}}`, -1, false},
+		{`{"result":{"instructions":"xxyx"}}`, 0, true},
+		{`data: {"result":{"instructions":"` + strings.Repeat("x", 200_000) + `"}}` + "\n\n", 200_000, false},
+	} {
+		n, read, err := countInstructions(bufio.NewReaderSize(strings.NewReader(tc.body), 16))
+		if (err != nil) != tc.err || !tc.err && (n != tc.want || read != int64(len(tc.body))) {
+			t.Errorf("%.40q: %d instructions, %d bytes read, %v", tc.body, n, read, err)
+		}
+	}
+}
+
+func TestBarrier(t *testing.T) {
+	t.Parallel()
+	b := newBarrier(3, time.Minute)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.arrive() }()
+	}
+	wg.Wait()
+	if !b.met() {
+		t.Error("3 of 3 arrived: not met")
+	}
+	b = newBarrier(2, 10*time.Millisecond)
+	b.arrive() // returns at the timeout
+	if b.met() {
+		t.Error("1 of 2 arrived: met")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,12 +29,23 @@ import (
 //	            (default 8) until the client goes away or 60 s pass
 //	endless_id  the same with an id: line, which a proxy rewriting event ids must hold whole
 //
-// None is annotated read-only or idempotent. /admin/stats counts calls per
-// tool and the endless answers being written now.
+// None is annotated read-only or idempotent. resources/subscribe and
+// resources/unsubscribe answer {} (the journal-flood attack). /admin/stats
+// counts calls per tool, the subscribes received, and the endless answers
+// being written now.
+//
+// Under /modern/ it is also a server that speaks only MCP 2026-07-28
+// (hostileModern), which mcpheal bridges session-era agents to.
 type hostileUpstream struct {
 	inits, deletes atomic.Int64
 	sids           atomic.Uint64
 	streams        atomic.Int64 // endless answers being written now
+	// subscribes counts the subscriptions the server was asked for:
+	// resources/subscribe requests (either era), and the URIs each
+	// 2026-07-28 subscriptions/listen names.
+	subscribes atomic.Int64
+	discovers  atomic.Int64 // server/discover requests (2026-07-28)
+	listens    atomic.Int64 // subscriptions/listen requests received
 
 	mu       sync.Mutex
 	sessions map[string]bool
@@ -47,6 +59,9 @@ type hostileStats struct {
 	Sessions    int64            `json:"sessions"` // live: initialized and not deleted
 	Streams     int64            `json:"streams"`
 	Calls       map[string]int64 `json:"calls"`
+	Subscribes  int64            `json:"subscribes"`
+	Discovers   int64            `json:"discovers"`
+	Listens     int64            `json:"listens"`
 }
 
 // Limits of the hostile tools: an endless answer ends after this long
@@ -74,7 +89,7 @@ func (u *hostileUpstream) stats() hostileStats {
 		calls[k] = v
 	}
 	return hostileStats{Initializes: u.inits.Load(), Deletes: u.deletes.Load(), Sessions: int64(len(u.sessions)),
-		Streams: u.streams.Load(), Calls: calls}
+		Streams: u.streams.Load(), Calls: calls, Subscribes: u.subscribes.Load(), Discovers: u.discovers.Load(), Listens: u.listens.Load()}
 }
 
 func (u *hostileUpstream) known(sid string) bool {
@@ -115,7 +130,7 @@ func (u *hostileUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.mu.Unlock()
 		w.Header().Set("Mcp-Session-Id", sid)
 		hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+orNull(id)+`,"result":{"protocolVersion":"`+bench.ProtocolVersion+
-			`","capabilities":{"tools":{}},"serverInfo":{"name":"bench-hostile","version":"1"}}}`)
+			`","capabilities":{"tools":{},"resources":{"subscribe":true}},"serverInfo":{"name":"bench-hostile","version":"1"}}}`)
 		return
 	}
 	if !u.known(sid) {
@@ -127,7 +142,10 @@ func (u *hostileUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch method {
-	case "ping":
+	case "ping", "resources/unsubscribe":
+		hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"result":{}}`)
+	case "resources/subscribe":
+		u.subscribes.Add(1)
 		hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"result":{}}`)
 	case "tools/list":
 		var b bytes.Buffer
@@ -250,6 +268,178 @@ func (u *hostileUpstream) endless(w http.ResponseWriter, r *http.Request, id str
 		}
 		if rc.Flush() != nil {
 			return
+		}
+	}
+}
+
+// Paths of upstream -mode hostile: the session-era server, and the two
+// 2026-07-28-only ones (hostileModern), one whose server/discover carries
+// hostileInstructions bytes of instructions.
+const (
+	hostilePath       = "/mcp"
+	hostileModernPath = "/modern/mcp"
+	hostileFatPath    = "/modern/fat/mcp"
+	// hostileInstructions is the fat server's instructions: each bridged
+	// initialize answer carries them whole.
+	hostileInstructions = 20 << 20
+	modernVersion       = "2026-07-28"
+	// hostileFloodURI begins every URI the journal-flood attack subscribes
+	// to; the 2026-07-28 server counts it, quoted, in a listen's body.
+	hostileFloodURI = "hostile://flood/"
+)
+
+// register serves the hostile servers and their counters on mux.
+func (u *hostileUpstream) register(mux *http.ServeMux) {
+	mux.Handle(hostilePath, u)
+	mux.Handle(hostileModernPath, &hostileModern{u: u})
+	mux.Handle(hostileFatPath, &hostileModern{u: u, instructions: hostileInstructions})
+	mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, u.stats()) })
+}
+
+// hostileModern is a server that speaks only MCP 2026-07-28, as mcpheal's
+// bridge meets it: no sessions; server/discover lists 2026-07-28 alone;
+// any other request without MCP-Protocol-Version 2026-07-28 gets 400
+// -32022 (how such a server refuses a session-era agent); a GET gets 405.
+// It serves tools/list and tools/call of echo, and subscriptions/listen:
+// an SSE stream with the acknowledgement, then nothing until the client
+// leaves or hostileStreamMax passes. It counts, in its hostileUpstream, the
+// URIs a listen names and any resources/subscribe (2026-07-28 has none:
+// 404 -32601).
+type hostileModern struct {
+	u            *hostileUpstream
+	instructions int // bytes of instructions in the discover answer; 0 for none
+
+	once sync.Once
+	tail []byte // the discover answer after its id, built once
+}
+
+func (m *hostileModern) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	// A listen names every subscribed URI: read what a request needs, and
+	// count the flood's URIs in all of it, without holding a body of any
+	// size.
+	body, uris, err := readCounting(r.Body, 8<<20, []byte(`"`+hostileFloodURI))
+	id := gjson.GetBytes(body, "id").Raw
+	method := gjson.GetBytes(body, "method").Str
+	if method == "" {
+		method = r.Header.Get("Mcp-Method")
+	}
+	if method == "subscriptions/listen" {
+		// Counted as they arrived, even when the client gave up sending.
+		m.u.listens.Add(1)
+		m.u.subscribes.Add(int64(uris))
+	}
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if method == "server/discover" {
+		m.u.discovers.Add(1)
+		m.writeDiscover(w, orNull(id))
+		return
+	}
+	if r.Header.Get("Mcp-Protocol-Version") != modernVersion {
+		hostileJSON(w, http.StatusBadRequest, `{"jsonrpc":"2.0","id":`+orNull(id)+
+			`,"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["`+modernVersion+`"]}}}`)
+		return
+	}
+	if id == "" {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	switch method {
+	case "tools/list":
+		hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"result":{"tools":[{"name":"`+bench.EchoTool+`","inputSchema":{"type":"object"}}]}}`)
+	case "tools/call":
+		name := gjson.GetBytes(body, "params.name").Str
+		m.u.mu.Lock()
+		m.u.calls[name]++
+		m.u.mu.Unlock()
+		if name != bench.EchoTool {
+			hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32602,"message":"unknown tool"}}`)
+			return
+		}
+		text := strconv.Quote(gjson.GetBytes(body, "params.arguments.text").Str)
+		hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"result":{"content":[{"type":"text","text":`+text+`}]}}`)
+	case "subscriptions/listen":
+		m.listen(w, r)
+	case "resources/subscribe":
+		m.u.subscribes.Add(1)
+		fallthrough
+	default:
+		hostileJSON(w, http.StatusNotFound, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32601,"message":"Method not found"}}`)
+	}
+}
+
+// writeDiscover answers server/discover, with Content-Length.
+func (m *hostileModern) writeDiscover(w http.ResponseWriter, id string) {
+	m.once.Do(func() {
+		var b bytes.Buffer
+		b.WriteString(`,"result":{"supportedVersions":["` + modernVersion + `"],"capabilities":{"tools":{},"resources":{"subscribe":true}},`)
+		if m.instructions > 0 {
+			b.Grow(m.instructions + 256)
+			b.WriteString(`"instructions":"`)
+			for n := m.instructions; n > 0; n -= min(n, len(hostileFill)) {
+				b.Write(hostileFill[:min(n, len(hostileFill))])
+			}
+			b.WriteString(`",`)
+		}
+		b.WriteString(`"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"hostile","version":"1"}}}}`)
+		m.tail = b.Bytes()
+	})
+	head := `{"jsonrpc":"2.0","id":` + id
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(m.tail)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.WriteString(w, head); err == nil {
+		_, _ = w.Write(m.tail)
+	}
+}
+
+// listen holds a subscriptions/listen stream open: the acknowledgement,
+// then nothing until the client leaves or hostileStreamMax passes.
+func (m *hostileModern) listen(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":{}}\n\n")
+	_ = http.NewResponseController(w).Flush()
+	end := time.NewTimer(hostileStreamMax)
+	defer end.Stop()
+	select {
+	case <-r.Context().Done():
+	case <-end.C:
+	}
+}
+
+// readCounting reads r to its end: it returns the first limit bytes, and
+// how many times marker occurs in all of it (in what was read, on an
+// error).
+func readCounting(r io.Reader, limit int, marker []byte) (head []byte, n int, err error) {
+	head, err = io.ReadAll(io.LimitReader(r, int64(limit)))
+	n = bytes.Count(head, marker)
+	if err != nil {
+		return head, n, err
+	}
+	// win holds the last len(marker)-1 bytes seen (too few to hold a
+	// marker counted already) and the next read.
+	win := slices.Clone(head[max(0, len(head)-len(marker)+1):])
+	buf := make([]byte, 64<<10)
+	for {
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			win = append(win, buf[:k]...)
+			n += bytes.Count(win, marker)
+			win = append(win[:0], win[max(0, len(win)-len(marker)+1):]...)
+		}
+		if rerr == io.EOF {
+			return head, n, nil
+		}
+		if rerr != nil {
+			return head, n, rerr
 		}
 	}
 }
