@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark harness for mcpheal (issue 3): builds bench/cmd/mcpbench and the
+# Benchmark harness for mcpheal: builds bench/cmd/mcpbench and the
 # pinned vegeta (bench/tools/go.mod), then runs them from the repository root.
 #
 #   bench/run.sh           full run (~30 min): installs nginx from Debian when

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every system call per request of one relay, by name (issue 16), under vegeta
+# Every system call per request of one relay, by name, under vegeta
 # at a fixed rate, on the harness's session and targets (mcpbench targets):
 # each request an echo tools/call, known read-only, with an id no other
 # request of the run carries. Counted with perf stat's syscall tracepoints

@@ -1,4 +1,4 @@
-// Command demo shows mcpheal working, with nothing to set up (issue 5 §7):
+// Command demo shows mcpheal working, with nothing to set up (README "See it work in 20 seconds"):
 //
 //	go run ./bench/demo                 # 20 s; sessions die every 3 s
 //	go run ./bench/demo -duration 1m -kill-every 5s -log

@@ -121,7 +121,7 @@ func (h *harness) writeStoreBench(w writer) {
 	if len(names) == 0 {
 		return
 	}
-	w("## Session store: memory against Redis (issue 14)\n\n")
+	w("## Session store: memory against Redis\n\n")
 	w("`go test -run '^$' -bench BenchmarkSessionStore -count 5 ./bench/`: one healthy session's echo call through mcpheal with the in-memory store and with `session_store: redis` (a real redis-server on loopback), medians of 5 runs. A held session never reads the store, so the ratio is noise around 1.0 (`TestFleetHealsOncePerDeath` asserts 0 store calls for healthy calls).\n\n")
 	w("| store/clients | ns/op (median) | p99 µs (median) | allocs/op | ratio to memory (ns/op, p99) |\n|---|---|---|---|---|\n")
 	for _, name := range names {

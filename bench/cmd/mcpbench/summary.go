@@ -67,7 +67,7 @@ func (h *harness) added(variant string, rate int, target string, lat func(*runRe
 	return aggregate(vs)
 }
 
-// verdict is one target of issue 3 with its measured value.
+// verdict is one performance target with its measured value.
 type verdict struct {
 	Name, Limit, Value string
 	Status             string // PASS, MISS or SKIP
