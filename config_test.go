@@ -317,8 +317,10 @@ func TestResolveAdminAndLimits(t *testing.T) {
 		admin string
 		check func(c proxy.Config) bool
 	}{
-		{"upstream alone", []string{"--upstream", "http://127.0.0.1:1/mcp"}, d.AdminListen, func(c proxy.Config) bool {
-			return c.AdminListen == d.AdminListen && c.MaxJSONDepth == d.MaxJSONDepth && c.MaxInitBody == d.MaxInitBody &&
+		// No admin address given: "" here, and the proxy derives it from the
+		// listen address (proxy.AdminFor: 127.0.0.1:8788 for the default).
+		{"upstream alone", []string{"--upstream", "http://127.0.0.1:1/mcp"}, "", func(c proxy.Config) bool {
+			return c.AdminListen == "" && c.MaxJSONDepth == d.MaxJSONDepth && c.MaxInitBody == d.MaxInitBody &&
 				c.MaxAnswer == d.MaxAnswer && c.MaxSSELine == d.MaxSSELine && c.WriteTimeout == d.WriteTimeout
 		}},
 		{"upstream, flags", []string{"--upstream", "http://127.0.0.1:1/mcp", "--admin-listen", "", "--max-json-depth", "8",

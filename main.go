@@ -104,8 +104,8 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.config, "config", "", "YAML config file with several upstreams (see config.example.yaml); SIGHUP reloads it")
 	fs.StringVar(&o.checkConfig, "check-config", "", "validate this config file and exit: 0 valid, 1 not")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8787", "address to serve agents on")
-	fs.StringVar(&o.adminListen, "admin-listen", proxy.Defaults().AdminListen,
-		"address to serve /metrics, /readyz and /healthz on, for operators only; empty or off disables")
+	fs.StringVar(&o.adminListen, "admin-listen", "",
+		"address to serve /metrics, /readyz and /healthz on, for operators only (default: the --listen host at its port + 1, 127.0.0.1:8788 for the default --listen); empty or off disables")
 	fs.StringVar(&o.path, "path", "/mcp", "URL path agents use (with --upstream)")
 	fs.DurationVar(&o.s.HealTimeout, "heal-timeout", builtin.HealTimeout, "most a request may spend healing before it gets 503")
 	fs.DurationVar(&o.s.ResponseTimeout, "response-timeout", builtin.ResponseTimeout, "wait for the head of an upstream answer")
@@ -203,7 +203,7 @@ func checkConfig(o *options, stdout io.Writer) error {
 	}
 	admin := "off"
 	if rc.admin != "off" {
-		admin = orDefault(rc.admin, proxy.Defaults().AdminListen)
+		admin = orDefault(rc.admin, proxy.AdminFor(rc.listen))
 	}
 	fmt.Fprintf(stdout, "%s: ok, listen %s, admin %s\n", o.checkConfig, rc.listen, admin)
 	for _, c := range rc.ups {
@@ -236,8 +236,8 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 	if err != nil {
 		return nil, err
 	}
-	admin := o.adminListen
-	if admin == "" {
+	admin := o.adminListen // "": derived from the listen address (proxy.AdminFor)
+	if o.set["admin-listen"] && admin == "" {
 		admin = "off"
 	}
 	if o.config == "" {
@@ -416,7 +416,7 @@ func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	lns, err := listen(rc.listen, r.AdminAddr())
+	lns, err := listen(rc.listen, r.AdminAddr(), rc.admin != "", log)
 	if err != nil {
 		_ = r.Shutdown(context.Background())
 		return err
@@ -439,26 +439,46 @@ func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log 
 		return errors.Join(first, err)
 	}
 	setMemoryLimit(rc.ups, log)
-	announce(log, rc, r.AdminAddr())
+	admin := ""
+	if len(lns) > 1 {
+		admin = lns[1].Addr().String()
+	}
+	announce(log, rc, admin)
+	r.ProbeUpstreams()
+	graceful := func() error {
+		log.Info().Dur("timeout", o.shutdownTimeout).Msg("shutting down: finishing in-flight requests")
+		sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+		defer cancel()
+		err := stop(sctx, nil)
+		log.Info().Msg("stopped")
+		return err
+	}
 	for {
 		select {
 		case err := <-errc:
 			return stop(context.Background(), fmt.Errorf("serve: %w", orClosed(err)))
 		case <-hup:
+			if o.config == "" {
+				// No file to reload: a SIGHUP is the terminal that started
+				// mcpheal going away (README "Quick start"), and mcpheal
+				// ends with it, as for SIGTERM, instead of living on
+				// detached and holding its ports.
+				log.Info().Msg("SIGHUP and no --config file to reload: shutting down")
+				return graceful()
+			}
 			reload(o, rc, r, creds, log)
 		case <-ctx.Done():
-			log.Info().Dur("timeout", o.shutdownTimeout).Msg("shutting down: finishing in-flight requests")
-			sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-			defer cancel()
-			err := stop(sctx, nil)
-			log.Info().Msg("stopped")
-			return err
+			return graceful()
 		}
 	}
 }
 
 // listen opens the agent listener and, unless admin is "", the admin one.
-func listen(agents, admin string) ([]net.Listener, error) {
+// An admin address the operator set must be free; the one derived from the
+// listen address (explicit false) may be taken, by another mcpheal whose
+// agent port it is or anything else: the admin endpoints then go to a free
+// port of the same host, which the start-up line names, and mcpheal serves.
+func listen(agents, admin string, explicit bool, log zerolog.Logger) ([]net.Listener, error) {
 	ln, err := net.Listen("tcp", agents)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -467,6 +487,13 @@ func listen(agents, admin string) ([]net.Listener, error) {
 		return []net.Listener{ln}, nil
 	}
 	aln, err := net.Listen("tcp", admin)
+	if err != nil && !explicit {
+		host, _, _ := net.SplitHostPort(admin)
+		if aln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err == nil {
+			log.Warn().Str("taken", admin).Str("admin", aln.Addr().String()).
+				Msg("the admin address derived from --listen (its port + 1) is taken: /metrics and /readyz are served on a free port instead; set --admin-listen to choose one")
+		}
+	}
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("admin listen (--admin-listen, admin_listen; off disables it): %w", err)
@@ -492,10 +519,6 @@ func btoi(b bool) int {
 // reload re-reads the config file. A bad file is logged and the running
 // configuration keeps serving.
 func reload(o *options, cur *resolved, r *proxy.Router, creds *credCache, log zerolog.Logger) {
-	if o.config == "" {
-		log.Warn().Msg("SIGHUP ignored: no --config file to reload")
-		return
-	}
 	next, err := resolve(o, os.LookupEnv, creds)
 	if err == nil && next.admin != cur.admin {
 		log.Warn().Str("admin_listen", cur.admin).Str("file", next.admin).Msg("an admin listen change applies at restart only")
@@ -544,8 +567,8 @@ const memoryHeadroom = 256 << 20
 // near the limit it collects and returns memory at once, so a burst of
 // large answers does not leave the process holding twice the budget.
 func setMemoryLimit(ups []proxy.Config, log zerolog.Logger) {
-	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok {
-		return
+	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok && v != "" {
+		return // set but empty, the runtime takes it as unset: so does mcpheal
 	}
 	limit := int64(memoryHeadroom)
 	for _, c := range ups {

@@ -138,7 +138,17 @@ func (a *attempt) loop() outcome {
 	}
 	for {
 		if ok, wait := a.s.link.breaker.Allow(); !ok {
-			return outcome{kind: outBreakerOpen, wait: wait}
+			if a.budget.IsZero() {
+				return outcome{kind: outBreakerOpen, wait: wait} // a new request fails fast
+			}
+			// Already waiting out the outage within its heal budget: it
+			// goes on waiting (the outage watcher wakes it when the
+			// upstream takes connections again), and is answered as the
+			// README says of an outage, at the budget's end.
+			if !a.backoff() {
+				return outcome{kind: outDown, why: "upstream unreachable"}
+			}
+			continue
 		}
 		err := a.send()
 		f := a.judge(err)

@@ -54,7 +54,10 @@ const eraProbeTimeout = 5 * time.Second
 // era returns the upstream's era, asking it first when unknown. A probe
 // that gets no answer leaves it unknown (the request goes on as legacy and
 // meets the outage there).
-func (e *eraState) era() int {
+func (e *eraState) era() int { return e.detect(true) }
+
+// detect is era; log says whether to log the era it detects.
+func (e *eraState) detect(log bool) int {
 	if e.cfg.EraBridge == "off" {
 		return eraLegacy
 	}
@@ -70,7 +73,9 @@ func (e *eraState) era() int {
 	e.keep(d)
 	if v != eraUnknown {
 		e.v.Store(int32(v))
-		e.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era detected")
+		if log {
+			e.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era detected")
+		}
 	}
 	return v
 }

@@ -63,8 +63,10 @@ func (h *healer) heal(ctx context.Context, sess *session.Session, seen uint64, r
 		}
 	case errors.Is(err, session.ErrClosed):
 		log.Debug().Str(logSession, sess.ID.Short()).Msg("heal abandoned: the session ended")
-	case errors.Is(err, errClosing):
-		log.Info().Str(logSession, sess.ID.Short()).Msg("heal abandoned: mcpheal is shutting down")
+	case errors.Is(err, errClosing) || errors.Is(err, context.Canceled):
+		// Not a failure an operator acts on: the stream that was healing
+		// ended, or mcpheal is shutting down.
+		log.Info().Str(logSession, sess.ID.Short()).Msg("heal abandoned: the request or stream that needed it ended, or mcpheal is shutting down")
 	case err != nil:
 		outcome := outcomeFailed
 		if errors.Is(err, errRecipeRefused) {
@@ -134,6 +136,12 @@ func (h *healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 		wait := upstream.Backoff{Min: 25 * time.Millisecond, Max: time.Second}
 		for try := 1; ; try++ {
 			if ok, w := h.link.breaker.Allow(); !ok {
+				// Open while this heal waits out the outage: it waits on
+				// within its budget, woken when the upstream is back.
+				dl, _ := ctx.Deadline()
+				if d := min(w, wait.Next()); time.Now().Add(d).Before(dl) && h.link.sleep(d) {
+					continue
+				}
 				return "", 0, &breakerOpenError{wait: w}
 			}
 			up, err := h.initUpstream(ctx, hdr, sess.Recipe.InitBody, sess.Recipe.ProtocolVersion)

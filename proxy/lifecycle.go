@@ -26,6 +26,21 @@ func (s *Server) Ready() error {
 	return s.readyErr
 }
 
+// probeAtStart asks the upstream once, as mcpheal starts, and logs one
+// line: reachable, and the protocol era it speaks (server/discover), or
+// why not. An operator then sees at once that a server is down or
+// misaddressed, instead of in the first agent's 503.
+func (s *Server) probeAtStart() {
+	origin := s.link.up.Origin()
+	if err := s.link.up.Probe(time.Now().Add(2 * time.Second)); err != nil {
+		s.log.Warn().Str("server", origin).Err(err).
+			Msg("upstream unreachable at start: agents' requests wait for it up to heal_timeout, then get 503 -32010")
+		return
+	}
+	v := s.eras.detect(false)
+	s.log.Info().Str("server", origin).Str("era", eraNames[v]).Msg("upstream reachable")
+}
+
 // drain waits until no request is in flight (or timeout), then ends the
 // upstream sessions and closes the server. A reload that removed the
 // upstream runs it.

@@ -79,11 +79,21 @@ func (l *link) failure() {
 // the end of an outage would be noticed up to that late. A connection that
 // succeeds while the upstream still fails requests (a balancer with no
 // backend) wakes the waiters at a cadence that backs off to a second.
-// The watcher stops when an exchange succeeds, when no exchange has failed
-// for a heal budget (nobody waits longer), when the circuit breaker opens
-// (then requests fail fast and the breaker sends one probe per cooldown), or
+//
+// While the circuit breaker is open, new requests fail fast. If the
+// upstream refuses connections (its process is down), the watcher goes on
+// at openWatchEvery, and the first connection it makes half-opens the
+// breaker at once (Breaker.Reachable): an upstream back from a restart
+// serves the next request, not one after the breaker's cooldown. If
+// connections are taken while requests fail, the cooldown stands.
+//
+// The watcher stops when an exchange succeeds, when the breaker is closed
+// and no exchange has failed for a heal budget (nobody waits longer), or
 // when the server closes.
-const watchEvery = 10 * time.Millisecond
+const (
+	watchEvery     = 10 * time.Millisecond
+	openWatchEvery = 100 * time.Millisecond
+)
 
 func (l *link) watchOutage() {
 	defer l.bg.Done()
@@ -91,20 +101,34 @@ func (l *link) watchOutage() {
 	t := time.NewTimer(watchEvery)
 	defer t.Stop()
 	pause := upstream.Backoff{Min: watchEvery, Max: time.Second}
+	refused := false // the last connection tried was refused
 	for {
 		select {
 		case <-t.C:
 		case <-l.done:
 			return
 		}
+		open := l.breaker.State() != upstream.Closed
 		quiet := time.Since(time.Unix(0, l.lastFailure.Load()))
-		if !l.failing.Load() || quiet > l.cfg.HealTimeout || l.breaker.State() != upstream.Closed {
-			return // an open breaker probes on its own schedule
+		if !l.failing.Load() || (!open && quiet > l.cfg.HealTimeout) || (open && !refused) {
+			// An open breaker whose upstream takes connections (and fails
+			// requests: a balancer with no backend, a host that resets)
+			// probes on its own schedule.
+			return
 		}
 		next := watchEvery
+		if open {
+			next = openWatchEvery
+		}
 		if l.up.Probe(time.Now().Add(time.Second)) == nil {
+			if open && refused {
+				l.breaker.Reachable()
+			}
+			refused = false
 			l.wakeAll()
-			next = pause.Next()
+			next = max(next, pause.Next())
+		} else {
+			refused = true
 		}
 		t.Reset(next)
 	}

@@ -344,6 +344,19 @@ func (r *Router) URLs() map[string]string {
 	return out
 }
 
+// ProbeUpstreams asks every upstream once, in the background, and logs one
+// line each: reachable and its protocol era, or why not (start-up).
+func (r *Router) ProbeUpstreams() {
+	for _, s := range r.routes.Load().servers() {
+		if s.bg.Add(1) {
+			go func() {
+				defer s.bg.Done()
+				s.probeAtStart()
+			}()
+		}
+	}
+}
+
 // Serve answers agents on ln until Shutdown.
 func (r *Router) Serve(ln net.Listener) error { return r.srv.Serve(ln) }
 

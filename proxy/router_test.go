@@ -251,3 +251,25 @@ func TestShutdownWithRequestInFlight(t *testing.T) {
 		t.Fatal("shutdown did not DELETE the upstream session")
 	}
 }
+
+// TestAdminFor: an admin address left unset is the agent listener's host
+// at the next port, so that two processes on one host with different
+// listen addresses get different admin addresses.
+func TestAdminFor(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ listen, want string }{
+		{"127.0.0.1:8787", "127.0.0.1:8788"},
+		{"127.0.0.1:9000", "127.0.0.1:9001"},
+		{"0.0.0.0:8787", "0.0.0.0:8788"},
+		{"[::1]:8787", "[::1]:8788"},
+		{"127.0.0.1:0", "127.0.0.1:0"},
+		{"127.0.0.1:65535", "127.0.0.1:0"},
+	} {
+		if got := AdminFor(c.listen); got != c.want {
+			t.Errorf("AdminFor(%q) = %q, want %q", c.listen, got, c.want)
+		}
+	}
+	if d := Defaults(); d.AdminListen != "127.0.0.1:8788" {
+		t.Errorf("Defaults().AdminListen = %q, want 127.0.0.1:8788", d.AdminListen)
+	}
+}

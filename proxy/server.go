@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,13 +140,31 @@ type Config struct {
 	WriteTimeout time.Duration
 	// AdminListen is the operations listener's address: /metrics, /readyz
 	// (with which upstream is down and why) and /healthz. Zero means
-	// 127.0.0.1:8788; "off" disables it. It belongs to the process, not the
-	// upstream: a Router takes it from its upstreams, which must agree.
+	// AdminFor(Listen): the agent listener's host at its port + 1
+	// (127.0.0.1:8788 for the default listen); "off" disables it. It
+	// belongs to the process, not the upstream: a Router takes it from its
+	// upstreams, which must agree.
 	AdminListen string
 }
 
 // adminOff is the AdminListen value that disables the operations listener.
 const adminOff = "off"
+
+// AdminFor returns the admin listener's address for an agent listener that
+// sets none: the same host, at the next port, so that two mcpheal
+// processes started with different --listen addresses each get their own
+// (8787 → 8788). An ephemeral agent port (0) gets an ephemeral one.
+func AdminFor(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p >= 65535 {
+		p = -1
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+1))
+}
 
 func (c *Config) normalize() error {
 	if c.Upstream == "" {
@@ -178,7 +197,7 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("era_bridge: want auto or off, got %q", c.EraBridge)
 	}
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
-	c.AdminListen = orStr(c.AdminListen, "127.0.0.1:8788")
+	c.AdminListen = orStr(c.AdminListen, AdminFor(c.Listen))
 	if c.AdminListen != adminOff {
 		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
 			return fmt.Errorf("admin listen %q: want host:port or %q", c.AdminListen, adminOff)

@@ -118,6 +118,24 @@ func (b *Breaker) Allow() (bool, time.Duration) {
 	return true, 0
 }
 
+// Reachable records that the upstream takes connections again while the
+// breaker is open: it half-opens at once, so that the next request is the
+// probe, instead of at the end of its cooldown. A connection proves less
+// than an answer (a balancer with no backend takes them too): the probe's
+// outcome decides, as after a cooldown.
+func (b *Breaker) Reachable() {
+	if b.State() != Open {
+		return
+	}
+	b.mu.Lock()
+	if b.State() != Open {
+		b.mu.Unlock()
+		return
+	}
+	b.openUntil = b.now()
+	b.mu.Unlock()
+}
+
 // Success records that the upstream answered.
 func (b *Breaker) Success() {
 	if b.State() == Closed && b.fails.Load() == 0 {
