@@ -105,7 +105,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.checkConfig, "check-config", "", "validate this config file and exit: 0 valid, 1 not")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8787", "address to serve agents on")
 	fs.StringVar(&o.adminListen, "admin-listen", "",
-		"address to serve /metrics, /readyz and /healthz on, for operators only (default: the --listen host at its port + 1, 127.0.0.1:8788 for the default --listen); empty or off disables")
+		"address to serve /metrics, /readyz and /healthz on, for operators only (default: the --listen port + 1 on loopback, 127.0.0.1:8788 for the default --listen); empty or off disables")
 	fs.StringVar(&o.path, "path", "/mcp", "URL path agents use (with --upstream)")
 	fs.DurationVar(&o.s.HealTimeout, "heal-timeout", builtin.HealTimeout, "most a request may spend healing before it gets 503")
 	fs.DurationVar(&o.s.ResponseTimeout, "response-timeout", builtin.ResponseTimeout, "wait for the head of an upstream answer")
@@ -356,6 +356,7 @@ func overrideSettings(c *proxy.Config, set map[string]bool, s settings) {
 		"max-idle-conn":    {&c.MaxIdleConn, s.MaxIdleConn},
 		"keepalive":        {&c.Keepalive, s.Keepalive},
 		"write-timeout":    {&c.WriteTimeout, s.WriteTimeout},
+		"session-max-age":  {&c.SessionMaxAge, s.SessionMaxAge},
 	}
 	for name, d := range durs {
 		if set[name] {

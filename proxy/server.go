@@ -151,13 +151,19 @@ type Config struct {
 const adminOff = "off"
 
 // AdminFor returns the admin listener's address for an agent listener that
-// sets none: the same host, at the next port, so that two mcpheal
-// processes started with different --listen addresses each get their own
-// (8787 → 8788). An ephemeral agent port (0) gets an ephemeral one.
+// sets none: the next port, so that two mcpheal processes started with
+// different --listen addresses each get their own (8787 → 8788), on
+// loopback: the same host when the agent listener is on loopback, else
+// 127.0.0.1, since the admin endpoints have no auth (README "Security") and
+// an agent listener on 0.0.0.0 (a container's) must not take them along.
+// An ephemeral agent port (0) gets an ephemeral one.
 func AdminFor(listen string) string {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
 		return listen
+	}
+	if !isLoopback(listen) {
+		host = "127.0.0.1"
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p <= 0 || p >= 65535 {
