@@ -89,20 +89,25 @@ const (
 	stranger
 )
 
-// standingOf tells how auth stands to sess. It costs a string compare
-// when auth is the credential the session holds (every request but the
-// first after a rotation), and a digest otherwise.
-func standingOf(sess *session.Session, auth []byte, judged bool) standing {
+// standingOf tells how auth stands to sess, and whether auth is the very
+// credential the session's headers hold for its own work (held: nothing
+// to refresh once the upstream accepts the request). It costs a string
+// compare when it is (every request but the first after a rotation), and
+// a digest otherwise.
+func standingOf(sess *session.Session, auth []byte, judged bool) (st standing, held bool) {
 	cred, hdr := sess.Binding()
-	if len(auth) > 0 && headerValue(hdr, "Authorization") == b2s(auth) {
-		return bound
+	if headerValue(hdr, "Authorization") == b2s(auth) {
+		if len(auth) > 0 {
+			return bound, true
+		}
+		held = true
 	}
 	b := bindingOf(auth)
-	if b == cred || b == sess.Recipe.Credential {
-		return bound
+	switch {
+	case b == cred || b == sess.Recipe.Credential:
+		return bound, held
+	case judged && len(auth) > 0:
+		return rotating, held
 	}
-	if judged && len(auth) > 0 {
-		return rotating
-	}
-	return stranger
+	return stranger, held
 }

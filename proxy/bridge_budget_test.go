@@ -1,3 +1,5 @@
+//go:build unix
+
 package proxy
 
 import (
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,16 +33,18 @@ func bridgeHeld(s *Server) int64 {
 
 // TestBridgeInitializeAnswersCountInBudget: a bridged initialize is
 // answered from server/discover, instructions included, and each answer is
-// a copy held until the agent has taken it. With instructions of 4 MiB
-// and a memory budget of 16 MiB, eight agents that initialize at once and
-// read their answers slowly cannot make mcpheal hold 32 MiB of answers:
+// a copy held until the agent has taken it. With instructions of 8 MiB
+// and a memory budget of 32 MiB, eight agents that initialize at once and
+// read their answers slowly (a 4 KiB receive buffer: the kernel's socket
+// buffers, up to 4 MiB here, cannot take an answer off mcpheal's hands)
+// cannot make mcpheal hold 64 MiB of answers:
 // those that do not fit get 503 with mcpheal's budget error and
 // Retry-After, the budget's count never passes its limit, and it comes
 // back to the sessions' cost once the answers are written (or their agent
 // has gone).
 func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 	t.Parallel()
-	const size = 4 << 20
+	const size = 8 << 20
 	up := startScriptedModern(t, &scriptedModern{
 		discover: modernDiscover(`{"tools":{}}`, `"`+strings.Repeat("i", size)+`"`),
 	})
@@ -99,7 +104,12 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 			a := &answers[i]
 			headDone := sync.OnceFunc(heads.Done)
 			defer headDone()
-			c, err := net.Dial("tcp", addr)
+			d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+				return rc.Control(func(fd uintptr) {
+					_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
+				})
+			}}
+			c, err := d.Dial("tcp", addr)
 			if a.err = err; err != nil {
 				return
 			}

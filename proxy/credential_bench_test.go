@@ -21,7 +21,7 @@ func BenchmarkStanding(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if standingOf(sess, c.auth, false) != bound {
+				if st, _ := standingOf(sess, c.auth, false); st != bound {
 					b.Fatal("not bound")
 				}
 			}

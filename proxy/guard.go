@@ -46,6 +46,9 @@ type request struct {
 	del       bool             // a DELETE
 	sess      *session.Session // nil: no session (initialize, 2026-07-28 traffic)
 	standing  standing         // of the credential to sess
+	// held: the credential is the one sess's headers hold for its own
+	// work (keepalive, heals on its behalf).
+	held bool
 	// journal is the change the request makes to its session's journal
 	// once the upstream accepts it, and reserved the memory the guard
 	// took for it (given back unless the change is recorded).
@@ -147,7 +150,7 @@ func (g *guard) message(ctx *fasthttp.RequestCtx, r *request) bool {
 func (g *guard) session(ctx *fasthttp.RequestCtx, r *request, sid []byte) bool {
 	sess, ok := g.sessions.lookup(sid, r.auth)
 	if ok {
-		r.standing = standingOf(sess, r.auth, g.link.judgesCredentials.Load())
+		r.standing, r.held = standingOf(sess, r.auth, g.link.judgesCredentials.Load())
 		// Only the upstream may accept a credential the session is not
 		// bound to: a GET or a DELETE under it would take the session's
 		// stream or end it without asking the upstream.

@@ -159,7 +159,7 @@ func (a *attempt) create() outcome {
 		return outcome{kind: outFull, err: err}
 	}
 	a.sess, a.r.sess, a.heals = sess, sess, true
-	a.r.standing = bound
+	a.r.standing, a.r.held = bound, true
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).Bool("stateful", up != "").Msg("session created")
 	return outcome{kind: outUpstream, class: classify.OK}
 }

@@ -304,18 +304,6 @@ func (ss *sessions) rebind(sess *session.Session, auth []byte, hdr *fasthttp.Req
 	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session credential rotated")
 }
 
-// staleHeaders reports whether the session's headers for work on its
-// behalf carry another credential than auth, which the upstream just
-// accepted. Without an agent credential to forward (mcpheal owns it) there
-// is none to keep.
-func (ss *sessions) staleHeaders(sess *session.Session, auth []byte) bool {
-	if ss.link.ownsAuthorization() {
-		return false
-	}
-	_, hdr := sess.Binding()
-	return headerValue(hdr, "Authorization") != b2s(auth)
-}
-
 // newRing returns the ring of Config.SessionKeys, or a ring of one key made
 // up now.
 func newRing(keys string) (*seal.Ring, error) {
