@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mcpheal/mcpheal/proxy"
+	"github.com/mcpheal/mcpheal/proxy/telemetry"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -153,6 +154,7 @@ type fileConfig struct {
 	Defaults       settings
 	Upstreams      []upstreamConfig // in file order
 	Store          storeSpec        // session_store, redis
+	Tracing        telemetry.Config // tracing
 }
 
 // proxyConfigs maps the file onto one proxy.Config per upstream: builtin
@@ -277,7 +279,14 @@ type fileShadow struct {
 	AllowHosts     any               `yaml:"allow_hosts"`
 	Defaults       shadowSettings    `yaml:"defaults"`
 	SessionStore   string            `yaml:"session_store"`
-	Redis          struct {
+	Tracing        struct {
+		Endpoint    string            `yaml:"endpoint"`
+		Headers     map[string]string `yaml:"headers"`
+		ServiceName string            `yaml:"service_name"`
+		Sampler     string            `yaml:"sampler"`
+		SamplerArg  string            `yaml:"sampler_arg"`
+	} `yaml:"tracing"`
+	Redis struct {
 		Addr     string `yaml:"addr"`
 		Username string `yaml:"username"`
 		Password string `yaml:"password"`

@@ -93,7 +93,7 @@ func editDistance(a, b string) int {
 
 var (
 	topKeys = []string{"listen", "admin_listen", "insecure_listen", "auth_tokens", "log", "allow_hosts", "defaults", "upstreams",
-		"session_store", "redis"}
+		"session_store", "redis", "tracing"}
 	logKeys     = []string{"level", "format"}
 	settingKeys = []string{"heal_timeout", "response_timeout", "session_ttl", "max_idle_conn", "keepalive",
 		"stream_keepalive", "read_timeout", "max_sessions", "max_body", "max_streams",
@@ -138,6 +138,8 @@ func (p *parser) top(n *yaml.Node, f *fileConfig) {
 			p.sessionStore(v, f)
 		case "redis":
 			p.redis(v, f)
+		case "tracing":
+			p.tracing(v, f)
 		}
 	})
 	if admin != nil && f.AdminListen == f.Listen {

@@ -441,3 +441,23 @@ func TestResolveExposure(t *testing.T) {
 		}
 	}
 }
+
+// TestParseTracing: the tracing section's keys, and a sampler no
+// OpenTelemetry SDK knows refused with its line.
+func TestParseTracing(t *testing.T) {
+	t.Parallel()
+	up := "upstreams:\n  a: {url: http://127.0.0.1:1/mcp}\n"
+	f, err := parseConfig("t.yaml", []byte("tracing:\n  endpoint: http://collector:4318\n  service_name: edge\n"+
+		"  sampler: parentbased_traceidratio\n  sampler_arg: \"0.25\"\n  headers: {X-Tenant: blue}\n"+up), testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := f.Tracing; tr.Endpoint != "http://collector:4318" || tr.ServiceName != "edge" || tr.Sampler != "parentbased_traceidratio" ||
+		tr.SamplerArg != "0.25" || tr.Headers["X-Tenant"] != "blue" {
+		t.Errorf("tracing = %+v", f.Tracing)
+	}
+	_, err = parseConfig("t.yaml", []byte("tracing:\n  sampler: sometimes\n"+up), testEnv)
+	if err == nil || !strings.Contains(err.Error(), "t.yaml:2: tracing.sampler") {
+		t.Errorf("a bad sampler: %v; want t.yaml:2: tracing.sampler", err)
+	}
+}

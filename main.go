@@ -28,8 +28,10 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpheal/mcpheal/proxy"
+	"github.com/mcpheal/mcpheal/proxy/telemetry"
 	"github.com/mcpheal/mcpheal/session/redisstore"
 )
 
@@ -220,6 +222,8 @@ type resolved struct {
 	ups                 []proxy.Config
 	store               storeSpec
 	shared              *redisstore.Store // the open store (serve), nil for memory
+	tracing             telemetry.Config  // the file's tracing section (config_tracing.go)
+	tracer              trace.TracerProvider
 }
 
 // resolve builds the effective configuration. Without --config it is the
@@ -264,7 +268,8 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 	if (o.set["upstream"] || o.set["path"]) && len(f.Upstreams) != 1 {
 		return nil, fmt.Errorf("--upstream and --path need a config file with exactly one upstream; %s has %d", o.config, len(f.Upstreams))
 	}
-	rc := &resolved{listen: f.Listen, admin: f.AdminListen, logLevel: orDefault(f.LogLevel, "info"), logFormat: orDefault(f.LogFormat, "auto")}
+	rc := &resolved{listen: f.Listen, admin: f.AdminListen, logLevel: orDefault(f.LogLevel, "info"), logFormat: orDefault(f.LogFormat, "auto"),
+		tracing: f.Tracing}
 	over := func(name string, dst *string, v string) {
 		if o.set[name] {
 			*dst = v
@@ -410,6 +415,11 @@ func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log 
 		cancel()
 	}
 	rc.shared = shared
+	stopTracing, err := startTracing(ctx, rc, log)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer stopTracing()
 	r, err := proxy.NewRouter(rc.listen, rc.ups, log)
 	if err != nil {
 		return err
@@ -541,6 +551,11 @@ func reload(o *options, cur *resolved, r *proxy.Router, creds *credCache, log ze
 		}
 		next.store, next.shared = cur.store, cur.shared
 		attachStore(cur.shared, next.ups, cur.store.Timeout)
+		if !sameTracing(next.tracing, cur.tracing) {
+			log.Warn().Msg("a tracing change applies at restart only")
+		}
+		next.tracing, next.tracer = cur.tracing, cur.tracer
+		setTracer(next.ups, cur.tracer)
 		err = r.Reload(next.ups)
 	}
 	if err != nil {

@@ -204,6 +204,7 @@ func (a *attempt) answer(out outcome) bool {
 			return false
 		}
 		a.s.count.request(&a.msg, out.class)
+		a.r.outcome(outUpstream, out.class, 0)
 		if out.class == classify.OK && a.sess != nil {
 			a.accepted()
 		}
@@ -219,7 +220,9 @@ func (a *attempt) answer(out outcome) bool {
 	case outAgentGone:
 		a.ctx.SetConnectionClose()
 	}
-	writeFailure(a.ctx, a.msg.idOrNull(), a.fail(out))
+	f := a.fail(out)
+	a.r.outcome(out.kind, out.class, f.code)
+	writeFailure(a.ctx, a.msg.idOrNull(), f)
 	return false
 }
 

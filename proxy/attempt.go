@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/classify/sse"
@@ -64,6 +67,10 @@ type attempt struct {
 	// watch notices the agent going away while it waits (gone.go); nil
 	// for attempts that are not pooled. It stays with the pooled attempt.
 	watch *agentWatch
+	// xspan is the span of the exchange in flight (trace.go); nil when
+	// tracing is off. tries counts the exchanges.
+	xspan trace.Span
+	tries int
 }
 
 var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
@@ -152,6 +159,10 @@ func (a *attempt) loop() outcome {
 		}
 		err := a.send()
 		f := a.judge(err)
+		if a.xspan != nil {
+			endExchange(a.xspan, a.resp.StatusCode(), f.class, err)
+			a.xspan = nil
+		}
 		a.mayHaveRun = a.mayHaveRun || f.dispatched
 		if !f.agentGone && !f.credential { // neither says anything of the upstream
 			a.s.count.class(f.class)
@@ -200,6 +211,10 @@ func (a *attempt) send() error {
 	}
 	if a.heals {
 		setSessionHeader(a.req, a.up)
+	}
+	a.tries++
+	if a.s.trace != nil && a.r != nil && a.r.tctx != nil {
+		a.xspan = a.s.trace.exchange(a.r.tctx, a.req, a.spanName(), attribute.Int("mcpheal.try", a.tries))
 	}
 	a.s.count.bytesIn.Add(uint64(len(a.req.Body())))
 	deadline := time.Now().Add(a.s.cfg.ResponseTimeout)
@@ -290,7 +305,7 @@ func (a *attempt) heal(reason int) (out outcome, ok bool) {
 	if a.budget.IsZero() {
 		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), a.budget)
+	ctx, cancel := context.WithDeadline(a.traceContext(), a.budget)
 	defer cancel()
 	up, gen, err := a.s.healer.heal(ctx, a.sess, a.gen, reason, a.r.hdr)
 	if err != nil {
@@ -353,6 +368,10 @@ func (a *attempt) backoff() bool {
 	if left <= 0 {
 		return false
 	}
+	if a.s.trace != nil && a.r != nil && a.r.tctx != nil {
+		_, sp := a.s.trace.child(a.r.tctx, "mcpheal wait", attribute.String("mcpheal.wait", "outage"))
+		defer sp.End()
+	}
 	if a.sess != nil && !a.probing {
 		lead, done := a.sess.Probe()
 		if !lead {
@@ -361,6 +380,30 @@ func (a *attempt) backoff() bool {
 		a.probing = true
 	}
 	return a.s.link.sleep(min(a.wait.Next(), left))
+}
+
+// traceContext is the context of the request's span, for work done on
+// its behalf (a heal); Background when tracing is off.
+func (a *attempt) traceContext() context.Context {
+	if a.r != nil && a.r.tctx != nil {
+		return a.r.tctx
+	}
+	return context.Background()
+}
+
+// spanName names an exchange's span as MCP's conventions name a client
+// span: the method, and the tool it calls. It is a copy: the message's
+// members are views into the agent's body, which outlives no handler.
+func (a *attempt) spanName() string {
+	switch {
+	case a.msg.get:
+		return "GET stream"
+	case a.msg.tool != "":
+		return a.msg.method + " " + a.msg.tool
+	case a.msg.method == "":
+		return "response"
+	}
+	return strings.Clone(a.msg.method)
 }
 
 // awaitProbe waits, within the heal budget, for the request probing the

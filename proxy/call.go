@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -41,6 +42,11 @@ type upcall struct {
 	// that idled is peeked first: upstream.Client.DoOnce), for a second
 	// try after a failure on a pooled connection.
 	checked bool
+	// ctx carries the span of the work this request is part of (a heal,
+	// a journal replay): its trace context goes upstream. Nil: none.
+	ctx context.Context
+	// name names its span: the JSON-RPC method it sends.
+	name string
 }
 
 // build fills req for c.
@@ -125,14 +131,17 @@ func (l *link) call(c *upcall) (reply, error) {
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
 	l.build(req, c)
+	sp := l.trace.exchange(c.ctx, req, orStr(c.name, c.method))
 	send := l.do
 	if c.checked {
 		send = l.doOnce
 	}
 	if err := send(req, resp, c.deadline); err != nil {
+		endExchange(sp, 0, failClass(err), err)
 		return reply{class: failClass(err)}, err
 	}
 	rep := reply{status: resp.StatusCode()}
+	defer func() { endExchange(sp, rep.status, rep.class, nil) }()
 	rep.session, rep.sessionErr = l.sessionOf(&resp.Header, req.Header.PeekBytes(hdrAuthorization))
 	rep.challenge = string(resp.Header.Peek("WWW-Authenticate"))
 	stream := resp.IsStream()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpheal/mcpheal/session"
 )
@@ -49,6 +51,10 @@ type request struct {
 	// held: the credential is the one sess's headers hold for its own
 	// work (keepalive, heals on its behalf).
 	held bool
+	// tctx carries span, the request's span (trace.go); both nil when
+	// tracing is off.
+	tctx context.Context
+	span trace.Span
 	// journal is the change the request makes to its session's journal
 	// once the upstream accepts it, and reserved the memory the guard
 	// took for it (given back unless the change is recorded).

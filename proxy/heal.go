@@ -10,6 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
@@ -30,6 +32,7 @@ type healer struct {
 	sessions *sessions
 	streams  *streamSet
 	bg       *bgGroup
+	trace    *tracing // nil: tracing off
 
 	pingUnsupported atomic.Bool // the upstream answered -32601 to ping: keepalive lists tools
 }
@@ -47,34 +50,54 @@ func (h *healer) heal(ctx context.Context, sess *session.Session, seen uint64, r
 	start := time.Now()
 	age := sess.UpstreamAge()
 	budget := time.Until(deadlineOf(ctx, start.Add(h.cfg.HealTimeout)))
+	ctx, sp := h.trace.child(ctx, "mcpheal heal", attribute.String("mcpheal.heal.reason", reasonNames[reason]),
+		attribute.String("mcp.session.id", sess.ID.Short()), attribute.Int64("mcpheal.heal.from_generation", int64(seen)))
 	dead, _ := sess.Current()
 	up, gen, err := sess.Heal(ctx, seen, budget, h.reinit(sess, hdr, dead, seen))
-	log := h.log
+	outcome := "joined" // another request's heal served this one
+	ev := (*zerolog.Event)(nil)
 	switch {
 	case err == nil && gen > seen && !sess.WasAdopted(gen) && sess.MarkReported(gen):
+		outcome = "ok"
 		h.count.heals[reason][outcomeOK].Add(1)
 		h.count.healDuration.Observe(time.Since(start).Seconds())
 		h.count.sessionAge.Observe(age.Seconds())
-		log.Warn().Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Uint64(logGen, gen).
-			Dur(logDuration, time.Since(start)).Dur("upstream_age", age).Msg("session healed")
+		ev = h.log.Warn().Uint64(logGen, gen).Dur("upstream_age", age)
+		defer ev.Msg("session healed")
 		h.streams.healed(sess.ID, gen)
 		if sess.ToolsSeen() && h.bg.Add(1) {
 			go h.checkTools(sess, recipeHeader(sess))
 		}
 	case errors.Is(err, session.ErrClosed):
-		log.Debug().Str(logSession, sess.ID.Short()).Msg("heal abandoned: the session ended")
+		outcome = "ended"
+		h.log.Debug().Str(logSession, sess.ID.Short()).Msg("heal abandoned: the session ended")
 	case errors.Is(err, errClosing) || errors.Is(err, context.Canceled):
 		// Not a failure an operator acts on: the stream that was healing
 		// ended, or mcpheal is shutting down.
-		log.Info().Str(logSession, sess.ID.Short()).Msg("heal abandoned: the request or stream that needed it ended, or mcpheal is shutting down")
+		outcome = "abandoned"
+		h.log.Info().Str(logSession, sess.ID.Short()).Msg("heal abandoned: the request or stream that needed it ended, or mcpheal is shutting down")
 	case err != nil:
-		outcome := outcomeFailed
+		o := outcomeFailed
+		outcome = "failed"
 		if errors.Is(err, errRecipeRefused) {
-			outcome = outcomeRefused
+			o, outcome = outcomeRefused, "refused"
 		}
-		h.count.heals[reason][outcome].Add(1)
-		log.Error().Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Uint64(logGen, seen).
-			Dur(logDuration, time.Since(start)).Err(err).Msg("heal failed")
+		h.count.heals[reason][o].Add(1)
+		ev = h.log.Error().Uint64(logGen, seen).Err(err)
+		defer ev.Msg("heal failed")
+	}
+	if ev != nil {
+		ev.Str(logSession, sess.ID.Short()).Str(logReason, reasonNames[reason]).Dur(logDuration, time.Since(start))
+		if id := traceID(ctx); id != "" {
+			ev.Str("trace_id", id)
+		}
+	}
+	if sp != nil {
+		sp.SetAttributes(attribute.String("mcpheal.heal.outcome", outcome), attribute.Int64("mcpheal.heal.generation", int64(gen)))
+		if err != nil && outcome == "failed" || outcome == "refused" {
+			sp.SetStatus(codes.Error, err.Error())
+		}
+		sp.End()
 	}
 	return up, gen, err
 }
@@ -198,7 +221,8 @@ func (h *healer) publish(ctx context.Context, sess *session.Session, seen uint64
 func (h *healer) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader, initBody string, version string) (session.UpstreamID, error) {
 	deadline := deadlineOf(ctx, time.Now().Add(h.cfg.HealTimeout))
 	h.count.upstreamInits.Add(1)
-	rep, err := h.link.call(&upcall{hdr: agent, body: withID([]byte(initBody), h.link.upcallID("init")), deadline: deadline})
+	rep, err := h.link.call(&upcall{hdr: agent, body: withID([]byte(initBody), h.link.upcallID("init")), deadline: deadline,
+		ctx: ctx, name: "initialize"})
 	if errors.Is(err, upstream.ErrHeadTooLarge) {
 		return "", fmt.Errorf("%w: %w", errRecipeRefused, err) // it answered, and would again
 	}
@@ -231,7 +255,8 @@ func (h *healer) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 	// connection the upstream closed as it restarted) sends it again on a
 	// checked connection: giving up would throw away the session the
 	// initialize just made, and make another.
-	note := upcall{hdr: agent, session: rep.session, version: version, body: initializedNote, deadline: deadline}
+	note := upcall{hdr: agent, session: rep.session, version: version, body: initializedNote, deadline: deadline,
+		ctx: ctx, name: "notifications/initialized"}
 	for try := 1; ; try++ {
 		if _, err = h.link.call(&note); err == nil {
 			return rep.session, nil

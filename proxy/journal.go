@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/classify/sse"
@@ -19,6 +20,13 @@ import (
 // fatal: the agent's request still goes through.
 func (h *healer) replayJournal(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID) {
 	j := sess.Journal()
+	if j.Level == "" && len(j.Subscriptions) == 0 {
+		return
+	}
+	ctx, sp := h.trace.child(ctx, "mcpheal journal replay", attribute.Int("mcpheal.journal.subscriptions", len(j.Subscriptions)))
+	if sp != nil {
+		defer sp.End()
+	}
 	if j.Level != "" {
 		h.journalCall(ctx, hdr, sess, up, "logging/setLevel", j.Level)
 	}
@@ -44,7 +52,7 @@ func (h *healer) journalCall(ctx context.Context, hdr *fasthttp.RequestHeader, s
 // classifies the answer; result, if not nil, receives the answer's result.
 func (h *healer) sessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID, body string, result *[]byte) (classify.Class, error) {
 	rep, err := h.link.call(&upcall{hdr: hdr, session: up, version: sess.Recipe.ProtocolVersion, body: []byte(body),
-		deadline: deadlineOf(ctx, time.Now().Add(h.cfg.HealTimeout))})
+		deadline: deadlineOf(ctx, time.Now().Add(h.cfg.HealTimeout)), ctx: ctx, name: gjson.Get(body, "method").Str})
 	if err != nil {
 		return rep.class, err
 	}

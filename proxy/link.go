@@ -31,6 +31,8 @@ type link struct {
 	bg      *bgGroup
 	done    <-chan struct{} // closed when the server closes
 
+	trace *tracing // nil: tracing off
+
 	seq atomic.Uint64 // numbers the JSON-RPC ids of mcpheal's own requests
 	// judgesCredentials: the upstream answered 401 to a request whose
 	// credential was missing or refused, so it checks credentials itself

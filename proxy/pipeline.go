@@ -40,6 +40,10 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer s.guard.settle(r)
+	if s.trace != nil {
+		s.trace.start(r)
+		defer r.endSpan()
+	}
 	s.route(ctx, r)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
@@ -138,6 +139,10 @@ type Config struct {
 	// (a slow or stalled reader) ends that agent's connection; zero means
 	// 30 s. It is per write, not per response, so long SSE streams live on.
 	WriteTimeout time.Duration
+	// Tracer, when not nil, receives a span for every agent request and
+	// what mcpheal did for it (README "Traces"; proxy/telemetry builds one
+	// from the OTEL_* environment). Nil: tracing is off and costs nothing.
+	Tracer trace.TracerProvider
 	// AdminListen is the operations listener's address: /metrics, /readyz
 	// (with which upstream is down and why) and /healthz. Zero means
 	// AdminFor(Listen): the agent listener's host at its port + 1
@@ -238,6 +243,7 @@ type Server struct {
 	replayTools map[string]bool
 
 	guard    *guard
+	trace    *tracing // nil: tracing off
 	link     *link
 	sessions *sessions
 	healer   *healer
@@ -276,6 +282,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	if s.link, err = newLink(&s.cfg, &s.log, &s.count, &s.bg, s.done); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
+	host, port, _ := net.SplitHostPort(s.link.up.Host())
+	s.trace = newTracing(&s.cfg, host, port)
+	s.link.trace = s.trace
 	s.sessions = &sessions{cfg: &s.cfg, log: &s.log, count: &s.count, mem: &s.mem, link: s.link, ring: ring,
 		dead: session.NewTombstones(cfg.SessionMaxAge), fleet: s.newFleet(), onRelease: s.released}
 	s.sessions.store, err = session.NewStore(session.StoreConfig{
@@ -290,7 +299,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	}
 	s.guard = &guard{cfg: &s.cfg, hosts: newHostGuard(cfg.Listen, cfg.AllowedHosts), mem: &s.mem, link: s.link, sessions: s.sessions}
 	s.healer = &healer{cfg: &s.cfg, log: &s.log, count: &s.count, mem: &s.mem, link: s.link, sessions: s.sessions,
-		streams: &s.streams, bg: &s.bg}
+		streams: &s.streams, bg: &s.bg, trace: s.trace}
 	s.eras = &eraState{cfg: &s.cfg, log: &s.log, link: s.link, mem: &s.mem, bg: &s.bg}
 	s.link.onRecover = s.eras.recheck
 	s.bridge = &bridge{s: s}

@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"context"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/mcpheal/mcpheal/proxy/telemetry"
+)
+
+// otlpReceiver is an OTLP/HTTP traces endpoint on 127.0.0.1 that decodes
+// what it receives with the OTLP protobuf definitions and keeps the spans.
+type otlpReceiver struct {
+	url   string
+	mu    sync.Mutex
+	spans []*tracepb.Span
+	attrs map[*tracepb.Span]map[string]string
+}
+
+func startOTLPReceiver(t *testing.T) *otlpReceiver {
+	t.Helper()
+	rcv := &otlpReceiver{attrs: map[*tracepb.Span]map[string]string{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" || proto.Unmarshal(body, &req) != nil {
+			t.Errorf("OTLP receiver: %s %s %s: not an OTLP/HTTP protobuf export", r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		rcv.mu.Lock()
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				for _, sp := range ss.Spans {
+					rcv.spans = append(rcv.spans, sp)
+					m := map[string]string{}
+					for _, kv := range sp.Attributes {
+						switch v := kv.Value.Value.(type) {
+						case interface{ GetStringValue() string }:
+							m[kv.Key] = v.GetStringValue()
+						}
+						if s := kv.Value.GetStringValue(); s != "" {
+							m[kv.Key] = s
+						}
+					}
+					rcv.attrs[sp] = m
+				}
+			}
+		}
+		rcv.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		_, _ = w.Write(b)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	rcv.url = "http://" + ln.Addr().String()
+	return rcv
+}
+
+// named returns the spans of that name.
+func (rcv *otlpReceiver) named(name string) []*tracepb.Span {
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var out []*tracepb.Span
+	for _, sp := range rcv.spans {
+		if sp.Name == name {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+func (rcv *otlpReceiver) attr(sp *tracepb.Span, key string) string {
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	return rcv.attrs[sp][key]
+}
+
+// TestTraceOfAHeal: an agent's tools/call, carrying its W3C trace
+// context, meets a dead upstream session, and mcpheal heals it. Exported
+// by OTLP and decoded here: the agent's trace is continued by the
+// request's span; under it, the failed exchange, the heal span (reason
+// session_gone, outcome ok) with the initialize under it, and the replay;
+// every request mcpheal sent upstream for the call, the heal's initialize
+// included, carries that trace id.
+func TestTraceOfAHeal(t *testing.T) {
+	t.Parallel()
+	rcv := startOTLPReceiver(t)
+	tp, shutdown, err := telemetry.New(context.Background(), telemetry.Config{Endpoint: rcv.url}, "test",
+		func(string) (string, bool) { return "", false })
+	if err != nil || tp == nil {
+		t.Fatalf("telemetry.New = %v, %v", tp, err)
+	}
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.Tracer = tp })
+	sid := peerRawInitialize(t, url)
+	up.ExpireSessions()
+	before := len(up.Requests())
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"traced"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "traced") {
+		t.Fatalf("call after the upstream session died: %d %s; want healed", resp.StatusCode, body)
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatalf("flushing the spans: %v", err)
+	}
+
+	calls := rcv.named("tools/call echo")
+	var server *tracepb.Span
+	for _, sp := range calls {
+		if sp.Kind == tracepb.Span_SPAN_KIND_SERVER {
+			server = sp
+		}
+	}
+	if server == nil {
+		t.Fatalf("no server span \"tools/call echo\"; spans: %v", spanNames(rcv))
+	}
+	if got := hex.EncodeToString(server.TraceId); got != traceID {
+		t.Fatalf("request span in trace %s; want the agent's %s continued", got, traceID)
+	}
+	if got := hex.EncodeToString(server.ParentSpanId); got != "00f067aa0ba902b7" {
+		t.Fatalf("request span's parent %s; want the agent's span", got)
+	}
+	if rcv.attr(server, "mcp.method.name") != "tools/call" || rcv.attr(server, "gen_ai.tool.name") != "echo" {
+		t.Errorf("request span attributes: method %q, tool %q", rcv.attr(server, "mcp.method.name"), rcv.attr(server, "gen_ai.tool.name"))
+	}
+	if s := rcv.attr(server, "mcp.session.id"); s == "" || strings.Contains(sid, s) && len(s) > 8 {
+		t.Errorf("request span's session %q; want a short hash of the session id", s)
+	}
+	exchanges := 0
+	for _, sp := range calls {
+		if sp.Kind == tracepb.Span_SPAN_KIND_CLIENT && string(sp.ParentSpanId) == string(server.SpanId) {
+			exchanges++
+		}
+	}
+	if exchanges != 2 {
+		t.Errorf("%d exchange spans under the request; want 2 (the dead session's, the replay)", exchanges)
+	}
+	heals := rcv.named("mcpheal heal")
+	if len(heals) != 1 {
+		t.Fatalf("%d heal spans; want 1", len(heals))
+	}
+	heal := heals[0]
+	if string(heal.TraceId) != string(server.TraceId) || string(heal.ParentSpanId) != string(server.SpanId) {
+		t.Errorf("the heal span is not a child of the request's")
+	}
+	if r, o := rcv.attr(heal, "mcpheal.heal.reason"), rcv.attr(heal, "mcpheal.heal.outcome"); r != "session_gone" || o != "ok" {
+		t.Errorf("heal span: reason %q, outcome %q; want session_gone, ok", r, o)
+	}
+	under := 0
+	for _, sp := range rcv.named("initialize") {
+		if string(sp.ParentSpanId) == string(heal.SpanId) {
+			under++
+		}
+	}
+	if under != 1 {
+		t.Errorf("%d initialize spans under the heal; want 1", under)
+	}
+	for _, r := range up.Requests()[before:] {
+		if r.HTTPMethod != http.MethodPost {
+			continue
+		}
+		tp := r.Header.Get("traceparent")
+		if !strings.HasPrefix(tp, "00-"+traceID+"-") {
+			t.Errorf("upstream %s carried traceparent %q; want the agent's trace %s", r.RPCMethod, tp, traceID)
+		}
+	}
+}
+
+// TestTraceFromMeta: an MCP 2026-07-28 agent puts its trace context in the
+// request's params._meta instead of headers; mcpheal continues it there.
+func TestTraceFromMeta(t *testing.T) {
+	t.Parallel()
+	rcv := startOTLPReceiver(t)
+	tp, shutdown, err := telemetry.New(context.Background(), telemetry.Config{Endpoint: rcv.url}, "test",
+		func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.Tracer = tp })
+	sid := peerRawInitialize(t, url)
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"traceparent":"00-`+
+		traceID+`-b7ad6b7169203331-01"}}}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("tools/list: %d %s", resp.StatusCode, body)
+	}
+	_ = shutdown(context.Background())
+	for _, sp := range rcv.named("tools/list") {
+		if sp.Kind == tracepb.Span_SPAN_KIND_SERVER {
+			if got := hex.EncodeToString(sp.TraceId); got != traceID {
+				t.Fatalf("request span in trace %s; want %s from params._meta", got, traceID)
+			}
+			return
+		}
+	}
+	t.Fatalf("no server span for tools/list; spans: %v", spanNames(rcv))
+}
+
+func spanNames(rcv *otlpReceiver) []string {
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var n []string
+	for _, sp := range rcv.spans {
+		n = append(n, sp.Name)
+	}
+	return n
+}
