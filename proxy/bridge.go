@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/classify/sse"
@@ -253,7 +254,7 @@ func (b *bridge) call(ctx *fasthttp.RequestCtx, r *request) {
 	b.calls.Store(c.key, c)
 	c.prepare(a.msg.id, nil, "")
 	a.watchAgent()
-	out := a.loop()
+	out := c.round(1)
 	if out.kind != outUpstream || (!a.resp.IsStream() && !isInputRequired(a.resp.Body())) {
 		c.answerJSON(out)
 		c.finish()
@@ -369,13 +370,29 @@ func (c *bridgeCall) stream(w *bufio.Writer) {
 		}
 		a.renew()
 		c.prepare(a.s.link.upcallID("round"), inputs, gjson.GetBytes(msg, "result.requestState").Raw)
-		if out := a.loop(); out.kind != outUpstream {
+		if out := c.round(round + 1); out.kind != outUpstream {
 			if !c.isCancelled() {
 				c.fail(a.fail(out))
 			}
 			return
 		}
 	}
+}
+
+// round runs one round upstream through the attempt loop; traced, it is a
+// span under the agent request's, its exchanges and any heal beneath it.
+func (c *bridgeCall) round(n int) outcome {
+	a := c.a
+	if a.s.trace == nil || a.r == nil || a.r.tctx == nil {
+		return a.loop()
+	}
+	parent := a.r.tctx
+	ctx, sp := a.s.trace.child(parent, "mcpheal bridge round", attribute.Int("mcpheal.bridge.round", n))
+	a.r.tctx = ctx
+	out := a.loop()
+	a.r.tctx = parent
+	sp.End()
+	return out
 }
 
 // fail ends the call's stream with mcpheal's error.

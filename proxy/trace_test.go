@@ -6,12 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
@@ -50,11 +53,10 @@ func startOTLPReceiver(t *testing.T) *otlpReceiver {
 					m := map[string]string{}
 					for _, kv := range sp.Attributes {
 						switch v := kv.Value.Value.(type) {
-						case interface{ GetStringValue() string }:
-							m[kv.Key] = v.GetStringValue()
-						}
-						if s := kv.Value.GetStringValue(); s != "" {
-							m[kv.Key] = s
+						case *commonpb.AnyValue_StringValue:
+							m[kv.Key] = v.StringValue
+						case *commonpb.AnyValue_IntValue:
+							m[kv.Key] = strconv.FormatInt(v.IntValue, 10)
 						}
 					}
 					rcv.attrs[sp] = m
@@ -234,4 +236,64 @@ func spanNames(rcv *otlpReceiver) []string {
 		n = append(n, sp.Name)
 	}
 	return n
+}
+
+// TestTraceOfBridgeRounds: a session-era agent's call that a 2026-07-28
+// server answers with an InputRequiredResult is one request span with a
+// span per round beneath it, each round's upstream exchange under its
+// round.
+func TestTraceOfBridgeRounds(t *testing.T) {
+	t.Parallel()
+	rcv := startOTLPReceiver(t)
+	tp, shutdown, err := telemetry.New(context.Background(), telemetry.Config{Endpoint: rcv.url}, "test",
+		func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := startModern(t)
+	_, url := startProxy(t, up.url, func(c *Config) { c.Tracer = tp })
+	cs, err := legacyClient(t, url, &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "ok"}}, nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("connect through mcpheal: %v", err)
+	}
+	res, err := goSDKCall(t, cs, "sample", map[string]any{"text": "hi"})
+	if err != nil || peerResultText(res) != "sampled ok state=round-1" {
+		t.Fatalf("sample: %q, %v", peerResultText(res), err)
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatalf("flushing the spans: %v", err)
+	}
+	var call *tracepb.Span
+	for _, sp := range rcv.named("tools/call sample") {
+		if sp.Kind == tracepb.Span_SPAN_KIND_SERVER {
+			call = sp
+		}
+	}
+	if call == nil {
+		t.Fatalf("no server span \"tools/call sample\"; spans: %v", spanNames(rcv))
+	}
+	rounds := map[string]*tracepb.Span{}
+	for _, sp := range rcv.named("mcpheal bridge round") {
+		if string(sp.ParentSpanId) == string(call.SpanId) {
+			rounds[rcv.attr(sp, "mcpheal.bridge.round")] = sp
+		}
+	}
+	if len(rounds) != 2 || rounds["1"] == nil || rounds["2"] == nil {
+		t.Fatalf("round spans under the call: %v; want rounds 1 and 2", rounds)
+	}
+	for n, round := range rounds {
+		under := 0
+		for _, sp := range rcv.named("tools/call sample") {
+			if sp.Kind == tracepb.Span_SPAN_KIND_CLIENT && string(sp.ParentSpanId) == string(round.SpanId) {
+				under++
+			}
+		}
+		if under != 1 {
+			t.Errorf("round %s: %d upstream exchanges beneath it; want 1", n, under)
+		}
+	}
 }
