@@ -109,7 +109,7 @@ func TestTraceOfAHeal(t *testing.T) {
 		t.Fatalf("telemetry.New = %v, %v", tp, err)
 	}
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.Tracer = tp })
+	_, url, logs := startProxyLog(t, up.URL(), func(c *Config) { c.Tracer = tp })
 	sid := peerRawInitialize(t, url)
 	up.ExpireSessions()
 	before := len(up.Requests())
@@ -185,6 +185,18 @@ func TestTraceOfAHeal(t *testing.T) {
 	}
 	if under != 1 {
 		t.Errorf("%d initialize spans under the heal; want 1", under)
+	}
+	healed := false
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"message":"session healed"`) {
+			healed = true
+			if !strings.Contains(line, `"trace_id":"`+traceID+`"`) {
+				t.Errorf("the heal's log line has not the trace id %s: %s", traceID, line)
+			}
+		}
+	}
+	if !healed {
+		t.Errorf("no \"session healed\" log line")
 	}
 	for _, r := range up.Requests()[before:] {
 		if r.HTTPMethod != http.MethodPost {
