@@ -467,6 +467,61 @@ func (a *attempt) peeked() [][]byte {
 	}
 }
 
+// How eachEvent ended.
+const (
+	eventsDone     = iota // fn said the answer is complete
+	eventsGone            // fn could not write to the agent
+	eventsCut             // the upstream stream ended first
+	eventsTooLarge        // an upstream event passed max_sse_line
+)
+
+// eachEvent reads the SSE answer's events, the first exchange's peek
+// first, and gives fn the data of each that has any, until fn reports the
+// answer done (done) or the agent gone (!ok), or the stream ends. It is how
+// a route that reads the events itself (the bridges) reads them; data is
+// valid until fn returns.
+func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
+	fr := &a.rw.fr // it holds what the attempt's peek read past its first events
+	fr.Max = a.s.cfg.MaxSSELine
+	var data []byte
+	feed := func(ev []byte) (int, bool) {
+		if data = sse.Data(data[:0], ev); len(data) == 0 {
+			return 0, false
+		}
+		switch done, ok := fn(data); {
+		case !ok:
+			return eventsGone, true
+		case done:
+			return eventsDone, true
+		}
+		return 0, false
+	}
+	for {
+		for _, ev := range a.peeked() {
+			if end, stop := feed(ev); stop {
+				return end
+			}
+		}
+		for {
+			ev, ok, ferr := fr.Next()
+			if ferr != nil {
+				return eventsTooLarge
+			}
+			if !ok {
+				break
+			}
+			if end, stop := feed(ev); stop {
+				return end
+			}
+		}
+		n, err := a.resp.Read(a.readBuf())
+		fr.Feed(a.buf[:n])
+		if err != nil && n == 0 {
+			return eventsCut
+		}
+	}
+}
+
 // next prepares the attempt for another exchange. A session the upstream
 // opened for an answer that is dropped (a failed initialize, a 2026-07-28
 // request to a session-era server) is DELETEd: nobody will use its id.

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mcpheal/mcpheal/classify"
-	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -405,54 +404,27 @@ func (c *bridgeCall) fail(f failure) {
 // round without an answer (the agent was told).
 func (c *bridgeCall) relayRound() ([]byte, bool) {
 	a := c.a
-	resp := a.resp
-	if !resp.IsStream() {
-		return append([]byte(nil), resp.Body()...), true
+	if !a.resp.IsStream() {
+		return append([]byte(nil), a.resp.Body()...), true
 	}
-	fr := &a.rw.fr // it holds what the attempt's peek read past its first events
-	fr.Max = a.s.cfg.MaxSSELine
-	var data []byte
-	for {
-		for _, ev := range a.peeked() {
-			if msg, done, ok := c.relayEvent(ev, &data); done || !ok {
-				return msg, ok
-			}
+	var msg []byte
+	switch a.eachEvent(func(data []byte) (bool, bool) {
+		if isResponse(data) {
+			msg = append([]byte(nil), data...)
+			return true, true
 		}
-		for {
-			ev, ok, ferr := fr.Next()
-			if ferr != nil {
-				c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
-				return nil, false
-			}
-			if !ok {
-				break
-			}
-			if msg, done, ok := c.relayEvent(ev, &data); done || !ok {
-				return msg, ok
-			}
+		return false, c.st.event(data)
+	}) {
+	case eventsTooLarge:
+		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
+	case eventsCut:
+		if !c.isCancelled() {
+			c.fail(a.cut())
 		}
-		n, err := resp.Read(a.readBuf())
-		fr.Feed(a.buf[:n])
-		if err != nil && n == 0 {
-			if !c.isCancelled() {
-				c.fail(a.cut())
-			}
-			return nil, false
-		}
+	case eventsDone:
+		return msg, true
 	}
-}
-
-// relayEvent handles one upstream event of a round: the round's answer
-// (done), or a message for the agent, written as it came.
-func (c *bridgeCall) relayEvent(ev []byte, data *[]byte) (msg []byte, done, ok bool) {
-	*data = sse.Data((*data)[:0], ev)
-	if len(*data) == 0 {
-		return nil, false, true
-	}
-	if isResponse(*data) {
-		return append([]byte(nil), *data...), true, true
-	}
-	return nil, false, c.st.event(*data)
+	return nil, false
 }
 
 // legacyAnswer maps a 2026-07-28 answer to what a session-era agent

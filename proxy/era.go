@@ -23,8 +23,9 @@ import (
 
 const (
 	eraUnknown = iota // not asked yet, or asked again after a restart
-	eraLegacy         // the upstream serves session-era agents itself: pass through
+	eraLegacy         // the session era only: 2026-07-28 agents go through the held route
 	eraModern         // 2026-07-28 only: bridge legacy agents
+	eraBoth           // both eras: every agent passes through
 )
 
 // discovery is what server/discover told of a 2026-07-28 upstream.
@@ -59,7 +60,7 @@ func (e *eraState) era() int { return e.detect(true) }
 // detect is era; log says whether to log the era it detects.
 func (e *eraState) detect(log bool) int {
 	if e.cfg.EraBridge == "off" {
-		return eraLegacy
+		return eraBoth // as if: nothing is bridged
 	}
 	if v := e.v.Load(); v != eraUnknown {
 		return int(v)
@@ -97,7 +98,7 @@ func (d *discovery) size() int64 {
 	return int64(len(d.capabilities) + len(d.serverInfo) + len(d.instructions))
 }
 
-var eraNames = [...]string{"unknown", "session (pass-through)", "2026-07-28 only (bridged)"}
+var eraNames = [...]string{"unknown", "session era only", "2026-07-28 only", "both eras (pass-through)"}
 
 // forgetEra makes the next request ask again: the upstream restarted (a
 // deploy may change its era) or answered as the other era does.
@@ -136,7 +137,21 @@ func (e *eraState) recheck() {
 
 // bridged reports whether legacy agents of this upstream go through the
 // bridge.
-func (e *eraState) bridged() bool { return e.era() == eraModern }
+func (e *eraState) bridged() bool {
+	return e.cfg.EraBridge != eraBridge2026 && e.era() == eraModern
+}
+
+// holds reports whether 2026-07-28 agents of this upstream go through the
+// held route (held.go).
+func (e *eraState) holds() bool {
+	return e.cfg.EraBridge != eraBridgeLegacy && e.era() == eraLegacy
+}
+
+// The era_bridge settings besides auto (both directions) and off.
+const (
+	eraBridgeLegacy = "legacy-agents" // session-era agents of 2026-07-28-only upstreams only
+	eraBridge2026   = "2026-agents"   // 2026-07-28 agents of session-era upstreams only
+)
 
 // probeEra asks the upstream server/discover. A 2026-07-28 server that
 // lists no session-era version is eraModern; one that lists one serves
@@ -175,8 +190,11 @@ func (e *eraState) probe() (int, *discovery) {
 			legacy = true
 		}
 	}
-	if !modern || legacy {
+	switch {
+	case !modern:
 		return eraLegacy, nil
+	case legacy:
+		return eraBoth, nil
 	}
 	d := &discovery{capabilities: []byte(res.Get("capabilities").Raw)}
 	if len(d.capabilities) == 0 {

@@ -31,6 +31,8 @@ type guard struct {
 	mem      *budget
 	link     *link
 	sessions *sessions
+	eras     *eraState
+	held     *held
 }
 
 // request is one agent request as the guard let it through: what every
@@ -45,9 +47,12 @@ type request struct {
 	// stateless: MCP 2026-07-28 traffic, which has no sessions (a
 	// server/discover, or the 2026-07-28 protocol version header).
 	stateless bool
-	del       bool             // a DELETE
-	sess      *session.Session // nil: no session (initialize, 2026-07-28 traffic)
-	standing  standing         // of the credential to sess
+	// holds: a 2026-07-28 request that goes on a session mcpheal holds
+	// for its agent (held.go); sess is that session, nil until created.
+	holds    bool
+	del      bool             // a DELETE
+	sess     *session.Session // nil: no session (initialize, 2026-07-28 traffic)
+	standing standing         // of the credential to sess
 	// held: the credential is the one sess's headers hold for its own
 	// work (keepalive, heals on its behalf).
 	held bool
@@ -113,6 +118,12 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *request) bool {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, r.msg.idOrNull(),
 			"initialize body larger than "+strconv.Itoa(g.cfg.MaxInitBody)+" bytes (max_init_body)")
 		return false
+	case r.stateless && !r.del && g.eras.holds():
+		// No session id: the session mcpheal holds for the agent's
+		// credential and client, if there is one yet (held.go).
+		r.holds = true
+		r.sess = g.held.lookup(heldKeyOf(r.auth, body))
+		return true
 	case r.msg.method == "initialize" || (r.stateless && !r.del):
 		return true
 	}

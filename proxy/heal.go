@@ -250,20 +250,28 @@ func (h *healer) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
 		return "", fmt.Errorf("%w: protocol version %q, session has %q", errRecipeRefused, got, version)
 	}
-	// notifications/initialized (MCP lifecycle: the client MUST send it).
-	// A notification does no harm twice, so a transport failure (a pooled
-	// connection the upstream closed as it restarted) sends it again on a
-	// checked connection: giving up would throw away the session the
-	// initialize just made, and make another.
-	note := upcall{hdr: agent, session: rep.session, version: version, body: initializedNote, deadline: deadline,
+	if err := h.initialized(ctx, agent, rep.session, version, deadline); err != nil {
+		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
+		return "", err
+	}
+	return rep.session, nil
+}
+
+// initialized sends notifications/initialized on a new upstream session
+// (MCP lifecycle: the client MUST send it). A notification does no harm
+// twice, so a transport failure (a pooled connection the upstream closed
+// as it restarted) sends it again on a checked connection: giving up
+// would throw away the session the initialize just made, and make another.
+func (h *healer) initialized(ctx context.Context, agent *fasthttp.RequestHeader, up session.UpstreamID, version string, deadline time.Time) error {
+	note := upcall{hdr: agent, session: up, version: version, body: initializedNote, deadline: deadline,
 		ctx: ctx, name: "notifications/initialized"}
 	for try := 1; ; try++ {
-		if _, err = h.link.call(&note); err == nil {
-			return rep.session, nil
+		_, err := h.link.call(&note)
+		if err == nil {
+			return nil
 		}
 		if try == 3 || time.Now().After(deadline) {
-			h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
-			return "", fmt.Errorf("notifications/initialized: %w", err)
+			return fmt.Errorf("notifications/initialized: %w", err)
 		}
 		note.checked = true
 	}

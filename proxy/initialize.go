@@ -42,7 +42,9 @@ func recipeHeaders(h *fasthttp.RequestHeader) [][2]string {
 	for k, v := range h.All() {
 		switch string(k) {
 		case "Host", "Content-Length", "Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version",
-			"Last-Event-Id", "User-Agent":
+			"Last-Event-Id", "User-Agent", "Mcp-Method", "Mcp-Name", "Traceparent", "Tracestate":
+			// The last four belong to one request: each request of the
+			// session sets its own.
 			continue
 		}
 		out = append(out, [2]string{string(k), string(v)})

@@ -1051,8 +1051,9 @@ func (g *peerDialect) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // goSDKClient connects a go-sdk v1.8.0 client (StreamableClientTransport,
 // default options, its own connection pool) to url and closes it in
-// cleanup. Like any go-sdk 1.8 client it first POSTs server/discover
-// (MCP-Protocol-Version 2026-07-28) and falls back to initialize 2025-11-25.
+// cleanup. It speaks the session era (initialize 2025-11-25): the tests of
+// session-era agents use it; goSDK2026Client is the same client speaking
+// MCP 2026-07-28.
 func goSDKClient(t testing.TB, url string) *mcp.ClientSession {
 	t.Helper()
 	return goSDKClientWith(t, url, nil)
@@ -1100,7 +1101,7 @@ func goSDKConnectVia(t testing.TB, url string, opts *mcp.ClientOptions, wrap fun
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   url,
 		HTTPClient: &http.Client{Transport: rt},
-	}, nil)
+	}, goSDKEra)
 	if err != nil {
 		tr.CloseIdleConnections()
 		return nil, err
@@ -1110,6 +1111,32 @@ func goSDKConnectVia(t testing.TB, url string, opts *mcp.ClientOptions, wrap fun
 		tr.CloseIdleConnections()
 	})
 	return cs, nil
+}
+
+// goSDKEra pins goSDKConnectVia's clients to the session era. Left to
+// itself a go-sdk 1.8 client first POSTs server/discover
+// (MCP-Protocol-Version 2026-07-28) and speaks 2026-07-28 when the answer
+// offers it, as mcpheal's does for a session-era upstream (held.go).
+var goSDKEra = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+
+// goSDK2026Client connects a go-sdk v1.8.0 client as it comes (it asks
+// server/discover first), which through mcpheal speaks MCP 2026-07-28.
+func goSDK2026Client(t testing.TB, url string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	tr := &http.Transport{}
+	c := mcp.NewClient(&mcp.Implementation{Name: "peer-test-go-sdk-2026", Version: "1.0.0"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: tr}}, nil)
+	if err != nil {
+		tr.CloseIdleConnections()
+		t.Fatalf("go-sdk client connect %s: %v", url, err)
+	}
+	t.Cleanup(func() {
+		_ = cs.Close()
+		tr.CloseIdleConnections()
+	})
+	return cs
 }
 
 // goSDKCall calls a tool with a peerTimeout deadline and returns the SDK's
@@ -1302,7 +1329,7 @@ func TestPeersGoSDKEcho(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := startGoSDK(t, tc.opts)
-			cs := goSDKClient(t, p.URL())
+			cs := goSDK2026Client(t, p.URL(), nil) // as it comes: it probes server/discover
 			callEcho(t, cs, "hello")
 			callEcho(t, cs, "again")
 			// A stateless server answers the client's server/discover

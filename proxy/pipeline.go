@@ -68,6 +68,8 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 		s.endSession(ctx, r)
 	case !r.stateless && s.eras.bridged():
 		s.bridge.serve(ctx, r)
+	case r.stateless && r.holds:
+		s.held.serve(ctx, r)
 	case r.msg.method == "initialize" && r.sess == nil:
 		s.initialize(ctx, r)
 	case r.msg.get && r.sess != nil:
@@ -147,6 +149,12 @@ func (a *attempt) create() outcome {
 		a.s.link.dropMinted(a.resp)
 		return outcome{kind: outTooLarge, class: classify.Protocol, err: errAnswerTooLarge}
 	}
+	return a.createFrom(msg)
+}
+
+// createFrom is create, given the initialize's answer (its JSON-RPC
+// message).
+func (a *attempt) createFrom(msg []byte) outcome {
 	version := initializedVersion(a.resp.StatusCode(), msg)
 	if version == "" {
 		return outcome{kind: outUpstream, class: classify.Classify(a.resp.StatusCode(), mimeJSON, msg)}
@@ -218,4 +226,5 @@ func (s *Server) fleetEvent(id session.ClientID, e session.Event) {
 func (s *Server) released(sess *session.Session) {
 	s.streams.stop(sess.ID)
 	s.bridge.stopListen(sess.ID)
+	s.held.released(sess)
 }

@@ -187,13 +187,15 @@ func TestStatelessEraProbe(t *testing.T) {
 	for _, o := range []goSDKOpts{{}, {Stateless: true}} {
 		up := startGoSDK(t, o)
 		s, url := startProxy(t, up.URL(), nil)
-		cs := goSDKClient(t, url)
+		cs := goSDK2026Client(t, url, nil)
 		callEcho(t, cs, "probe")
 		if up.Calls("server/discover") == 0 {
-			t.Errorf("stateless=%v: the client's server/discover never reached the upstream", o.Stateless)
+			t.Errorf("stateless=%v: no server/discover reached the upstream", o.Stateless)
 		}
-		// A 2025 server refuses the probe and the client initializes a
-		// session; a stateless one speaks 2026-07-28, which has none.
+		// A stateless server speaks 2026-07-28 itself: the client's
+		// requests pass through, without sessions. For a server of the
+		// session era only, mcpheal answers the probe and holds a session
+		// for the 2026-07-28 client (held.go).
 		want := 1
 		if o.Stateless {
 			want = 0

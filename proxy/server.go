@@ -122,10 +122,13 @@ type Config struct {
 	// StoreTimeout bounds each call to Shared; past it the process carries
 	// on alone. Zero means 250 ms.
 	StoreTimeout time.Duration
-	// EraBridge is "auto" (the default): legacy agents of an upstream that
-	// speaks only MCP 2026-07-28 go through the bridge (README "Legacy
-	// agents, 2026-07-28 servers"); "off": never, their traffic passes
-	// through.
+	// EraBridge says which agents are bridged across protocol eras (README
+	// "Across protocol eras"). "auto" (the default): both directions:
+	// session-era agents of an upstream that speaks only MCP 2026-07-28 go
+	// through the bridge, and 2026-07-28 agents of an upstream of the
+	// session era only get a session held for them. "legacy-agents" or
+	// "2026-agents": only that direction. "off": neither; every request
+	// passes through.
 	EraBridge string
 	// MemoryBudget caps the bytes of session state and buffered answers the
 	// upstream's sessions may hold (see budget); zero means 512 MiB.
@@ -203,9 +206,9 @@ func (c *Config) normalize() error {
 	switch c.EraBridge {
 	case "":
 		c.EraBridge = "auto"
-	case "auto", "off":
+	case "auto", "off", eraBridgeLegacy, eraBridge2026:
 	default:
-		return fmt.Errorf("era_bridge: want auto or off, got %q", c.EraBridge)
+		return fmt.Errorf("era_bridge: want auto, legacy-agents, 2026-agents or off, got %q", c.EraBridge)
 	}
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
 	c.AdminListen = orStr(c.AdminListen, AdminFor(c.Listen))
@@ -249,6 +252,7 @@ type Server struct {
 	healer   *healer
 	eras     *eraState
 	bridge   *bridge
+	held     *held
 	streams  streamSet
 	inflight atomic.Int64 // ServeMCP calls running
 
@@ -303,6 +307,8 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.eras = &eraState{cfg: &s.cfg, log: &s.log, link: s.link, mem: &s.mem, bg: &s.bg}
 	s.link.onRecover = s.eras.recheck
 	s.bridge = &bridge{s: s}
+	s.held = &held{s: s, byKey: make(map[heldKey]*heldEntry), hubs: make(map[*session.Session]*heldHub)}
+	s.guard.eras, s.guard.held = s.eras, s.held
 	if f := s.sessions.fleet; f != nil && f.watcher != nil && s.bg.Add(1) {
 		go func() {
 			defer s.bg.Done()

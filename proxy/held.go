@@ -1,0 +1,485 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// held is the route of an MCP 2026-07-28 agent in front of a session-era
+// upstream (README "2026-07-28 agents, session-era servers"). The agent
+// holds no session; mcpheal holds one upstream for it, and heals it like
+// any other: its requests come through the guard (which finds the held
+// session), go upstream through the attempt loop (the one replay rule, the
+// one heal), and only their translation is this route's:
+//
+//   - server/discover is answered from the upstream's initialize;
+//   - every other request goes on the held session of its credential and
+//     client (the _meta's clientInfo and clientCapabilities), with an id of
+//     mcpheal's (agents sharing a session may use the same ids) and without
+//     the 2026-07-28 _meta members, which the session's initialize carries;
+//     its answer comes back with the agent's id;
+//   - a server→client request on the call's SSE answer (sampling,
+//     elicitation, roots) ends the agent's answer as an InputRequiredResult;
+//     the upstream's answer stays open until the agent retries with its
+//     inputResponses and the requestState mcpheal gave it
+//     (held_input.go);
+//   - the log level the _meta asks for is set on the session first, and
+//     kept in its journal, so a heal restores it;
+//   - subscriptions/listen is the session's GET stream and
+//     resources/subscribe (held_listen.go).
+//
+// A held session is a session like an agent's: in the store, under its
+// caps and the memory budget, kept warm by keepalive, healed on death,
+// ended and DELETEd upstream when idle for session_ttl. Its id never
+// leaves mcpheal.
+type held struct {
+	s      *Server
+	mu     sync.Mutex
+	byKey  map[heldKey]*heldEntry
+	parked sync.Map // requestState → *heldCall waiting for the agent's input
+	calls  sync.Map // callKey → heldCancel, for notifications/cancelled
+	infos  sync.Map // *session.Session → *discovery: its initialize's answer
+	hubs   map[*session.Session]*heldHub
+}
+
+// heldCancel is what an agent's notifications/cancelled can end: a call,
+// or a listen.
+type heldCancel interface{ cancelByAgent() }
+
+// heldKey names the held session of a credential and a client: a hash of
+// the agent's Authorization and the clientInfo and clientCapabilities its
+// requests carry (what the upstream would have seen in an initialize).
+type heldKey [sha256.Size]byte
+
+// heldEntry is one held session, or its creation in progress (ready
+// closes when it ended, sess nil if it failed).
+type heldEntry struct {
+	ready chan struct{}
+	sess  *session.Session
+	// info is what the upstream's initialize answered, for
+	// server/discover; counted in the memory budget while held.
+	info *discovery
+}
+
+// metaKey is the 2026-07-28 _meta member named name.
+func metaKey(name string) string { return `params._meta.io\.modelcontextprotocol/` + name }
+
+// heldKeyOf returns the held key of an agent request.
+func heldKeyOf(auth, body []byte) heldKey {
+	h := sha256.New()
+	h.Write(auth)
+	for _, name := range [...]string{"clientInfo", "clientCapabilities"} {
+		h.Write([]byte{0})
+		h.Write([]byte(gjson.GetBytes(body, metaKey(name)).Raw))
+	}
+	var k heldKey
+	h.Sum(k[:0])
+	return k
+}
+
+// lookup returns the live held session of k, if any.
+func (h *held) lookup(k heldKey) *session.Session {
+	h.mu.Lock()
+	e := h.byKey[k]
+	h.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	select {
+	case <-e.ready:
+		if e.sess != nil && !e.sess.Removed() {
+			return e.sess
+		}
+	default:
+	}
+	return nil
+}
+
+// released forgets a held session that left the store.
+func (h *held) released(sess *session.Session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, e := range h.byKey {
+		select {
+		case <-e.ready:
+			if e.sess == sess {
+				delete(h.byKey, k)
+				h.s.mem.give(e.info.size())
+				h.infos.Delete(sess)
+			}
+		default:
+		}
+	}
+	if hub := h.hubs[sess]; hub != nil {
+		delete(h.hubs, sess)
+		hub.g.stop()
+	}
+}
+
+// capabilities returns the upstream's capabilities of a held session, raw
+// JSON.
+func (h *held) capabilities(sess *session.Session) []byte {
+	if v, ok := h.infos.Load(sess); ok {
+		return v.(*discovery).capabilities
+	}
+	return []byte("{}")
+}
+
+// journalled records a change of a held session's state in its journal
+// (within max_journal and the memory budget) and makes it upstream. The
+// journal comes first: should the session be found gone, the heal that
+// follows replays it.
+func (h *held) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, c session.JournalChange, method, params string) error {
+	s := h.s
+	n, ok := sess.ReserveJournal(c, s.cfg.MaxJournal)
+	if !ok {
+		return errJournalFull
+	}
+	if !s.mem.take(int64(n)) {
+		sess.UnreserveJournal(n)
+		return errBudget
+	}
+	s.sessions.journal(sess, c, int64(n))
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	up, gen := sess.Current()
+	body := `{"jsonrpc":"2.0","id":` + s.link.upcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
+	cls, err := s.healer.sessionCall(ctx, hdr, sess, up, body, nil)
+	if cls == classify.SessionGone {
+		hctx, cancel := context.WithTimeout(ctx, s.cfg.HealTimeout)
+		defer cancel()
+		_, _, err = s.healer.heal(hctx, sess, gen, reasonSessionGone, hdr)
+	}
+	return err
+}
+
+// errJournalFull: the change would pass max_journal.
+var errJournalFull = errors.New("the session's state would pass max_journal")
+
+// serve handles one request of a 2026-07-28 agent of a session-era
+// upstream.
+func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
+	m := &r.msg
+	switch {
+	case m.batch:
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+			"Invalid Request: MCP 2026-07-28 has no JSON-RPC batches")
+		return
+	case m.get || (m.method == "" && m.id != ""):
+		// 2026-07-28 has no GET stream, and its agents answer the
+		// server's requests in a retry's inputResponses.
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.idOrNull(),
+			"Invalid Request: not a request of MCP 2026-07-28")
+		return
+	case m.method == "initialize":
+		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.idOrNull(),
+			"Invalid Request: MCP 2026-07-28 has no initialize (MCP-Protocol-Version says 2026-07-28)")
+		return
+	}
+	var info *discovery
+	if r.sess == nil || m.method == "server/discover" {
+		e, f := h.entry(ctx, r)
+		if e == nil {
+			h.s.count.request(m, classify.TransportDead)
+			writeFailure(ctx, m.idOrNull(), f)
+			return
+		}
+		r.sess, info = e.sess, e.info
+	}
+	// The key holds the credential: the session is the request's own.
+	r.standing, r.held = bound, true
+	switch {
+	case m.method == "server/discover":
+		h.discover(ctx, r, info)
+	case m.method == "subscriptions/listen":
+		h.listen(ctx, r)
+	case gjson.GetBytes(r.body, "params.requestState").Exists():
+		h.resume(ctx, r)
+	default:
+		h.call(ctx, r)
+	}
+}
+
+// entry returns the held session of r's key, creating it (an upstream
+// initialize) when there is none. Concurrent first requests of a key wait
+// for one creation. On failure it returns nil and the agent's answer.
+func (h *held) entry(ctx *fasthttp.RequestCtx, r *request) (*heldEntry, failure) {
+	k := heldKeyOf(r.auth, r.body)
+	for {
+		h.mu.Lock()
+		e := h.byKey[k]
+		if e == nil {
+			e = &heldEntry{ready: make(chan struct{})}
+			h.byKey[k] = e
+			h.mu.Unlock()
+			f := h.create(ctx, r, e)
+			if e.sess == nil {
+				h.mu.Lock()
+				delete(h.byKey, k)
+				h.mu.Unlock()
+			}
+			close(e.ready)
+			if e.sess == nil {
+				return nil, f
+			}
+			return e, f
+		}
+		h.mu.Unlock()
+		select {
+		case <-e.ready:
+		case <-h.s.done:
+			return nil, failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, msg: "mcpheal is shutting down", retryAfter: 1}
+		}
+		if e.sess != nil && !e.sess.Removed() {
+			return e, failure{}
+		}
+		h.mu.Lock()
+		if h.byKey[k] == e {
+			delete(h.byKey, k) // ended, or failed for another request: try again
+		}
+		h.mu.Unlock()
+		if e.sess == nil {
+			// The creation this request waited for failed: it says why.
+			return nil, failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
+				msg: "the upstream did not open a session for this agent; retry later"}
+		}
+	}
+}
+
+// create opens the held session of e: the initialize a session-era agent
+// would have sent, built from the request's _meta, goes through the
+// attempt loop as an agent's initialize does, then
+// notifications/initialized. It returns the agent's answer on failure.
+func (h *held) create(ctx *fasthttp.RequestCtx, r *request, e *heldEntry) failure {
+	s := h.s
+	body := heldInitialize(r.body, s.link.upcallID("init"))
+	ir := &request{msg: message{method: "initialize", id: gjson.GetBytes(body, "id").Raw}, body: body, hdr: r.hdr,
+		auth: r.auth, tctx: r.tctx}
+	a := newAttempt(s, nil, ir)
+	defer a.release()
+	a.gen = 1
+	s.link.copyRequest(r.hdr, body, a.req)
+	stripStateless(&a.req.Header)
+	a.req.Header.DelBytes(hdrProtocolVersion)
+	s.count.upstreamInits.Add(1)
+	out := a.loop()
+	var msg []byte
+	if out.kind == outUpstream {
+		var ok bool
+		if msg, ok = a.initializeAnswer(); !ok {
+			s.link.dropMinted(a.resp)
+			out = outcome{kind: outTooLarge, class: classify.Protocol, err: errAnswerTooLarge}
+		} else {
+			out = a.createFrom(msg)
+		}
+	}
+	if out.kind != outUpstream {
+		return heldFailure(a.fail(out))
+	}
+	if a.sess == nil {
+		// The upstream's answer to the initialize was not a session.
+		st := a.resp.StatusCode()
+		if st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden {
+			return failure{status: st, code: codeUnauthorized, challenge: string(a.resp.Header.Peek("WWW-Authenticate")),
+				msg: "the upstream refused this request's credential (" + strconv.Itoa(st) + ")"}
+		}
+		why := gjson.GetBytes(msg, "error.message").Str
+		if why == "" {
+			why = "HTTP " + strconv.Itoa(st)
+		}
+		return failure{status: fasthttp.StatusBadGateway, code: codeUpstreamInvalid,
+			msg: "the upstream refused the session mcpheal opens for this agent: " + why}
+	}
+	sess := a.sess
+	up, _ := sess.Current()
+	hdr := recipeHeader(sess)
+	if err := s.healer.initialized(r.tctx, hdr, up, sess.Recipe.ProtocolVersion, time.Now().Add(s.cfg.HealTimeout)); err != nil {
+		s.sessions.end(sess, false)
+		s.link.deleteLater(up, hdr.PeekBytes(hdrAuthorization), true)
+		return failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
+			msg: "the upstream did not take notifications/initialized: " + err.Error()}
+	}
+	e.info = heldDiscovery(msg)
+	s.mem.charge(e.info.size())
+	h.infos.Store(sess, e.info)
+	if gjson.GetBytes(e.info.capabilities, "logging").Exists() {
+		// Every level, filtered per request (its _meta's logLevel): agents
+		// sharing the session may each ask for another.
+		if err := h.journalled(r.tctx, hdr, sess, session.JournalChange{Level: `{"level":"debug"}`},
+			"logging/setLevel", `{"level":"debug"}`); err != nil {
+			s.log.Warn().Str(logSession, sess.ID.Short()).Err(err).Msg("held session: logging/setLevel failed")
+		}
+	}
+	e.sess = sess
+	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", sess.Recipe.ProtocolVersion).
+		Msg("session held for a 2026-07-28 agent")
+	return failure{}
+}
+
+// heldFailure is f as a 2026-07-28 agent can read it: it holds no
+// session, so a 404 (the upstream refused to open one) is a refusal of the
+// upstream's; and its SDK reads a JSON-RPC error only in an HTTP 200 or
+// 400 answer, so mcpheal's errors go in a 200 (Retry-After kept), but for
+// a 401 or 403, whose challenge the agent's auth acts on.
+func heldFailure(f failure) failure {
+	if f.status == fasthttp.StatusNotFound {
+		f.code = codeUpstreamInvalid
+		f.msg = "the upstream refused the session mcpheal holds for this agent"
+	}
+	if f.status != fasthttp.StatusUnauthorized && f.status != fasthttp.StatusForbidden {
+		f.status = fasthttp.StatusOK
+	}
+	return f
+}
+
+// heldInitialize returns the initialize a session-era agent with the
+// request's clientInfo and clientCapabilities would send.
+func heldInitialize(body []byte, id string) []byte {
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
+	out = append(out, `,"method":"initialize","params":{"protocolVersion":"`...)
+	out = append(out, legacyVersions[0]...)
+	out = append(out, `","capabilities":`...)
+	if cc := gjson.GetBytes(body, metaKey("clientCapabilities")); cc.IsObject() {
+		out = append(out, cc.Raw...)
+	} else {
+		out = append(out, "{}"...)
+	}
+	out = append(out, `,"clientInfo":`...)
+	if ci := gjson.GetBytes(body, metaKey("clientInfo")); ci.IsObject() {
+		out = append(out, ci.Raw...)
+	} else {
+		out = append(out, `{"name":"mcpheal","version":"1"}`...)
+	}
+	return append(out, "}}"...)
+}
+
+// heldDiscovery keeps what server/discover answers from an initialize
+// answer.
+func heldDiscovery(msg []byte) *discovery {
+	res := gjson.GetBytes(msg, "result")
+	d := &discovery{capabilities: []byte(res.Get("capabilities").Raw), serverInfo: []byte(res.Get("serverInfo").Raw)}
+	if len(d.capabilities) == 0 {
+		d.capabilities = []byte("{}")
+	}
+	if len(d.serverInfo) == 0 {
+		d.serverInfo = []byte(`{"name":"mcpheal","version":"1"}`)
+	}
+	if ins := res.Get("instructions"); ins.Type == gjson.String {
+		d.instructions = []byte(ins.Raw)
+	}
+	return d
+}
+
+// discover answers server/discover from the held session's initialize.
+func (h *held) discover(ctx *fasthttp.RequestCtx, r *request, d *discovery) {
+	m := &r.msg
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.idOrNull()...)
+	out = append(out, `,"result":{"supportedVersions":["`+statelessVersion+`"],"capabilities":`...)
+	out = append(out, d.capabilities...)
+	if d.instructions != nil {
+		out = append(out, `,"instructions":`...)
+		out = append(out, d.instructions...)
+	}
+	out = append(out, `,"_meta":{"io.modelcontextprotocol/serverInfo":`...)
+	out = append(out, d.serverInfo...)
+	out = append(out, "}}}"...)
+	h.s.count.request(m, classify.OK)
+	writeJSONAnswer(ctx, fasthttp.StatusOK, out, nil, &h.s.mem)
+}
+
+// stripStateless removes the headers of a 2026-07-28 request that a
+// session-era server has no use for.
+func stripStateless(h *fasthttp.RequestHeader) {
+	h.Del("Mcp-Method")
+	h.Del("Mcp-Name")
+}
+
+// downgrade returns body as a session-era request of the held session:
+// its id replaced by id, without the 2026-07-28 members of params._meta
+// (the session's initialize carries them), inputResponses and
+// requestState.
+func downgrade(body []byte, id string) []byte {
+	r := gjson.ParseBytes(body)
+	out := make([]byte, 0, len(body)+len(id))
+	out = append(out, `{"jsonrpc":"2.0"`...)
+	r.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "jsonrpc":
+			return true
+		case "id":
+			out = append(out, `,"id":`...)
+			out = append(out, id...)
+			return true
+		case "params":
+			if v.IsObject() {
+				out = append(out, `,"params":`...)
+				out = appendParams(out, v)
+				return true
+			}
+		}
+		out = append(out, ',')
+		out = append(out, k.Raw...)
+		out = append(out, ':')
+		out = append(out, v.Raw...)
+		return true
+	})
+	return append(out, '}')
+}
+
+// appendParams appends params without inputResponses, requestState and
+// the 2026-07-28 members of _meta (an empty _meta is left out).
+func appendParams(out []byte, params gjson.Result) []byte {
+	out = append(out, '{')
+	n := 0
+	params.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "inputResponses", "requestState":
+			return true
+		case "_meta":
+			var meta []byte
+			v.ForEach(func(mk, mv gjson.Result) bool {
+				if !strings.HasPrefix(mk.Str, "io.modelcontextprotocol/") {
+					if len(meta) > 0 {
+						meta = append(meta, ',')
+					}
+					meta = append(meta, mk.Raw...)
+					meta = append(meta, ':')
+					meta = append(meta, mv.Raw...)
+				}
+				return true
+			})
+			if meta == nil {
+				return true
+			}
+			if n > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `"_meta":{`...)
+			out = append(out, meta...)
+			out = append(out, '}')
+			n++
+			return true
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, k.Raw...)
+		out = append(out, ':')
+		out = append(out, v.Raw...)
+		n++
+		return true
+	})
+	return append(out, '}')
+}

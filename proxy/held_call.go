@@ -1,0 +1,480 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/rand"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+)
+
+// heldCall is one 2026-07-28 agent request on its held session: its
+// exchange upstream (an attempt), and its answer, which may come in
+// several agent requests: an upstream request for input (sampling,
+// elicitation, roots) parks the call, and the agent's retry with its
+// inputResponses resumes it on the same upstream answer.
+type heldCall struct {
+	h       *held
+	a       *attempt
+	agentID string // the raw JSON id of the agent request now answered
+	upID    string // the raw JSON id the upstream got
+	hdr     *fasthttp.RequestHeader
+	st      agentStream
+	// level is the least severity of the log messages the agent asked for
+	// (its _meta's logLevel; -1: none). upToken is the progressToken the
+	// upstream got, agentToken the one the agent now waits on (a retry
+	// has its own).
+	level               int
+	upToken, agentToken string
+
+	mu    sync.Mutex
+	key   string    // in held.calls while the agent waits on it
+	asks  []heldAsk // the upstream's requests the agent was asked to answer
+	token string    // requestState, while parked
+	timer *time.Timer
+	ended bool
+	// handoff closes when the stream writer that parked the call has
+	// returned: the retry's writer starts after it.
+	handoff chan struct{}
+}
+
+// heldAsk is an upstream request for input, sent to the agent as one
+// member of an InputRequiredResult.
+type heldAsk struct {
+	key  string // its key in inputRequests
+	upID string // the raw JSON id the upstream gave it
+}
+
+// call sends a 2026-07-28 agent's request on its held session and
+// answers it: JSON when the upstream answered JSON, else an event stream
+// of the upstream's notifications, ending with the answer or an
+// InputRequiredResult.
+func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
+	s := h.s
+	if r.msg.method == "notifications/cancelled" {
+		h.cancel(r)
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	a := newAttempt(s, ctx, r)
+	a.heals = true
+	c := &heldCall{h: h, a: a, agentID: strings.Clone(r.msg.id), hdr: new(fasthttp.RequestHeader)}
+	c.follow(r.body)
+	c.upToken = c.agentToken
+	if r.msg.id != "" {
+		c.upID = s.link.upcallID("call")
+	}
+	r.hdr.CopyTo(c.hdr)
+	s.link.copyRequest(r.hdr, downgrade(r.body, c.upID), a.req)
+	stripStateless(&a.req.Header)
+	a.req.Header.SetBytesK(hdrProtocolVersion, r.sess.Recipe.ProtocolVersion)
+	h.track(c)
+	a.watchAgent()
+	out := a.loop()
+	switch {
+	case out.kind != outUpstream:
+		if out.kind == outAgentGone {
+			c.cancelUpstream()
+		}
+		f := heldFailure(a.fail(out))
+		r.outcome(out.kind, out.class, f.code)
+		if out.kind == outAgentGone {
+			ctx.SetConnectionClose()
+		}
+		writeFailure(ctx, r.msg.idOrNull(), f)
+		c.finish()
+	case !a.resp.IsStream():
+		msg, status := c.modernAnswer(a.resp.StatusCode(), a.resp.Body())
+		if len(msg) == 0 {
+			ctx.SetStatusCode(status)
+		} else if writeJSONAnswer(ctx, status, msg, nil, &s.mem) {
+			s.count.bytesOut.Add(uint64(len(msg)))
+		}
+		c.done(msg, status)
+		c.finish()
+	default:
+		a.msg.id, a.msg.method, a.msg.tool = strings.Clone(a.msg.id), strings.Clone(a.msg.method), strings.Clone(a.msg.tool)
+		a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: bound, held: true,
+			auth: append([]byte(nil), r.auth...), hdr: c.hdr, tctx: r.tctx}
+		c.streamTo(ctx)
+	}
+}
+
+// streamTo answers ctx with an event stream that c writes.
+func (c *heldCall) streamTo(ctx *fasthttp.RequestCtx) {
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentTypeBytes(mimeEventStream)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	c.st = agentStream{s: c.h.s, conn: ctx.Conn()}
+	ctx.SetBodyStreamWriter(c.stream)
+}
+
+// stream relays the upstream's events to the agent: its notifications as
+// they come, then its answer with the agent's id, or, at its first
+// request for input, an InputRequiredResult that parks the call.
+func (c *heldCall) stream(w *bufio.Writer) {
+	a := c.a
+	c.st.w = w
+	var final []byte
+	parked := false
+	end := a.eachEvent(func(data []byte) (bool, bool) {
+		switch {
+		case isResponse(data):
+			final, _ = c.modernAnswer(fasthttp.StatusOK, data)
+			return true, c.st.event(final)
+		case isServerRequest(data):
+			parked = c.park(data)
+			return true, parked
+		}
+		if note := c.notification(data); note != nil {
+			return false, c.st.event(note)
+		}
+		return false, true
+	})
+	switch end {
+	case eventsDone:
+		if parked {
+			close(c.handoff)
+			return // the agent's retry resumes it (resume)
+		}
+		c.done(final, fasthttp.StatusOK)
+	case eventsGone:
+		c.cancelUpstream()
+	case eventsCut:
+		c.fail(a.cut())
+	case eventsTooLarge:
+		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
+	}
+	c.finish()
+}
+
+// fail ends the call's stream with mcpheal's error.
+func (c *heldCall) fail(f failure) {
+	c.st.event(appendError(nil, f.code, c.agentID, f.msg))
+}
+
+// done counts the call's answer and does what an accepted request does on
+// its session.
+func (c *heldCall) done(msg []byte, status int) {
+	a := c.a
+	cls := classify.Classify(status, mimeJSON, msg)
+	a.s.count.request(&a.msg, cls)
+	if cls == classify.OK {
+		a.accepted()
+		if a.msg.method == "tools/list" {
+			learnTools(a.sess, msg)
+		}
+	}
+}
+
+// finish ends the call: its attempt goes back to the pool.
+func (c *heldCall) finish() {
+	c.a.unwatch()
+	c.mu.Lock()
+	c.ended = true
+	key := c.key
+	c.key = ""
+	c.mu.Unlock()
+	if key != "" {
+		c.h.calls.CompareAndDelete(key, c)
+	}
+	c.a.release()
+}
+
+// follow takes what an agent request asks of the call's notifications:
+// its log level and progress token.
+func (c *heldCall) follow(body []byte) {
+	c.level = -1
+	if l := gjson.GetBytes(body, metaKey("logLevel")); l.Type == gjson.String {
+		c.level = logSeverity(l.Str)
+	}
+	c.agentToken = gjson.GetBytes(body, "params._meta.progressToken").Raw
+}
+
+// logLevels are MCP's log levels, least severe first.
+var logLevels = [...]string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+
+func logSeverity(level string) int {
+	for i, l := range logLevels {
+		if l == level {
+			return i
+		}
+	}
+	return 0
+}
+
+// notification returns an upstream notification as the agent gets it, or
+// nil when it does not want it: a log message below its level (or any, if
+// it asked for none), a progress notification that names the token of the
+// retry it now waits on.
+func (c *heldCall) notification(msg []byte) []byte {
+	r := gjson.ParseBytes(msg)
+	switch r.Get("method").Str {
+	case "notifications/message":
+		if c.level < 0 || logSeverity(r.Get("params.level").Str) < c.level {
+			return nil
+		}
+	case "notifications/progress":
+		tok := r.Get("params.progressToken")
+		if tok.Raw == c.upToken && c.agentToken != "" && c.agentToken != c.upToken {
+			out := make([]byte, 0, len(msg)+len(c.agentToken))
+			out = append(out, msg[:tok.Index]...)
+			out = append(out, c.agentToken...)
+			return append(out, msg[tok.Index+len(tok.Raw):]...)
+		}
+	}
+	return msg
+}
+
+// modernAnswer maps a session-era answer to what a 2026-07-28 agent
+// expects: its own id, and never a 404 (it has no session to lose). The
+// message returned is a copy; nil for an empty body.
+func (c *heldCall) modernAnswer(status int, msg []byte) ([]byte, int) {
+	if status == fasthttp.StatusNotFound {
+		status = fasthttp.StatusBadGateway
+		if gjson.GetBytes(msg, "error").Exists() {
+			status = fasthttp.StatusOK
+		}
+	}
+	if len(msg) == 0 {
+		return nil, status
+	}
+	return modernMessage(msg, c.agentID), status
+}
+
+// modernMessage returns a copy of a session-era JSON-RPC response as
+// MCP 2026-07-28 has it: with id agentID (unless empty), and its result's
+// resultType, which every 2026-07-28 result carries ("complete").
+func modernMessage(msg []byte, agentID string) []byte {
+	r := gjson.ParseBytes(msg)
+	id, res := r.Get("id"), r.Get("result")
+	type splice struct {
+		at, cut int
+		with    string
+	}
+	var edits []splice
+	if id.Exists() && id.Index > 0 && agentID != "" {
+		edits = append(edits, splice{id.Index, len(id.Raw), agentID})
+	}
+	if res.IsObject() && res.Index > 0 && !res.Get("resultType").Exists() {
+		with := `"resultType":"complete"`
+		if hasMembers(res.Raw) {
+			with += ","
+		}
+		edits = append(edits, splice{res.Index + 1, 0, with})
+	}
+	if len(edits) == 2 && edits[1].at < edits[0].at {
+		edits[0], edits[1] = edits[1], edits[0]
+	}
+	out := make([]byte, 0, len(msg)+len(agentID)+32)
+	pos := 0
+	for _, e := range edits {
+		out = append(out, msg[pos:e.at]...)
+		out = append(out, e.with...)
+		pos = e.at + e.cut
+	}
+	return append(out, msg[pos:]...)
+}
+
+// isServerRequest reports a JSON-RPC request (method and id) from the
+// upstream: it asks the client for something.
+func isServerRequest(msg []byte) bool {
+	r := gjson.ParseBytes(msg)
+	return r.Get("method").Type == gjson.String && r.Get("id").Exists()
+}
+
+// park ends the agent's answer with an InputRequiredResult carrying the
+// upstream's request, and keeps the upstream's answer open for the agent's
+// retry, at most response_timeout. It reports whether the agent got it.
+func (c *heldCall) park(req []byte) bool {
+	h, a := c.h, c.a
+	r := gjson.ParseBytes(req)
+	c.mu.Lock()
+	ask := heldAsk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: r.Get("id").Raw}
+	c.asks = append(c.asks, ask)
+	c.token = rand.Text()
+	token := c.token
+	c.handoff = make(chan struct{})
+	c.mu.Unlock()
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), c.agentID...)
+	out = append(out, `,"result":{"resultType":"input_required","inputRequests":{`...)
+	out = strconv.AppendQuote(out, ask.key)
+	out = append(out, `:{"method":`...)
+	out = append(out, r.Get("method").Raw...)
+	if p := r.Get("params"); p.IsObject() {
+		out = append(out, `,"params":`...)
+		out = append(out, p.Raw...)
+	}
+	out = append(out, `}},"requestState":`...)
+	out = strconv.AppendQuote(out, token)
+	out = append(out, "}}"...)
+	// The agent's connection is its own again: the watch ends before
+	// fasthttp reads it.
+	a.unwatch()
+	h.untrack(c)
+	h.parked.Store(token, c)
+	c.mu.Lock()
+	c.timer = time.AfterFunc(a.s.cfg.ResponseTimeout, func() { h.expire(token, c) })
+	c.mu.Unlock()
+	a.s.count.request(&a.msg, classify.OK)
+	if !c.st.event(out) {
+		if h.parked.CompareAndDelete(token, c) {
+			c.timer.Stop()
+		}
+		return false // the writer cancels and ends the call
+	}
+	return true
+}
+
+// expire gives up on a parked call whose agent did not come back.
+func (h *held) expire(token string, c *heldCall) {
+	if !h.parked.CompareAndDelete(token, c) {
+		return
+	}
+	c.cancelUpstream()
+	c.finish()
+}
+
+// resume takes a 2026-07-28 agent's retry of a parked call: its
+// inputResponses answer the upstream's requests, and the call's answer
+// goes on, as an event stream, to this request.
+func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
+	s := h.s
+	token := gjson.GetBytes(r.body, "params.requestState").Str
+	v, ok := h.parked.Load(token)
+	var c *heldCall
+	if ok {
+		c = v.(*heldCall)
+		// Only the session (the credential and client) that was asked may
+		// answer, and only for the same request.
+		ok = c.a.sess == r.sess && c.a.msg.method == r.msg.method && c.a.msg.tool == r.msg.tool &&
+			h.parked.CompareAndDelete(token, c)
+	}
+	if !ok {
+		s.count.request(&r.msg, classify.Protocol)
+		writeError(ctx, fasthttp.StatusOK, -32602, r.msg.idOrNull(),
+			"Invalid params: requestState names no call of this agent waiting for input (answered, or given up after response_timeout)")
+		return
+	}
+	<-c.handoff
+	c.mu.Lock()
+	c.timer.Stop()
+	asks := c.asks
+	c.asks, c.token = nil, ""
+	c.mu.Unlock()
+	inputs := gjson.GetBytes(r.body, "params.inputResponses")
+	up, _ := r.sess.Current()
+	for _, ask := range asks {
+		body := append([]byte(`{"jsonrpc":"2.0","id":`), ask.upID...)
+		if res := inputs.Get(gjson.Escape(ask.key)); res.IsObject() {
+			body = append(body, `,"result":`...)
+			body = append(body, res.Raw...)
+		} else {
+			body = append(body, `,"error":{"code":-32603,"message":"the agent gave no answer to this request"}`...)
+		}
+		body = append(body, '}')
+		rep, err := s.link.call(&upcall{hdr: r.hdr, session: up, version: r.sess.Recipe.ProtocolVersion, body: body,
+			deadline: time.Now().Add(s.cfg.ResponseTimeout), ctx: r.tctx, name: "response"})
+		if err != nil || rep.status >= 300 {
+			c.cancelUpstream()
+			c.finish()
+			s.count.request(&r.msg, classify.TransportDead)
+			writeFailure(ctx, r.msg.idOrNull(), failure{status: fasthttp.StatusOK, code: codeMaybeExecuted,
+				msg: "the upstream did not take the agent's input; " + r.msg.method + " may or may not have run and was not retried"})
+			return
+		}
+	}
+	c.agentID = strings.Clone(r.msg.id)
+	c.follow(r.body)
+	h.track(c)
+	c.a.watch.arm(ctx.Conn(), c.a.resp)
+	c.streamTo(ctx)
+}
+
+// track makes the call cancellable by its agent (notifications/cancelled
+// naming its id).
+func (h *held) track(c *heldCall) {
+	if c.agentID == "" {
+		return
+	}
+	c.mu.Lock()
+	c.key = callKey(c.a.sess.ID, c.agentID)
+	c.mu.Unlock()
+	h.calls.Store(c.key, c)
+}
+
+// untrack is the end of what track did.
+func (h *held) untrack(c *heldCall) {
+	c.mu.Lock()
+	key := c.key
+	c.key = ""
+	c.mu.Unlock()
+	if key != "" {
+		h.calls.CompareAndDelete(key, c)
+	}
+}
+
+// cancel ends the call that an agent's notifications/cancelled names: the
+// upstream is told, and the exchange ends as if the agent had gone.
+func (h *held) cancel(r *request) {
+	h.s.count.request(&r.msg, classify.OK)
+	id := gjson.GetBytes(r.body, "params.requestId").Raw
+	if v, ok := h.calls.Load(callKey(r.sess.ID, id)); ok {
+		v.(heldCancel).cancelByAgent()
+	}
+}
+
+// cancelByAgent ends the call the agent cancelled.
+func (c *heldCall) cancelByAgent() {
+	c.cancelUpstream()
+	c.mu.Lock()
+	if !c.ended {
+		c.a.abandon()
+	}
+	c.mu.Unlock()
+}
+
+// cancelUpstream tells the upstream the agent gave up on the call
+// (notifications/cancelled), once, in the background.
+func (c *heldCall) cancelUpstream() {
+	c.mu.Lock()
+	up := c.upID
+	c.upID = "" // once
+	c.mu.Unlock()
+	s := c.h.s
+	if up == "" || !s.bg.Add(1) {
+		return
+	}
+	sess := c.a.sess
+	hdr := new(fasthttp.RequestHeader)
+	c.hdr.CopyTo(hdr)
+	go func() {
+		defer s.bg.Done()
+		cur, _ := sess.Current()
+		body := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + up +
+			`,"reason":"the agent gave up on the request"}}`
+		_, _ = s.link.call(&upcall{hdr: hdr, session: cur, version: sess.Recipe.ProtocolVersion, body: []byte(body),
+			deadline: time.Now().Add(5 * time.Second), name: "notifications/cancelled"})
+	}()
+}
+
+// hasMembers reports whether a raw JSON object has a member.
+func hasMembers(obj string) bool {
+	for i := 1; i < len(obj); i++ {
+		switch obj[i] {
+		case ' ', '\t', '\n', '\r':
+		case '}':
+			return false
+		default:
+			return true
+		}
+	}
+	return false
+}

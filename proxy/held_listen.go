@@ -1,0 +1,334 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// A 2026-07-28 agent's subscriptions/listen on a held session is served
+// from the session's GET stream: one upstream GET per held session (a
+// getStream, which reopens it across heals), shared by every listen on
+// it, each of which gets the notifications its filter asks for; the
+// resources a listen names are subscribed upstream (resources/subscribe,
+// kept in the session's journal, so a heal restores them) while a listen
+// wants them.
+
+// heldHub is the GET stream of a held session and its listens.
+type heldHub struct {
+	g       *getStream
+	mu      sync.Mutex
+	listens map[*heldListen]struct{}
+	uris    map[string]int // subscribed upstream → listens that want it
+}
+
+// heldListen is one agent's listen.
+type heldListen struct {
+	h     *held
+	sess  *session.Session
+	id    string // raw JSON id of the listen request
+	key   string // in held.calls
+	tools bool
+	// prompts and resources: the list-changed notifications it wants.
+	prompts, resources bool
+	uris               map[string]bool
+	out                chan []byte
+	quit               chan struct{}
+	once               sync.Once
+	st                 agentStream
+}
+
+// listenFilter is what a listen asks for (params.notifications), and what
+// mcpheal honours of it: what the upstream's capabilities offer.
+func (h *held) listenFilter(r *request, caps gjson.Result) *heldListen {
+	f := gjson.GetBytes(r.body, "params.notifications")
+	l := &heldListen{h: h, sess: r.sess, id: string(append([]byte(nil), r.msg.id...)), uris: map[string]bool{},
+		out: make(chan []byte, 64), quit: make(chan struct{})}
+	l.tools = f.Get("toolsListChanged").Bool() && caps.Get("tools.listChanged").Bool()
+	l.prompts = f.Get("promptsListChanged").Bool() && caps.Get("prompts.listChanged").Bool()
+	l.resources = f.Get("resourcesListChanged").Bool() && caps.Get("resources.listChanged").Bool()
+	if caps.Get("resources.subscribe").Bool() {
+		for _, u := range f.Get("resourceSubscriptions").Array() {
+			if u.Type == gjson.String && u.Str != "" {
+				l.uris[u.Str] = true
+			}
+		}
+	}
+	return l
+}
+
+// listen serves subscriptions/listen: an event stream that begins with
+// notifications/subscriptions/acknowledged (the honoured filter) and
+// carries every matching notification of the held session until the agent
+// closes it or cancels it.
+func (h *held) listen(ctx *fasthttp.RequestCtx, r *request) {
+	s := h.s
+	caps := gjson.ParseBytes(h.capabilities(r.sess))
+	l := h.listenFilter(r, caps)
+	hub := h.hub(r.sess)
+	for uri := range l.uris {
+		if err := hub.want(h, r, uri); err != nil {
+			delete(l.uris, uri)
+			s.log.Warn().Str(logSession, r.sess.ID.Short()).Err(err).Msg("listen: resource not subscribed")
+		}
+	}
+	hub.mu.Lock()
+	hub.listens[l] = struct{}{}
+	hub.mu.Unlock()
+	l.key = callKey(r.sess.ID, l.id)
+	h.calls.Store(l.key, l)
+	s.count.request(&r.msg, classify.OK)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentTypeBytes(mimeEventStream)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	l.st = agentStream{s: s, conn: ctx.Conn()}
+	ack := append([]byte(`{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{`), l.filter()...)
+	ack = append(ack, `},"_meta":{"io.modelcontextprotocol/subscriptionId":`...)
+	ack = append(ack, l.id...)
+	ack = append(ack, "}}}"...)
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer h.unlisten(l)
+		l.st.w = w
+		if !l.st.event(ack) {
+			return
+		}
+		l.st.pump(l.out, nil, l.quit, false)
+	})
+}
+
+// filter is the honoured filter's members, raw JSON.
+func (l *heldListen) filter() []byte {
+	var out []byte
+	add := func(k string, on bool) {
+		if on {
+			if len(out) > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `"`+k+`":true`...)
+		}
+	}
+	add("toolsListChanged", l.tools)
+	add("promptsListChanged", l.prompts)
+	add("resourcesListChanged", l.resources)
+	if len(l.uris) > 0 {
+		if len(out) > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `"resourceSubscriptions":[`...)
+		n := 0
+		for uri := range l.uris {
+			if n > 0 {
+				out = append(out, ',')
+			}
+			out = strconv.AppendQuote(out, uri)
+			n++
+		}
+		out = append(out, ']')
+	}
+	return out
+}
+
+// cancelByAgent ends the listen (notifications/cancelled naming it).
+func (l *heldListen) cancelByAgent() { l.stop() }
+
+func (l *heldListen) stop() { l.once.Do(func() { close(l.quit) }) }
+
+// unlisten ends a listen: its resources no other listen wants are
+// unsubscribed, and the hub stops with its last listen.
+func (h *held) unlisten(l *heldListen) {
+	l.stop()
+	h.calls.CompareAndDelete(l.key, l)
+	h.mu.Lock()
+	hub := h.hubs[l.sess]
+	h.mu.Unlock()
+	if hub == nil {
+		return
+	}
+	hub.mu.Lock()
+	delete(hub.listens, l)
+	var drop []string
+	for uri := range l.uris {
+		if hub.uris[uri]--; hub.uris[uri] <= 0 {
+			delete(hub.uris, uri)
+			drop = append(drop, uri)
+		}
+	}
+	last := len(hub.listens) == 0
+	hub.mu.Unlock()
+	for _, uri := range drop {
+		h.journalled(context.Background(), recipeHeader(l.sess), l.sess, session.JournalChange{URI: uri},
+			"resources/unsubscribe", `{"uri":`+strconv.Quote(uri)+`}`)
+	}
+	if last {
+		h.mu.Lock()
+		if h.hubs[l.sess] == hub && len(hub.listens) == 0 {
+			delete(h.hubs, l.sess)
+			hub.g.stop()
+		}
+		h.mu.Unlock()
+	}
+}
+
+// hub returns the held session's hub, opening its GET stream.
+func (h *held) hub(sess *session.Session) *heldHub {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hub := h.hubs[sess]; hub != nil {
+		return hub
+	}
+	s := h.s
+	g := &getStream{s: s, sess: sess, hdr: recipeHeader(sess), out: make(chan []byte, 16), quit: make(chan struct{}),
+		done: make(chan struct{})}
+	hub := &heldHub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
+	h.hubs[sess] = hub
+	s.streams.add(sess.ID, g) // a heal moves it to the new session
+	if s.bg.Add(2) {
+		go func() {
+			defer s.streams.remove(sess.ID, g)
+			if g.reopen("", 0) {
+				g.pump()
+			} else {
+				s.bg.Done()
+				close(g.done)
+			}
+		}()
+		go hub.fan(h)
+	} else {
+		close(g.done)
+	}
+	return hub
+}
+
+// fan gives each listen the events of the hub's GET stream its filter
+// asks for, with its subscription id. A request from the upstream on it
+// has no agent to ask (2026-07-28 carries requests for input only in a
+// call's answer): it is refused.
+func (hub *heldHub) fan(h *held) {
+	defer h.s.bg.Done()
+	var data []byte
+	for {
+		var ev []byte
+		select {
+		case ev = <-hub.g.out:
+		case <-hub.g.done:
+			return
+		}
+		var fr sse.Framer
+		fr.Feed(ev)
+		for {
+			one, ok, _ := fr.Next()
+			if !ok {
+				break
+			}
+			if data = sse.Data(data[:0], one); len(data) > 0 {
+				hub.deliver(h, data)
+			}
+		}
+	}
+}
+
+// deliver sends one upstream message to the listens that want it.
+func (hub *heldHub) deliver(h *held, msg []byte) {
+	m := gjson.ParseBytes(msg)
+	method := m.Get("method").Str
+	if id := m.Get("id"); id.Exists() && method != "" {
+		h.refuse(hub.g.sess, id.Raw, method)
+		return
+	}
+	uri := ""
+	switch method {
+	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
+	case "notifications/resources/updated":
+		uri = m.Get("params.uri").Str
+	default:
+		return
+	}
+	hub.mu.Lock()
+	var to []*heldListen
+	for l := range hub.listens {
+		switch {
+		case method == "notifications/tools/list_changed" && l.tools,
+			method == "notifications/prompts/list_changed" && l.prompts,
+			method == "notifications/resources/list_changed" && l.resources,
+			uri != "" && l.uris[uri]:
+			to = append(to, l)
+		}
+	}
+	hub.mu.Unlock()
+	for _, l := range to {
+		b := withSubscription(msg, l.id)
+		select {
+		case l.out <- sse.AppendEvent(nil, "message", b):
+		case <-l.quit:
+		case <-time.After(h.s.cfg.WriteTimeout):
+			h.s.log.Warn().Str(logSession, l.sess.ID.Short()).Msg("listen: agent not reading; notification dropped")
+		}
+	}
+}
+
+// withSubscription returns a notification with params._meta naming the
+// listen it is delivered on.
+func withSubscription(msg []byte, listenID string) []byte {
+	p := gjson.GetBytes(msg, "params")
+	meta := `"_meta":{"io.modelcontextprotocol/subscriptionId":` + listenID + `}`
+	if !p.IsObject() {
+		out := append([]byte(nil), msg[:len(msg)-1]...) // without the closing brace
+		return append(out, `,"params":{`+meta+`}}`...)
+	}
+	i := p.Index + 1 // past the params' opening brace
+	out := append([]byte(nil), msg[:i]...)
+	out = append(out, meta...)
+	if hasMembers(p.Raw) {
+		out = append(out, ',')
+	}
+	return append(out, msg[i:]...)
+}
+
+// want subscribes uri upstream for a listen, unless another listen of the
+// hub already did.
+func (hub *heldHub) want(h *held, r *request, uri string) error {
+	hub.mu.Lock()
+	n := hub.uris[uri]
+	hub.uris[uri] = n + 1
+	hub.mu.Unlock()
+	if n > 0 {
+		return nil
+	}
+	err := h.journalled(r.tctx, r.hdr, r.sess, session.JournalChange{URI: uri, Subscribed: true},
+		"resources/subscribe", `{"uri":`+strconv.Quote(uri)+`}`)
+	if err != nil {
+		hub.mu.Lock()
+		if hub.uris[uri]--; hub.uris[uri] <= 0 {
+			delete(hub.uris, uri)
+		}
+		hub.mu.Unlock()
+	}
+	return err
+}
+
+// refuse answers a request the upstream sent on a held session's GET
+// stream: no agent can answer it.
+func (h *held) refuse(sess *session.Session, id, method string) {
+	s := h.s
+	if !s.bg.Add(1) {
+		return
+	}
+	go func() {
+		defer s.bg.Done()
+		up, _ := sess.Current()
+		body := `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32601,"message":"` + method +
+			` outside a call cannot reach an MCP 2026-07-28 agent"}}`
+		_, _ = s.link.call(&upcall{hdr: recipeHeader(sess), session: up, version: sess.Recipe.ProtocolVersion,
+			body: []byte(body), deadline: time.Now().Add(5 * time.Second), name: "response"})
+	}()
+}
