@@ -183,9 +183,24 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.idOrNull(),
 			"Invalid Request: not a request of MCP 2026-07-28")
 		return
-	case m.method == "initialize":
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.idOrNull(),
-			"Invalid Request: MCP 2026-07-28 has no initialize (MCP-Protocol-Version says 2026-07-28)")
+	case sessionOnly(m.method):
+		// The held session's own state is mcpheal's: an agent sharing
+		// it may not change it for the others.
+		if m.id == "" {
+			ctx.SetStatusCode(fasthttp.StatusAccepted)
+			return
+		}
+		writeError(ctx, fasthttp.StatusOK, -32601, m.id, "Method not found: "+m.method+
+			" is not part of MCP 2026-07-28 (MCP-Protocol-Version says 2026-07-28)")
+		return
+	}
+	if m.id == "" && (r.sess == nil || m.method == "notifications/cancelled") {
+		// A notification: it cancels a call or a listen, or has no
+		// session to go to (it opens none).
+		if m.method == "notifications/cancelled" {
+			h.cancel(r)
+		}
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
 	var info *discovery
@@ -210,6 +225,18 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 	default:
 		h.call(ctx, r)
 	}
+}
+
+// sessionOnly reports the methods of the session era that MCP 2026-07-28
+// dropped: the log level and subscriptions go in _meta and
+// subscriptions/listen instead.
+func sessionOnly(method string) bool {
+	switch method {
+	case "initialize", "notifications/initialized", "logging/setLevel", "resources/subscribe", "resources/unsubscribe",
+		"notifications/roots/list_changed":
+		return true
+	}
+	return false
 }
 
 // entry returns the held session of r's key, creating it (an upstream

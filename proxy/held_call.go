@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/sha256"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,11 +58,6 @@ type heldAsk struct {
 // InputRequiredResult.
 func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	s := h.s
-	if r.msg.method == "notifications/cancelled" {
-		h.cancel(r)
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		return
-	}
 	a := newAttempt(s, ctx, r)
 	a.heals = true
 	c := &heldCall{h: h, a: a, agentID: strings.Clone(r.msg.id), hdr: new(fasthttp.RequestHeader)}
@@ -74,9 +70,14 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	s.link.copyRequest(r.hdr, downgrade(r.body, c.upID), a.req)
 	stripStateless(&a.req.Header)
 	a.req.Header.SetBytesK(hdrProtocolVersion, r.sess.Recipe.ProtocolVersion)
-	h.track(c)
+	h.track(c, r.auth)
 	a.watchAgent()
 	out := a.loop()
+	if out.kind == outUpstream && out.class == classify.SessionGone {
+		// The session the request healed into was lost too: a
+		// session-era agent would start over, this one holds none.
+		out = outcome{kind: outDown, why: "the upstream lost the session mcpheal re-created for this request"}
+	}
 	switch {
 	case out.kind != outUpstream:
 		if out.kind == outAgentGone {
@@ -370,7 +371,7 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 	c.asks, c.token = nil, ""
 	c.mu.Unlock()
 	inputs := gjson.GetBytes(r.body, "params.inputResponses")
-	up, _ := r.sess.Current()
+	up, gen := r.sess.Current()
 	for _, ask := range asks {
 		body := append([]byte(`{"jsonrpc":"2.0","id":`), ask.upID...)
 		if res := inputs.Get(gjson.Escape(ask.key)); res.IsObject() {
@@ -380,9 +381,20 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 			body = append(body, `,"error":{"code":-32603,"message":"the agent gave no answer to this request"}`...)
 		}
 		body = append(body, '}')
-		rep, err := s.link.call(&upcall{hdr: r.hdr, session: up, version: r.sess.Recipe.ProtocolVersion, body: body,
-			deadline: time.Now().Add(s.cfg.ResponseTimeout), ctx: r.tctx, name: "response"})
-		if err != nil || rep.status >= 300 {
+		// The upstream's own id again (a session healed into numbers
+		// its requests' ids apart: events.go); false when the session
+		// that asked is gone.
+		restored, live := answerRoute(body, ask.upID, gen)
+		if restored != nil {
+			body = restored
+		}
+		var rep reply
+		var err error
+		if live {
+			rep, err = s.link.call(&upcall{hdr: r.hdr, session: up, version: r.sess.Recipe.ProtocolVersion, body: body,
+				deadline: time.Now().Add(s.cfg.ResponseTimeout), ctx: r.tctx, name: "response"})
+		}
+		if !live || err != nil || rep.status >= 300 {
 			c.cancelUpstream()
 			c.finish()
 			s.count.request(&r.msg, classify.TransportDead)
@@ -393,19 +405,27 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	c.agentID = strings.Clone(r.msg.id)
 	c.follow(r.body)
-	h.track(c)
+	h.track(c, r.auth)
 	c.a.watch.arm(ctx.Conn(), c.a.resp)
 	c.streamTo(ctx)
 }
 
+// heldCallKey names an agent request in held.calls: by its credential
+// and id, since a notification of a 2026-07-28 agent need not carry the
+// client its requests name (the held key).
+func heldCallKey(auth []byte, rawID string) string {
+	h := sha256.Sum256(auth)
+	return string(h[:16]) + rawID
+}
+
 // track makes the call cancellable by its agent (notifications/cancelled
 // naming its id).
-func (h *held) track(c *heldCall) {
+func (h *held) track(c *heldCall, auth []byte) {
 	if c.agentID == "" {
 		return
 	}
 	c.mu.Lock()
-	c.key = callKey(c.a.sess.ID, c.agentID)
+	c.key = heldCallKey(auth, c.agentID)
 	c.mu.Unlock()
 	h.calls.Store(c.key, c)
 }
@@ -426,7 +446,7 @@ func (h *held) untrack(c *heldCall) {
 func (h *held) cancel(r *request) {
 	h.s.count.request(&r.msg, classify.OK)
 	id := gjson.GetBytes(r.body, "params.requestId").Raw
-	if v, ok := h.calls.Load(callKey(r.sess.ID, id)); ok {
+	if v, ok := h.calls.Load(heldCallKey(r.auth, id)); ok {
 		v.(heldCancel).cancelByAgent()
 	}
 }

@@ -1,0 +1,231 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The held route: an official Go SDK client speaking MCP 2026-07-28 (no
+// initialize, no session) in front of an official Go SDK server of the
+// session era only, through mcpheal, which holds the upstream session for
+// it.
+
+// heldClientOpts are the handlers of a 2026-07-28 client that answers the
+// server's sampling requests and counts what it receives.
+type heldCounts struct {
+	progress, logs, updates atomic.Int64
+}
+
+func heldClientOpts(n *heldCounts) *mcp.ClientOptions {
+	return &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { n.progress.Add(1) },
+		LoggingMessageHandler:       func(context.Context, *mcp.LoggingMessageRequest) { n.logs.Add(1) },
+		ResourceUpdatedHandler: func(context.Context, *mcp.ResourceUpdatedNotificationRequest) {
+			n.updates.Add(1)
+		},
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			text := ""
+			if tc, ok := req.Params.Messages[0].Content.(*mcp.TextContent); ok {
+				text = tc.Text
+			}
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "<" + text + ">"}}, nil
+		},
+	}
+}
+
+// TestHeldDirectFails: a Go SDK client pinned to 2026-07-28 cannot use a
+// server of the session era directly; it falls back to a session, which
+// is what the held route spares it.
+func TestHeldDirectFails(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	cs := goSDK2026Client(t, up.URL(), nil)
+	if v := cs.InitializeResult().ProtocolVersion; v == statelessVersion {
+		t.Fatalf("directly, the session-era server spoke %s: this test proves nothing", v)
+	}
+	if up.Inits() != 1 {
+		t.Fatalf("directly, %d initialize; want the client's fallback to the session era", up.Inits())
+	}
+}
+
+// TestHeldGoSDK: through mcpheal the client speaks 2026-07-28: it lists and
+// calls tools, gets progress and the log messages of the level its request
+// asks for, answers a sampling request the server makes on the call's
+// stream (as an InputRequiredResult and its retry), gets a resource update
+// through subscriptions/listen, and cancels a call, whose handler upstream
+// then ends. It goes on across an expiry of the upstream session and a
+// restart of the server, which mcpheal heals; it never initializes.
+func TestHeldGoSDK(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{State: true})
+	s, url := startProxy(t, up.URL(), nil)
+	var n heldCounts
+	cs := goSDK2026Client(t, url, heldClientOpts(&n))
+	if v := cs.InitializeResult().ProtocolVersion; v != statelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s", v, statelessVersion)
+	}
+	if si := cs.InitializeResult().ServerInfo; si == nil || si.Name != "peer-go-sdk" {
+		t.Fatalf("server/discover's serverInfo %+v; want the upstream's", si)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil || len(tools.Tools) != 6 {
+		t.Fatalf("tools/list: %v, %v", tools, err)
+	}
+	callEcho(t, cs, "held")
+
+	// Progress, on the call's own stream.
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 3, "delayMs": 0},
+		Meta: mcp.Meta{"progressToken": "p1"}})
+	if err != nil || peerResultText(res) != "done" {
+		t.Fatalf("slow: %v, %v", peerResultText(res), err)
+	}
+	peerWait(t, "3 progress notifications", func() bool { return n.progress.Load() == 3 })
+
+	// Log messages at the level the request asks for, none without one.
+	for _, tc := range []struct {
+		meta mcp.Meta
+		want int64
+	}{{nil, 0}, {mcp.Meta{"io.modelcontextprotocol/logLevel": "warning"}, 0},
+		{mcp.Meta{"io.modelcontextprotocol/logLevel": "info"}, 1}} {
+		before := n.logs.Load()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "log", Arguments: map[string]any{"level": "info", "text": "x"}, Meta: tc.meta})
+		if err != nil || peerResultText(res) != "logged" {
+			t.Fatalf("log: %v, %v", peerResultText(res), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if got := n.logs.Load() - before; got != tc.want {
+			t.Errorf("log at info with _meta %v: %d messages; want %d", tc.meta, got, tc.want)
+		}
+	}
+
+	// Sampling: the server asks on the call's stream, the agent answers
+	// through an InputRequiredResult.
+	res, err = goSDKCall(t, cs, "sample", map[string]any{"prompt": "hi"})
+	if err != nil || peerResultText(res) != "<hi>" {
+		t.Fatalf("sample: %q, %v", peerResultText(res), err)
+	}
+	if up.ToolCalls("sample") != 1 {
+		t.Errorf("the sample tool ran %d times; want 1 (the retry resumes it)", up.ToolCalls("sample"))
+	}
+
+	// A resource update through subscriptions/listen.
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: peerResourceURI}); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	nudge(t, "resources/updated through subscriptions/listen", func() { up.UpdateResource(peerResourceURI) },
+		func() bool { return n.updates.Load() > 0 })
+
+	// The upstream session expires, then the server restarts: the client
+	// notices nothing.
+	up.ExpireSessions()
+	callEcho(t, cs, "after expiry")
+	up.Restart()
+	callEcho(t, cs, "after restart")
+	res, err = goSDKCall(t, cs, "sample", map[string]any{"prompt": "again"})
+	if err != nil || peerResultText(res) != "<again>" {
+		t.Fatalf("sample after the restart: %q, %v", peerResultText(res), err)
+	}
+	before := n.updates.Load()
+	nudge(t, "resources/updated after the restart", func() { up.UpdateResource(peerResourceURI) },
+		func() bool { return n.updates.Load() > before })
+
+	// Cancelling a call: the agent's connection closes; mcpheal tells the
+	// upstream, whose handler ends.
+	cctx, ccancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 1, "delayMs": 20000}})
+		done <- err
+	}()
+	peerWait(t, "the slow call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
+	ccancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled call: %v; want context.Canceled", err)
+	}
+	peerWait(t, "notifications/cancelled upstream", func() bool { return up.Calls("notifications/cancelled") >= 1 })
+
+	if up.Calls("initialize") < 2 || s.Stats().Sessions != 1 {
+		t.Errorf("%d upstream initializes, %d sessions held; want ≥ 2 (one per heal) and 1", up.Calls("initialize"), s.Stats().Sessions)
+	}
+	for _, r := range up.Requests() {
+		if r.RPCMethod == "server/discover" {
+			continue // mcpheal's probe of the upstream's era
+		}
+		if r.HTTPMethod == http.MethodPost && r.RPCMethod != "initialize" && r.SessionID == "" {
+			t.Errorf("upstream %s without a session id", r.RPCMethod)
+		}
+		if strings.Contains(string(r.Body), "io.modelcontextprotocol/") {
+			t.Errorf("upstream %s carried the 2026-07-28 _meta: %s", r.RPCMethod, r.Body)
+			break
+		}
+	}
+}
+
+// TestHeldNeverRunsTwice: the held route replays by the one rule. A tool
+// that is not replay-safe, whose server dies after running it, is not run
+// again (-32011 in an HTTP 200: a 2026-07-28 agent reads no other status's
+// body); a read-only one is, and the agent gets its answer.
+func TestHeldNeverRunsTwice(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), nil)
+	cs := goSDK2026Client(t, url, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	if _, err := cs.ListTools(ctx, nil); err != nil { // the annotations, learned
+		t.Fatal(err)
+	}
+	up.killOnCounter.Store(true)
+	_, err := goSDKCall(t, cs, "counter", nil)
+	if err == nil || !strings.Contains(err.Error(), "may or may not have run") {
+		t.Fatalf("counter across a crash: %v; want -32011", err)
+	}
+	if got := up.Counter(); got != 1 {
+		t.Fatalf("INVARIANT: the counter tool ran %d times; want 1", got)
+	}
+	callEcho(t, cs, "heals the session the crash took")
+	up.killOnCounter.Store(true)
+	res, err := goSDKCall(t, cs, "ro_counter", nil)
+	if err != nil || peerResultText(res) != "3" {
+		t.Fatalf("ro_counter across a crash: %q, %v; want the replay's 3", peerResultText(res), err)
+	}
+}
+
+// TestHeldSessionsPerClient: agents of one credential and client share a
+// held session; another client (its clientInfo) or another credential gets
+// its own.
+func TestHeldSessionsPerClient(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	s, url := startProxy(t, up.URL(), nil)
+	a := goSDK2026Client(t, url, nil)
+	b := goSDK2026Client(t, url, nil)
+	callEcho(t, a, "a")
+	callEcho(t, b, "b")
+	if n := s.Stats().Sessions; n != 1 {
+		t.Errorf("two agents of one client: %d held sessions; want 1", n)
+	}
+	other := mcp.NewClient(&mcp.Implementation{Name: "another-agent", Version: "2"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	cs, err := other.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: tr}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	callEcho(t, cs, "c")
+	if n := s.Stats().Sessions; n != 2 {
+		t.Errorf("another client: %d held sessions; want 2", n)
+	}
+}
