@@ -319,8 +319,10 @@ func (p *parser) setting(s *settings, path, key string, v *yaml.Node) {
 	case "write_timeout":
 		s.WriteTimeout = p.duration(v, path, false)
 	case "era_bridge":
-		if s.EraBridge = p.str(v, path); s.EraBridge != "auto" && s.EraBridge != "off" {
-			p.errorf(v, path, "want auto or off, got %q", s.EraBridge)
+		switch s.EraBridge = p.str(v, path); s.EraBridge {
+		case "auto", "off", "legacy-agents", "2026-agents":
+		default:
+			p.errorf(v, path, "want auto, legacy-agents, 2026-agents or off, got %q", s.EraBridge)
 		}
 	}
 }

@@ -124,7 +124,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.s.MemoryBudget, "memory-budget", builtin.MemoryBudget, "bytes of session state and buffered answers mcpheal may hold per upstream (503 beyond)")
 	fs.IntVar(&o.s.MaxJournal, "max-journal", builtin.MaxJournal, "bytes of state (log level, subscribed URIs) mcpheal keeps per session to restore after a heal (-32019 beyond)")
 	fs.DurationVar(&o.s.WriteTimeout, "write-timeout", builtin.WriteTimeout, "a single write to an agent taking longer ends its connection")
-	fs.StringVar(&o.s.EraBridge, "era-bridge", builtin.EraBridge, "auto: bridge session-era agents to an upstream that speaks only MCP 2026-07-28; off: pass their traffic through")
+	fs.StringVar(&o.s.EraBridge, "era-bridge", builtin.EraBridge, "across protocol eras, auto: bridge session-era agents to an upstream that speaks only MCP 2026-07-28, and hold sessions for 2026-07-28 agents of an upstream of the session era only; legacy-agents or 2026-agents: only that direction; off: neither, pass all traffic through")
 	storeFlags(fs, o)
 	fs.Var(&o.hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
 	fs.Var(&o.tools, "replay-tool", "tool safe to run twice although not annotated so (repeatable)")

@@ -72,20 +72,33 @@ type heldEntry struct {
 	info *discovery
 }
 
-// metaKey is the 2026-07-28 _meta member named name.
-func metaKey(name string) string { return `params._meta.io\.modelcontextprotocol/` + name }
+// The paths of the 2026-07-28 _meta members mcpheal reads.
+const (
+	metaClientInfo   = `params._meta.io\.modelcontextprotocol/clientInfo`
+	metaCapabilities = `params._meta.io\.modelcontextprotocol/clientCapabilities`
+	metaLogLevel     = `params._meta.io\.modelcontextprotocol/logLevel`
+)
 
 // heldKeyOf returns the held key of an agent request.
 func heldKeyOf(auth, body []byte) heldKey {
-	h := sha256.New()
-	h.Write(auth)
-	for _, name := range [...]string{"clientInfo", "clientCapabilities"} {
-		h.Write([]byte{0})
-		h.Write([]byte(gjson.GetBytes(body, metaKey(name)).Raw))
-	}
-	var k heldKey
-	h.Sum(k[:0])
-	return k
+	var info, caps string
+	// One pass over _meta: a gjson path with an escaped dot allocates.
+	gjson.Get(b2s(body), "params._meta").ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "io.modelcontextprotocol/clientInfo":
+			info = v.Raw
+		case "io.modelcontextprotocol/clientCapabilities":
+			caps = v.Raw
+		}
+		return true
+	})
+	var buf [512]byte
+	b := append(buf[:0], auth...)
+	b = append(b, 0)
+	b = append(b, info...)
+	b = append(b, 0)
+	b = append(b, caps...)
+	return sha256.Sum256(b)
 }
 
 // lookup returns the live held session of k, if any.
@@ -378,13 +391,13 @@ func heldInitialize(body []byte, id string) []byte {
 	out = append(out, `,"method":"initialize","params":{"protocolVersion":"`...)
 	out = append(out, legacyVersions[0]...)
 	out = append(out, `","capabilities":`...)
-	if cc := gjson.GetBytes(body, metaKey("clientCapabilities")); cc.IsObject() {
+	if cc := gjson.GetBytes(body, metaCapabilities); cc.IsObject() {
 		out = append(out, cc.Raw...)
 	} else {
 		out = append(out, "{}"...)
 	}
 	out = append(out, `,"clientInfo":`...)
-	if ci := gjson.GetBytes(body, metaKey("clientInfo")); ci.IsObject() {
+	if ci := gjson.GetBytes(body, metaClientInfo); ci.IsObject() {
 		out = append(out, ci.Raw...)
 	} else {
 		out = append(out, `{"name":"mcpheal","version":"1"}`...)
@@ -438,7 +451,7 @@ func stripStateless(h *fasthttp.RequestHeader) {
 // (the session's initialize carries them), inputResponses and
 // requestState.
 func downgrade(body []byte, id string) []byte {
-	r := gjson.ParseBytes(body)
+	r := gjson.Parse(b2s(body))
 	out := make([]byte, 0, len(body)+len(id))
 	out = append(out, `{"jsonrpc":"2.0"`...)
 	r.ForEach(func(k, v gjson.Result) bool {

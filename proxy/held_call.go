@@ -25,7 +25,7 @@ type heldCall struct {
 	a       *attempt
 	agentID string // the raw JSON id of the agent request now answered
 	upID    string // the raw JSON id the upstream got
-	hdr     *fasthttp.RequestHeader
+	hdr     *fasthttp.RequestHeader // the agent's; a copy once the call outlives its handler
 	st      agentStream
 	// level is the least severity of the log messages the agent asked for
 	// (its _meta's logLevel; -1: none). upToken is the progressToken the
@@ -60,13 +60,12 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	s := h.s
 	a := newAttempt(s, ctx, r)
 	a.heals = true
-	c := &heldCall{h: h, a: a, agentID: strings.Clone(r.msg.id), hdr: new(fasthttp.RequestHeader)}
+	c := &heldCall{h: h, a: a, agentID: strings.Clone(r.msg.id), hdr: r.hdr}
 	c.follow(r.body)
 	c.upToken = c.agentToken
 	if r.msg.id != "" {
 		c.upID = s.link.upcallID("call")
 	}
-	r.hdr.CopyTo(c.hdr)
 	s.link.copyRequest(r.hdr, downgrade(r.body, c.upID), a.req)
 	stripStateless(&a.req.Header)
 	a.req.Header.SetBytesK(hdrProtocolVersion, r.sess.Recipe.ProtocolVersion)
@@ -101,6 +100,8 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 		c.finish()
 	default:
 		a.msg.id, a.msg.method, a.msg.tool = strings.Clone(a.msg.id), strings.Clone(a.msg.method), strings.Clone(a.msg.tool)
+		c.hdr = new(fasthttp.RequestHeader) // the agent's outlives no handler
+		r.hdr.CopyTo(c.hdr)
 		a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: bound, held: true,
 			auth: append([]byte(nil), r.auth...), hdr: c.hdr, tctx: r.tctx}
 		c.streamTo(ctx)
@@ -193,10 +194,10 @@ func (c *heldCall) finish() {
 // its log level and progress token.
 func (c *heldCall) follow(body []byte) {
 	c.level = -1
-	if l := gjson.GetBytes(body, metaKey("logLevel")); l.Type == gjson.String {
+	if l := gjson.Get(b2s(body), metaLogLevel); l.Type == gjson.String {
 		c.level = logSeverity(l.Str)
 	}
-	c.agentToken = gjson.GetBytes(body, "params._meta.progressToken").Raw
+	c.agentToken = strings.Clone(gjson.Get(b2s(body), "params._meta.progressToken").Raw)
 }
 
 // logLevels are MCP's log levels, least severe first.
@@ -216,7 +217,7 @@ func logSeverity(level string) int {
 // it asked for none), a progress notification that names the token of the
 // retry it now waits on.
 func (c *heldCall) notification(msg []byte) []byte {
-	r := gjson.ParseBytes(msg)
+	r := gjson.Parse(b2s(msg))
 	switch r.Get("method").Str {
 	case "notifications/message":
 		if c.level < 0 || logSeverity(r.Get("params.level").Str) < c.level {
@@ -254,7 +255,7 @@ func (c *heldCall) modernAnswer(status int, msg []byte) ([]byte, int) {
 // MCP 2026-07-28 has it: with id agentID (unless empty), and its result's
 // resultType, which every 2026-07-28 result carries ("complete").
 func modernMessage(msg []byte, agentID string) []byte {
-	r := gjson.ParseBytes(msg)
+	r := gjson.Parse(b2s(msg))
 	id, res := r.Get("id"), r.Get("result")
 	type splice struct {
 		at, cut int
@@ -287,7 +288,7 @@ func modernMessage(msg []byte, agentID string) []byte {
 // isServerRequest reports a JSON-RPC request (method and id) from the
 // upstream: it asks the client for something.
 func isServerRequest(msg []byte) bool {
-	r := gjson.ParseBytes(msg)
+	r := gjson.Parse(b2s(msg))
 	return r.Get("method").Type == gjson.String && r.Get("id").Exists()
 }
 
@@ -296,7 +297,7 @@ func isServerRequest(msg []byte) bool {
 // retry, at most response_timeout. It reports whether the agent got it.
 func (c *heldCall) park(req []byte) bool {
 	h, a := c.h, c.a
-	r := gjson.ParseBytes(req)
+	r := gjson.Parse(b2s(req))
 	c.mu.Lock()
 	ask := heldAsk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: r.Get("id").Raw}
 	c.asks = append(c.asks, ask)
