@@ -23,8 +23,8 @@ import (
 type heldCall struct {
 	h       *held
 	a       *attempt
-	agentID string // the raw JSON id of the agent request now answered
-	upID    string // the raw JSON id the upstream got
+	agentID string                  // the raw JSON id of the agent request now answered
+	upID    string                  // the raw JSON id the upstream got
 	hdr     *fasthttp.RequestHeader // the agent's; a copy once the call outlives its handler
 	st      agentStream
 	// level is the least severity of the log messages the agent asked for
