@@ -254,6 +254,7 @@ func conclude(r *Report) {
 			r.Bridged = false // it serves session-era agents itself
 		}
 	}
+	r.Held = !r.Discover.Accepted && r.Protocol != ""
 	switch {
 	case r.Bridged:
 		r.Verdict = VerdictStateless

@@ -109,6 +109,10 @@ type Report struct {
 	// no session-era version), so mcpheal bridges session-era agents to it
 	// (era_bridge: auto).
 	Bridged bool
+	// Held: the server speaks only the session era (it refuses
+	// server/discover), so mcpheal holds sessions for 2026-07-28 agents
+	// (era_bridge: auto or 2026-agents).
+	Held bool
 	// Protocol is the version the later probes used ("" if none accepted).
 	Protocol string
 	// Stateful: initialize answered with an Mcp-Session-Id.
@@ -152,6 +156,9 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 		line("era", "2026-07-28 only: mcpheal bridges session-era agents to it (era_bridge: auto)")
 	} else if r.Discover.Accepted {
 		line("era", "both eras: session-era agents pass through, as 2026-07-28 ones do")
+	} else if r.Held {
+		line("era", "session era only: mcpheal answers server/discover and holds a session for each 2026-07-28 agent "+
+			"(era_bridge: auto or 2026-agents); session-era agents pass through")
 	} else {
 		line("era", "session era: no bridge needed")
 	}
