@@ -13,13 +13,15 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Protocol eras (README "Legacy agents, 2026-07-28 servers"). MCP
-// 2026-07-28 removed sessions; a server that speaks only it refuses the
-// session-era handshake, and the spec gives a legacy client no way
-// forward. mcpheal asks each upstream which versions it speaks
-// (server/discover) and, when none of them is of the session era, bridges
-// its legacy agents (bridge.go): it keeps their sessions itself and speaks
-// 2026-07-28 upstream.
+// Protocol eras (README "Across protocol eras"). MCP 2026-07-28 removed
+// sessions; a server that speaks only it refuses the session-era
+// handshake, one of the session era refuses 2026-07-28 requests, and the
+// spec gives neither agent a way forward. mcpheal asks each upstream which
+// versions it speaks (server/discover). When none of them is of the
+// session era, it bridges its legacy agents (bridge.go): it keeps their
+// sessions itself and speaks 2026-07-28 upstream. When the upstream
+// speaks only the session era, it holds sessions for its 2026-07-28
+// agents (held.go).
 
 const (
 	eraUnknown = iota // not asked yet, or asked again after a restart

@@ -59,9 +59,11 @@ func putRequest(r *request) {
 }
 
 // route sends a guarded request the way its upstream's era asks (README
-// "Legacy agents, 2026-07-28 servers"): a session-era agent of an upstream
-// that speaks only 2026-07-28 goes through the bridge; every other request
-// passes through, its session id swapped for the upstream's.
+// "Across protocol eras"): a session-era agent of an upstream that speaks
+// only 2026-07-28 goes through the bridge, a 2026-07-28 agent of an
+// upstream of the session era only on the session mcpheal holds for it;
+// every other request passes through, its session id swapped for the
+// upstream's.
 func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 	switch {
 	case r.del:
