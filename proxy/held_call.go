@@ -43,6 +43,9 @@ type heldCall struct {
 	// handoff closes when the stream writer that parked the call has
 	// returned: the retry's writer starts after it.
 	handoff chan struct{}
+	// parkedCost is what a parked call holds (its buffers, the upstream's
+	// request), counted in the memory budget while parked.
+	parkedCost int64
 }
 
 // heldAsk is an upstream request for input, sent to the agent as one
@@ -297,9 +300,16 @@ func isServerRequest(msg []byte) bool {
 // retry, at most response_timeout. It reports whether the agent got it.
 func (c *heldCall) park(req []byte) bool {
 	h, a := c.h, c.a
+	cost := int64(cap(a.buf)+cap(a.out)+a.rw.fr.Buffered()+len(req)) + 4<<10
+	if !a.s.mem.take(cost) {
+		c.fail(failure{code: codeBudget, msg: "the upstream asked the agent for input, and mcpheal's memory_budget " +
+			"has no room to hold the call open for the answer; " + a.msg.method + " may or may not have run"})
+		return false // the writer cancels and ends the call
+	}
 	r := gjson.Parse(b2s(req))
 	c.mu.Lock()
-	ask := heldAsk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: r.Get("id").Raw}
+	c.parkedCost = cost
+	ask := heldAsk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: strings.Clone(r.Get("id").Raw)}
 	c.asks = append(c.asks, ask)
 	c.token = rand.Text()
 	token := c.token
@@ -328,11 +338,21 @@ func (c *heldCall) park(req []byte) bool {
 	a.s.count.request(&a.msg, classify.OK)
 	if !c.st.event(out) {
 		if h.parked.CompareAndDelete(token, c) {
-			c.timer.Stop()
+			c.unpark()
 		}
 		return false // the writer cancels and ends the call
 	}
 	return true
+}
+
+// unpark stops a call's wait for its agent's retry, which it won.
+func (c *heldCall) unpark() {
+	c.mu.Lock()
+	c.timer.Stop()
+	cost := c.parkedCost
+	c.parkedCost = 0
+	c.mu.Unlock()
+	c.h.s.mem.give(cost)
 }
 
 // expire gives up on a parked call whose agent did not come back.
@@ -340,6 +360,7 @@ func (h *held) expire(token string, c *heldCall) {
 	if !h.parked.CompareAndDelete(token, c) {
 		return
 	}
+	c.unpark()
 	c.cancelUpstream()
 	c.finish()
 }
@@ -366,8 +387,8 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	<-c.handoff
+	c.unpark()
 	c.mu.Lock()
-	c.timer.Stop()
 	asks := c.asks
 	c.asks, c.token = nil, ""
 	c.mu.Unlock()

@@ -3,13 +3,16 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tidwall/gjson"
 )
 
 // The held route: an official Go SDK client speaking MCP 2026-07-28 (no
@@ -227,5 +230,69 @@ func TestHeldSessionsPerClient(t *testing.T) {
 	callEcho(t, cs, "c")
 	if n := s.Stats().Sessions; n != 2 {
 		t.Errorf("another client: %d held sessions; want 2", n)
+	}
+}
+
+// heldPost sends one raw 2026-07-28 request under auth and returns the
+// status and the JSON-RPC message that answers it (the last event of an
+// event stream).
+func heldPost(t *testing.T, url, auth, method, params string, id int) (int, gjson.Result) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"` + method + `","params":{` + params +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{"sampling":{}}}}}`
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", method)
+	req.Header.Set("Authorization", "Bearer "+auth)
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	msg := b
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		msg = nil
+		for _, line := range strings.Split(string(b), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				msg = []byte(d)
+			}
+		}
+	}
+	return resp.StatusCode, gjson.ParseBytes(msg)
+}
+
+// TestHeldResumeOnlyByItsAgent: the requestState of a call waiting for its
+// agent's input opens it for that agent only. Another credential that
+// presents it is refused, and the call is still there for its own agent,
+// whose answer completes it; the tool ran once.
+func TestHeldResumeOnlyByItsAgent(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{State: true})
+	_, url := startProxy(t, up.URL(), nil)
+	call := `"name":"sample","arguments":{"prompt":"p"},`
+	st, first := heldPost(t, url, "alice", "tools/call", call, 1)
+	state := first.Get("result.requestState").Str
+	if st != http.StatusOK || first.Get("result.resultType").Str != "input_required" || state == "" ||
+		first.Get("result.inputRequests.*.method").Str != "sampling/createMessage" {
+		t.Fatalf("first round: %d %s; want an InputRequiredResult asking for sampling", st, first.Raw)
+	}
+	key := ""
+	first.Get("result.inputRequests").ForEach(func(k, _ gjson.Result) bool { key = k.Str; return false })
+	retry := call + `"inputResponses":{"` + key + `":{"role":"assistant","model":"m","content":{"type":"text","text":"S"}}},"requestState":"` + state + `",`
+	st, stolen := heldPost(t, url, "mallory", "tools/call", retry, 2)
+	if st != http.StatusOK || stolen.Get("error.code").Int() != -32602 {
+		t.Fatalf("another credential's retry: %d %s; want -32602", st, stolen.Raw)
+	}
+	st, done := heldPost(t, url, "alice", "tools/call", retry, 3)
+	if st != http.StatusOK || done.Get("id").Int() != 3 || done.Get("result.content.0.text").Str != "S" ||
+		done.Get("result.resultType").Str != "complete" {
+		t.Fatalf("its agent's retry: %d %s; want the call's result under id 3", st, done.Raw)
+	}
+	if n := up.ToolCalls("sample"); n != 1 {
+		t.Errorf("the sample tool ran %d times; want 1", n)
 	}
 }
