@@ -488,6 +488,9 @@ func appendParams(out []byte, params gjson.Result) []byte {
 		case "inputResponses", "requestState":
 			return true
 		case "_meta":
+			if !v.IsObject() {
+				break // not 2026-07-28's: the upstream's to judge
+			}
 			var meta []byte
 			v.ForEach(func(mk, mv gjson.Result) bool {
 				if !strings.HasPrefix(mk.Str, "io.modelcontextprotocol/") {

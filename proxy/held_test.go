@@ -296,3 +296,41 @@ func TestHeldResumeOnlyByItsAgent(t *testing.T) {
 		t.Errorf("the sample tool ran %d times; want 1", n)
 	}
 }
+
+// FuzzHeldTranslate: whatever a 2026-07-28 agent sends and whatever a
+// session-era upstream answers, the held route's translations of a JSON
+// object are JSON objects again, and they keep what they must: the
+// request's method and the upstream's id, the agent's id and a resultType
+// on a result.
+func FuzzHeldTranslate(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/clientInfo":{},"progressToken":1},"inputResponses":{},"requestState":"s"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"a","result":{}}`))
+	f.Add([]byte(`{"result":{"content":[]},"jsonrpc":"2.0","id":7}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"u"}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !gjson.ValidBytes(b) || !gjson.ParseBytes(b).IsObject() || !jsonDepthOK(b, 64) {
+			return
+		}
+		in := gjson.ParseBytes(b)
+		down := downgrade(b, `"mcpheal-call-1"`)
+		if !gjson.ValidBytes(down) {
+			t.Fatalf("downgrade(%s) = %s: not JSON", b, down)
+		}
+		if d := gjson.ParseBytes(down); d.Get("method").Raw != in.Get("method").Raw && in.Get("method").Exists() {
+			t.Fatalf("downgrade(%s) changed the method: %s", b, down)
+		}
+		up := modernMessage(b, "42")
+		if !gjson.ValidBytes(up) {
+			t.Fatalf("modernMessage(%s) = %s: not JSON", b, up)
+		}
+		if m := gjson.ParseBytes(up); in.Get("id").Exists() && in.Get("id").Index > 0 && m.Get("id").Raw != "42" {
+			t.Fatalf("modernMessage(%s) = %s: not the agent's id", b, up)
+		}
+		if in.Get("method").Exists() {
+			if w := withSubscription(b, `"listen:0"`); !gjson.ValidBytes(w) {
+				t.Fatalf("withSubscription(%s) = %s: not JSON", b, w)
+			}
+		}
+	})
+}
