@@ -218,10 +218,10 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	var info *discovery
 	if r.sess == nil || m.method == "server/discover" {
-		e, f := h.entry(ctx, r)
+		e, f := h.entry(r)
 		if e == nil {
 			h.s.count.request(m, classify.TransportDead)
-			writeFailure(ctx, m.idOrNull(), f)
+			writeFailure(ctx, m.idOrNull(), heldFailure(f))
 			return
 		}
 		r.sess, info = e.sess, e.info
@@ -255,7 +255,7 @@ func sessionOnly(method string) bool {
 // entry returns the held session of r's key, creating it (an upstream
 // initialize) when there is none. Concurrent first requests of a key wait
 // for one creation. On failure it returns nil and the agent's answer.
-func (h *held) entry(ctx *fasthttp.RequestCtx, r *request) (*heldEntry, failure) {
+func (h *held) entry(r *request) (*heldEntry, failure) {
 	k := heldKeyOf(r.auth, r.body)
 	for {
 		h.mu.Lock()
@@ -264,7 +264,7 @@ func (h *held) entry(ctx *fasthttp.RequestCtx, r *request) (*heldEntry, failure)
 			e = &heldEntry{ready: make(chan struct{})}
 			h.byKey[k] = e
 			h.mu.Unlock()
-			f := h.create(ctx, r, e)
+			f := h.create(r, e)
 			if e.sess == nil {
 				h.mu.Lock()
 				delete(h.byKey, k)
@@ -302,7 +302,42 @@ func (h *held) entry(ctx *fasthttp.RequestCtx, r *request) (*heldEntry, failure)
 // would have sent, built from the request's _meta, goes through the
 // attempt loop as an agent's initialize does, then
 // notifications/initialized. It returns the agent's answer on failure.
-func (h *held) create(ctx *fasthttp.RequestCtx, r *request, e *heldEntry) failure {
+func (h *held) create(r *request, e *heldEntry) failure {
+	s := h.s
+	sess, info, f := h.open(r)
+	if sess == nil {
+		return f
+	}
+	up, _ := sess.Current()
+	hdr := recipeHeader(sess)
+	if err := s.healer.initialized(r.tctx, hdr, up, sess.Recipe.ProtocolVersion, time.Now().Add(s.cfg.HealTimeout)); err != nil {
+		s.sessions.end(sess, false)
+		s.link.deleteLater(up, hdr.PeekBytes(hdrAuthorization), true)
+		return failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
+			msg: "the upstream did not take notifications/initialized: " + err.Error()}
+	}
+	e.info = info
+	s.mem.charge(info.size())
+	h.infos.Store(sess, info)
+	if gjson.GetBytes(info.capabilities, "logging").Exists() {
+		// Every level, filtered per request (its _meta's logLevel): agents
+		// sharing the session may each ask for another.
+		if err := h.journalled(r.tctx, hdr, sess, session.JournalChange{Level: `{"level":"debug"}`},
+			"logging/setLevel", `{"level":"debug"}`); err != nil {
+			s.log.Warn().Str(logSession, sess.ID.Short()).Err(err).Msg("held session: logging/setLevel failed")
+		}
+	}
+	e.sess = sess
+	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", sess.Recipe.ProtocolVersion).
+		Msg("session held for a 2026-07-28 agent")
+	return failure{}
+}
+
+// open sends the initialize of a held session through the attempt loop,
+// as an agent's initialize goes, and admits the session it opens. It
+// returns the session and what its initialize answered, or the agent's
+// answer.
+func (h *held) open(r *request) (*session.Session, *discovery, failure) {
 	s := h.s
 	body := heldInitialize(r.body, s.link.upcallID("init"))
 	ir := &request{msg: message{method: "initialize", id: gjson.GetBytes(body, "id").Raw}, body: body, hdr: r.hdr,
@@ -325,47 +360,23 @@ func (h *held) create(ctx *fasthttp.RequestCtx, r *request, e *heldEntry) failur
 			out = a.createFrom(msg)
 		}
 	}
-	if out.kind != outUpstream {
-		return heldFailure(a.fail(out))
+	switch st := a.resp.StatusCode(); {
+	case out.kind != outUpstream:
+		return nil, nil, a.fail(out)
+	case a.sess != nil:
+		return a.sess, heldDiscovery(msg), failure{}
+	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
+		return nil, nil, failure{status: st, code: codeUnauthorized, challenge: string(a.resp.Header.Peek("WWW-Authenticate")),
+			msg: "the upstream refused this request's credential (" + strconv.Itoa(st) + ")"}
+	case legacyRefused(st, msg):
+		s.eras.forget() // redeployed 2026-07-28-only: the next request asks again
 	}
-	if a.sess == nil {
-		// The upstream's answer to the initialize was not a session.
-		st := a.resp.StatusCode()
-		if st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden {
-			return failure{status: st, code: codeUnauthorized, challenge: string(a.resp.Header.Peek("WWW-Authenticate")),
-				msg: "the upstream refused this request's credential (" + strconv.Itoa(st) + ")"}
-		}
-		why := gjson.GetBytes(msg, "error.message").Str
-		if why == "" {
-			why = "HTTP " + strconv.Itoa(st)
-		}
-		return failure{status: fasthttp.StatusBadGateway, code: codeUpstreamInvalid,
-			msg: "the upstream refused the session mcpheal opens for this agent: " + why}
+	why := gjson.GetBytes(msg, "error.message").Str
+	if why == "" {
+		why = "HTTP " + strconv.Itoa(a.resp.StatusCode())
 	}
-	sess := a.sess
-	up, _ := sess.Current()
-	hdr := recipeHeader(sess)
-	if err := s.healer.initialized(r.tctx, hdr, up, sess.Recipe.ProtocolVersion, time.Now().Add(s.cfg.HealTimeout)); err != nil {
-		s.sessions.end(sess, false)
-		s.link.deleteLater(up, hdr.PeekBytes(hdrAuthorization), true)
-		return failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
-			msg: "the upstream did not take notifications/initialized: " + err.Error()}
-	}
-	e.info = heldDiscovery(msg)
-	s.mem.charge(e.info.size())
-	h.infos.Store(sess, e.info)
-	if gjson.GetBytes(e.info.capabilities, "logging").Exists() {
-		// Every level, filtered per request (its _meta's logLevel): agents
-		// sharing the session may each ask for another.
-		if err := h.journalled(r.tctx, hdr, sess, session.JournalChange{Level: `{"level":"debug"}`},
-			"logging/setLevel", `{"level":"debug"}`); err != nil {
-			s.log.Warn().Str(logSession, sess.ID.Short()).Err(err).Msg("held session: logging/setLevel failed")
-		}
-	}
-	e.sess = sess
-	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", sess.Recipe.ProtocolVersion).
-		Msg("session held for a 2026-07-28 agent")
-	return failure{}
+	return nil, nil, failure{status: fasthttp.StatusBadGateway, code: codeUpstreamInvalid,
+		msg: "the upstream refused the session mcpheal opens for this agent: " + why}
 }
 
 // heldFailure is f as a 2026-07-28 agent can read it: it holds no

@@ -392,38 +392,13 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 	asks := c.asks
 	c.asks, c.token = nil, ""
 	c.mu.Unlock()
-	inputs := gjson.GetBytes(r.body, "params.inputResponses")
-	up, gen := r.sess.Current()
-	for _, ask := range asks {
-		body := append([]byte(`{"jsonrpc":"2.0","id":`), ask.upID...)
-		if res := inputs.Get(gjson.Escape(ask.key)); res.IsObject() {
-			body = append(body, `,"result":`...)
-			body = append(body, res.Raw...)
-		} else {
-			body = append(body, `,"error":{"code":-32603,"message":"the agent gave no answer to this request"}`...)
-		}
-		body = append(body, '}')
-		// The upstream's own id again (a session healed into numbers
-		// its requests' ids apart: events.go); false when the session
-		// that asked is gone.
-		restored, live := answerRoute(body, ask.upID, gen)
-		if restored != nil {
-			body = restored
-		}
-		var rep reply
-		var err error
-		if live {
-			rep, err = s.link.call(&upcall{hdr: r.hdr, session: up, version: r.sess.Recipe.ProtocolVersion, body: body,
-				deadline: time.Now().Add(s.cfg.ResponseTimeout), ctx: r.tctx, name: "response"})
-		}
-		if !live || err != nil || rep.status >= 300 {
-			c.cancelUpstream()
-			c.finish()
-			s.count.request(&r.msg, classify.TransportDead)
-			writeFailure(ctx, r.msg.idOrNull(), failure{status: fasthttp.StatusOK, code: codeMaybeExecuted,
-				msg: "the upstream did not take the agent's input; " + r.msg.method + " may or may not have run and was not retried"})
-			return
-		}
+	if !c.answerInputs(r, asks) {
+		c.cancelUpstream()
+		c.finish()
+		s.count.request(&r.msg, classify.TransportDead)
+		writeFailure(ctx, r.msg.idOrNull(), failure{status: fasthttp.StatusOK, code: codeMaybeExecuted,
+			msg: "the upstream did not take the agent's input; " + r.msg.method + " may or may not have run and was not retried"})
+		return
 	}
 	c.agentID = strings.Clone(r.msg.id)
 	c.follow(r.body)
@@ -438,6 +413,41 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 func heldCallKey(auth []byte, rawID string) string {
 	h := sha256.Sum256(auth)
 	return string(h[:16]) + rawID
+}
+
+// answerInputs answers the upstream's requests for input with the retry's
+// inputResponses (an error for one it lacks), each a POST on the session.
+// It reports false when the upstream did not take one.
+func (c *heldCall) answerInputs(r *request, asks []heldAsk) bool {
+	s := c.h.s
+	inputs := gjson.GetBytes(r.body, "params.inputResponses")
+	up, gen := r.sess.Current()
+	for _, ask := range asks {
+		body := append([]byte(`{"jsonrpc":"2.0","id":`), ask.upID...)
+		if res := inputs.Get(gjson.Escape(ask.key)); res.IsObject() {
+			body = append(body, `,"result":`...)
+			body = append(body, res.Raw...)
+		} else {
+			body = append(body, `,"error":{"code":-32603,"message":"the agent gave no answer to this request"}`...)
+		}
+		body = append(body, '}')
+		// The upstream's own id again (a session healed into numbers its
+		// requests' ids apart: events.go); not live when the session that
+		// asked is gone.
+		restored, live := answerRoute(body, ask.upID, gen)
+		if !live {
+			return false
+		}
+		if restored != nil {
+			body = restored
+		}
+		rep, err := s.link.call(&upcall{hdr: r.hdr, session: up, version: r.sess.Recipe.ProtocolVersion, body: body,
+			deadline: time.Now().Add(s.cfg.ResponseTimeout), ctx: r.tctx, name: "response"})
+		if err != nil || rep.status >= 300 {
+			return false
+		}
+	}
+	return true
 }
 
 // track makes the call cancellable by its agent (notifications/cancelled
