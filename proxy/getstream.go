@@ -134,7 +134,7 @@ func (g *getStream) write(w *bufio.Writer) {
 	defer g.s.streams.remove(g.sess.ID, g)
 	defer g.stop()
 	out := agentStream{s: g.s, w: w, conn: g.conn}
-	out.pump(g.out, g.done, g.quit, false)
+	out.pump(g.out, g.done, g.quit, true)
 }
 
 // pump reads the upstream GET stream, and when it ends opens the next one:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -292,3 +293,32 @@ var _ = io.EOF
 func nopLog() zerolog.Logger { return zerolog.New(io.Discard) }
 
 func zeroLog(w io.Writer) zerolog.Logger { return zerolog.New(w).Level(zerolog.DebugLevel) }
+
+// TestQuietGetStreamHeadAtOnce: an upstream whose GET stream sends its
+// head but no byte of body (the TypeScript SDK 1.x servers: no event until
+// there is one) still lets a Go SDK client connect at once: that client
+// waits for its GET stream's answer before notifications/initialized, and
+// mcpheal writes the head with a comment rather than waiting for the first
+// event or keepalive (15 s).
+func TestQuietGetStreamHeadAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "quiet-get", Version: "1"}, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(func() { up.CloseClientConnections(); up.Close() })
+	_, url := startProxy(t, up.URL, nil)
+	start := time.Now()
+	goSDKClient(t, url)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the Go SDK client took %v to connect; want the GET stream's head at once", d)
+	}
+}
