@@ -263,8 +263,9 @@ func (a *attempt) judge(err error) facts {
 		var ok bool
 		a.out, a.first, a.firstWhole, ok = peekFirst(r, &a.rw, a.out[:0], a.readBuf())
 		if !ok {
-			// Cut, or ended unanswered: it may have run.
-			f.class, f.dispatched = classify.TransportDead, true
+			// Cut, or ended unanswered: it may have run. Cut by the
+			// watch, it is the agent that went away.
+			f.class, f.dispatched, f.agentGone = classify.TransportDead, true, a.agentGone()
 			return f
 		}
 		f.class = classify.Classify(status, ct, a.first)

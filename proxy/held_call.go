@@ -153,6 +153,10 @@ func (c *heldCall) stream(w *bufio.Writer) {
 	case eventsGone:
 		c.cancelUpstream()
 	case eventsCut:
+		if a.agentGone() { // the agent closed its connection: how 2026-07-28 cancels
+			c.cancelUpstream()
+			break
+		}
 		c.fail(a.cut())
 	case eventsTooLarge:
 		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
@@ -251,13 +255,25 @@ func (c *heldCall) modernAnswer(status int, msg []byte) ([]byte, int) {
 	if len(msg) == 0 {
 		return nil, status
 	}
-	return modernMessage(msg, c.agentID), status
+	return modernMessage(msg, c.agentID, cacheable(c.a.msg.method)), status
+}
+
+// cacheable reports the methods whose 2026-07-28 results say how long a
+// client may keep them (ttlMs, cacheScope).
+func cacheable(method string) bool {
+	switch method {
+	case "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read":
+		return true
+	}
+	return false
 }
 
 // modernMessage returns a copy of a session-era JSON-RPC response as
 // MCP 2026-07-28 has it: with id agentID (unless empty), and its result's
-// resultType, which every 2026-07-28 result carries ("complete").
-func modernMessage(msg []byte, agentID string) []byte {
+// resultType, which every 2026-07-28 result carries ("complete"); a
+// cacheable result also says it may not be kept (ttlMs 0, cacheScope
+// private: a session-era server promised nothing).
+func modernMessage(msg []byte, agentID string, cacheable bool) []byte {
 	r := gjson.Parse(b2s(msg))
 	id, res := r.Get("id"), r.Get("result")
 	type splice struct {
@@ -268,12 +284,20 @@ func modernMessage(msg []byte, agentID string) []byte {
 	if id.Exists() && id.Index > 0 && agentID != "" {
 		edits = append(edits, splice{id.Index, len(id.Raw), agentID})
 	}
-	if res.IsObject() && res.Index > 0 && !res.Get("resultType").Exists() {
-		with := `"resultType":"complete"`
-		if hasMembers(res.Raw) {
-			with += ","
+	if res.IsObject() && res.Index > 0 {
+		var with string
+		if !res.Get("resultType").Exists() {
+			with = `"resultType":"complete",`
 		}
-		edits = append(edits, splice{res.Index + 1, 0, with})
+		if cacheable && !res.Get("ttlMs").Exists() && !res.Get("cacheScope").Exists() {
+			with += `"ttlMs":0,"cacheScope":"private",`
+		}
+		if with != "" && !hasMembers(res.Raw) {
+			with = with[:len(with)-1]
+		}
+		if with != "" {
+			edits = append(edits, splice{res.Index + 1, 0, with})
+		}
 	}
 	if len(edits) == 2 && edits[1].at < edits[0].at {
 		edits[0], edits[1] = edits[1], edits[0]

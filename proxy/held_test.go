@@ -320,7 +320,7 @@ func FuzzHeldTranslate(f *testing.F) {
 		if d := gjson.ParseBytes(down); d.Get("method").Raw != in.Get("method").Raw && in.Get("method").Exists() {
 			t.Fatalf("downgrade(%s) changed the method: %s", b, down)
 		}
-		up := modernMessage(b, "42")
+		up := modernMessage(b, "42", true)
 		if !gjson.ValidBytes(up) {
 			t.Fatalf("modernMessage(%s) = %s: not JSON", b, up)
 		}
