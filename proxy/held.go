@@ -328,6 +328,7 @@ func (h *held) create(r *request, e *heldEntry) failure {
 		}
 	}
 	e.sess = sess
+	h.hub(sess)
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", sess.Recipe.ProtocolVersion).
 		Msg("session held for a 2026-07-28 agent")
 	return failure{}

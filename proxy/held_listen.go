@@ -23,7 +23,10 @@ import (
 // kept in the session's journal, so a heal restores them) while a listen
 // wants them.
 
-// heldHub is the GET stream of a held session and its listens.
+// heldHub is the GET stream of a held session and its listens. It is
+// open for the session's life: a request the upstream sends there, outside
+// any call, is refused at once rather than left for the upstream to time
+// out on (fan).
 type heldHub struct {
 	g       *getStream
 	mu      sync.Mutex
@@ -144,7 +147,7 @@ func (l *heldListen) cancelByAgent() { l.stop() }
 func (l *heldListen) stop() { l.once.Do(func() { close(l.quit) }) }
 
 // unlisten ends a listen: its resources no other listen wants are
-// unsubscribed, and the hub stops with its last listen.
+// unsubscribed.
 func (h *held) unlisten(l *heldListen) {
 	l.stop()
 	h.calls.CompareAndDelete(l.key, l)
@@ -163,19 +166,10 @@ func (h *held) unlisten(l *heldListen) {
 			drop = append(drop, uri)
 		}
 	}
-	last := len(hub.listens) == 0
 	hub.mu.Unlock()
 	for _, uri := range drop {
 		h.journalled(context.Background(), recipeHeader(l.sess), l.sess, session.JournalChange{URI: uri},
 			"resources/unsubscribe", `{"uri":`+strconv.Quote(uri)+`}`)
-	}
-	if last {
-		h.mu.Lock()
-		if h.hubs[l.sess] == hub && len(hub.listens) == 0 {
-			delete(h.hubs, l.sess)
-			hub.g.stop()
-		}
-		h.mu.Unlock()
 	}
 }
 
