@@ -119,25 +119,28 @@ func TestWithoutSchedtrace(t *testing.T) {
 	}
 }
 
-// TestTargetNames: mcpheal-bare is a target of the tables but not a build
-// under test (no verdicts, heal runs or large-event rounds of its own).
+// TestTargetNames: mcpheal-bare and mcpheal-traced are targets of the
+// tables but not builds under test (no verdicts, heal runs or large-event
+// rounds of their own).
 func TestTargetNames(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		bare          bool
+		bare, tracing bool
 		alt           string
 		names, builds []string
 	}{
-		{false, "", []string{direct, viaNginx, mcpheal}, []string{mcpheal}},
-		{true, "", []string{direct, viaNginx, mcpheal, bareProxy}, []string{mcpheal}},
-		{true, "self", []string{direct, viaNginx, mcpheal, bareProxy, altProxy}, []string{mcpheal, altProxy}},
+		{false, false, "", []string{direct, viaNginx, mcpheal}, []string{mcpheal}},
+		{true, false, "", []string{direct, viaNginx, mcpheal, bareProxy}, []string{mcpheal}},
+		{true, false, "self", []string{direct, viaNginx, mcpheal, bareProxy, altProxy}, []string{mcpheal, altProxy}},
+		{false, true, "", []string{direct, viaNginx, mcpheal, tracedProxy}, []string{mcpheal}},
+		{true, true, "self", []string{direct, viaNginx, mcpheal, bareProxy, tracedProxy, altProxy}, []string{mcpheal, altProxy}},
 	} {
-		h := &harness{cfg: config{bare: c.bare, alt: c.alt}}
+		h := &harness{cfg: config{bare: c.bare, tracing: c.tracing, alt: c.alt}}
 		if got := h.targetNames(); !slices.Equal(got, c.names) {
-			t.Errorf("bare %v, alt %q: targetNames() = %q, want %q", c.bare, c.alt, got, c.names)
+			t.Errorf("bare %v, tracing %v, alt %q: targetNames() = %q, want %q", c.bare, c.tracing, c.alt, got, c.names)
 		}
 		if got := h.buildNames(); !slices.Equal(got, c.builds) {
-			t.Errorf("bare %v, alt %q: buildNames() = %q, want %q", c.bare, c.alt, got, c.builds)
+			t.Errorf("bare %v, tracing %v, alt %q: buildNames() = %q, want %q", c.bare, c.tracing, c.alt, got, c.builds)
 		}
 	}
 }
