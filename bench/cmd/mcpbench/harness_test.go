@@ -80,9 +80,14 @@ func TestParseBench(t *testing.T) {
 	t.Parallel()
 	out := []byte("pkg: github.com/mcpheal/mcpheal/classify\n" +
 		"BenchmarkClassify/OK/json-2   \t 1000000\t      95.5 ns/op\t 400 MB/s\t       0 B/op\t       0 allocs/op\n" +
+		"pkg: github.com/mcpheal/mcpheal/bench\n" +
+		"BenchmarkRequestPath/mcpheal/json/c100-2 \t   62367\t     18730 ns/op\t         1.134 mallocs/op\t      21 B/op\t       1 allocs/op\n" +
+		"BenchmarkRequestPath/direct/json/c1-2 \t   62367\t     9859 ns/op\t       7 B/op\t       0 allocs/op\t         0.0200 mallocs/op\n" +
 		"PASS\n")
 	got := parseBench(out)
-	want := []benchLine{{Pkg: "github.com/mcpheal/mcpheal/classify", Name: "BenchmarkClassify/OK/json-2", NsOp: 95.5}}
+	want := []benchLine{{Pkg: "github.com/mcpheal/mcpheal/classify", Name: "BenchmarkClassify/OK/json-2", NsOp: 95.5},
+		{Pkg: "github.com/mcpheal/mcpheal/bench", Name: "BenchmarkRequestPath/mcpheal/json/c100-2", NsOp: 18730, BOp: 21, AllocsOp: 1.134},
+		{Pkg: "github.com/mcpheal/mcpheal/bench", Name: "BenchmarkRequestPath/direct/json/c1-2", NsOp: 9859, BOp: 7, AllocsOp: 0.02}}
 	if !slices.Equal(got, want) {
 		t.Errorf("parseBench = %+v, want %+v", got, want)
 	}

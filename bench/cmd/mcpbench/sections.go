@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -90,13 +91,22 @@ func (h *harness) writeGoBench(w writer) {
 		return
 	}
 	w("## Go micro-benchmarks\n\n")
-	w("`go test -run '^$' -bench . -benchmem ./classify/ ./bench/`. `BenchmarkRequestPath` counts allocations of the whole test process (fasthttp client, fasthttp fake upstream and, for mcpheal, the proxy): the proxy's own share is the mcpheal line minus the direct line. `cN` is N concurrent clients.\n\n")
+	w("`go test -run '^$' -bench . -benchmem ./classify/ ./bench/`. `BenchmarkRequestPath` counts allocations of the whole test process (fasthttp client, fasthttp fake upstream and, for mcpheal, the proxy; its `mallocs/op`, the same count to two decimals, where reported): the proxy's own share is the mcpheal line minus the direct line; *mcpheal-traced* is mcpheal with tracing on, every request sampled, its spans batched to an exporter that counts and drops them (making the spans, not encoding or sending them). `cN` is N concurrent clients.\n\n")
 	w("| package | benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|---|\n")
 	for _, b := range h.gobench {
-		w("| %s | %s | %.0f | %.0f | %.0f |\n", strings.TrimPrefix(b.Pkg, "github.com/mcpheal/mcpheal/"), b.Name, b.NsOp, b.BOp, b.AllocsOp)
+		w("| %s | %s | %.0f | %.0f | %s |\n", strings.TrimPrefix(b.Pkg, "github.com/mcpheal/mcpheal/"), b.Name, b.NsOp, b.BOp, allocsCell(b.AllocsOp))
 	}
 	w("\n")
 	h.writeStoreBench(w)
+}
+
+// allocsCell shows allocs/op as go test printed it: an integer, or two
+// decimals where the benchmark reported them (BenchmarkRequestPath).
+func allocsCell(v float64) string {
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // writeStoreBench compares a healthy session's call with the memory and
