@@ -90,7 +90,7 @@ func (h *harness) writeTracing(w writer) {
 	w("The proxy subcommand builds its tracer provider as the binary does (`telemetry.New` from the environment). ")
 	w("The spans go to `mcpbench otlp-sink`, a process of its own on 127.0.0.1 that decodes every `POST /v1/traces` with the OTLP protobuf definitions and counts the spans; its CPU is not in %s's and is shown apart. ", tracedProxy)
 	w("Before each run's closing sample the harness has %s flush its spans (`ForceFlush`), so that a run's spans, and the CPU spent exporting them, are that run's. ", tracedProxy)
-	w("*Added* is %s's CPU per request minus mcpheal's in the same round; *spans/req* is request spans (kind server) + upstream exchange spans (kind client) received per request.\n\n", tracedProxy)
+	w("*Added* is %s's CPU per request minus mcpheal's in the same round; *spans/req* is the spans the sink received per request, median (min–max), = the medians of request spans (kind server) + upstream exchange spans (kind client).\n\n", tracedProxy)
 	w("| variant | rate | target | CPU µs/req | CPU / nginx | added µs/req | allocs/req | syscalls/req | p50 ms | p99 ms | spans/req (request + exchange) | sink CPU µs/req | verified |\n")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, v := range h.cfg.variants {
@@ -106,9 +106,9 @@ func (h *harness) writeTracing(w writer) {
 				added, spans, sink := "–", "–", "–"
 				if t == tracedProxy {
 					added = h.addedCPU(v, rate, t).f(1)
-					spans = fmt.Sprintf("%s (%s + %s)", figure(rs, func(r *runResult) float64 { return r.Spans }).f(3),
-						figure(rs, func(r *runResult) float64 { return r.ServerSpans }).f(3),
-						figure(rs, func(r *runResult) float64 { return r.ClientSpans }).f(3))
+					spans = fmt.Sprintf("%s = %.3f + %.3f", figure(rs, func(r *runResult) float64 { return r.Spans }).f(3),
+						figure(rs, func(r *runResult) float64 { return r.ServerSpans }).Med,
+						figure(rs, func(r *runResult) float64 { return r.ClientSpans }).Med)
 					sink = figure(rs, func(r *runResult) float64 { return r.SinkCPUus }).f(1)
 				}
 				w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v, rateLabel(rate), t,
