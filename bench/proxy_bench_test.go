@@ -2,8 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,10 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mcpheal/mcpheal/proxy"
 )
 
 // fakeUpstream is a fasthttp MCP server for the micro-benchmarks: it answers
@@ -145,33 +151,93 @@ func (c *echoClient) run(conc int, n uint64) error {
 
 // BenchmarkRequestPath measures one echo call, direct to a fasthttp fake
 // upstream and through mcpheal (proxy.Server), with JSON and SSE answers, at
-// 1 and 100 concurrent clients. allocs/op counts the whole process (client,
-// fake upstream and proxy): mcpheal's own share is its figure minus the
-// direct one.
+// 1 and 100 concurrent clients; mcpheal-traced is mcpheal with tracing on,
+// every request sampled, its spans batched by the SDK's batch processor
+// to an exporter that counts and drops them (spans/op): the cost of making
+// the spans, without encoding or sending them. allocs/op counts the whole
+// process (client, fake upstream and proxy), and mallocs/op is the same
+// count with its fraction (the testing package truncates allocs/op to an
+// integer): mcpheal's own share is its figure minus the direct one.
 func BenchmarkRequestPath(b *testing.B) {
 	for _, variant := range []string{"json", "sse"} {
 		up := serveLoopback(b, fakeUpstream{sse: variant == "sse"}.serve)
 		targets := map[string]string{"direct": up}
-		for _, target := range []string{"direct", "mcpheal"} {
+		for _, target := range []string{"direct", "mcpheal", "mcpheal-traced"} {
 			for _, conc := range []int{1, 100} {
 				b.Run(fmt.Sprintf("%s/%s/c%d", target, variant, conc), func(b *testing.B) {
 					addr := targets[target]
-					if target == "mcpheal" {
+					var exp *countingExporter
+					switch target {
+					case "mcpheal":
 						addr = proxyAddr(b, up)
+					case "mcpheal-traced":
+						var tp trace.TracerProvider
+						tp, exp = countingTracer(b)
+						addr = tracedProxyAddr(b, up, tp)
 					}
 					c := newEchoClient(b, addr)
 					if err := c.run(conc, 2*uint64(conc)); err != nil { // warm pools
 						b.Fatal(err)
 					}
+					if exp != nil { // the warm-up's spans are not the timed calls
+						if err := exp.flush(); err != nil {
+							b.Fatal(err)
+						}
+					}
 					b.ReportAllocs()
+					var ms0, ms1 runtime.MemStats
+					runtime.ReadMemStats(&ms0)
+					spans0 := exp.count()
 					b.ResetTimer()
 					if err := c.run(conc, uint64(b.N)+2*uint64(conc)); err != nil {
 						b.Fatal(err)
+					}
+					b.StopTimer()
+					runtime.ReadMemStats(&ms1)
+					b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(b.N), "mallocs/op")
+					if exp != nil {
+						if err := exp.flush(); err != nil {
+							b.Fatal(err)
+						}
+						b.ReportMetric(float64(exp.count()-spans0)/float64(b.N), "spans/op")
 					}
 				})
 			}
 		}
 	}
+}
+
+// countingExporter is a span exporter that counts the spans it is given
+// and keeps none.
+type countingExporter struct {
+	n     atomic.Int64
+	flush func() error // the provider's ForceFlush
+}
+
+func (e *countingExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	e.n.Add(int64(len(spans)))
+	return nil
+}
+
+func (*countingExporter) Shutdown(context.Context) error { return nil }
+
+// count is the number of spans exported so far; 0 for a nil exporter.
+func (e *countingExporter) count() int64 {
+	if e == nil {
+		return 0
+	}
+	return e.n.Load()
+}
+
+// countingTracer returns a tracer provider as mcpheal's with every request
+// sampled (always_on) and the SDK's batch processor at its defaults, but
+// exporting to a countingExporter; it is shut down when the test ends.
+func countingTracer(tb testing.TB) (trace.TracerProvider, *countingExporter) {
+	exp := new(countingExporter)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(exp))
+	exp.flush = func() error { return tp.ForceFlush(context.Background()) }
+	tb.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp, exp
 }
 
 // proxyAddr starts mcpheal in front of the upstream at upAddr and returns its
@@ -181,16 +247,31 @@ func proxyAddr(tb testing.TB, upAddr string) string {
 	return url[len("http://") : len(url)-len("/mcp")]
 }
 
+// tracedProxyAddr is proxyAddr with tracing on, to tp.
+func tracedProxyAddr(tb testing.TB, upAddr string, tp trace.TracerProvider) string {
+	url := startProxyWith(tb, "http://"+upAddr+"/mcp", func(c *proxy.Config) { c.Tracer = tp })
+	return url[len("http://") : len(url)-len("/mcp")]
+}
+
 // TestRequestPathSetup runs a few calls of each micro-benchmark case, so
 // that the benchmark's plumbing is tested (quickly, under -race) in CI.
 func TestRequestPathSetup(t *testing.T) {
 	t.Parallel()
 	for _, sse := range []bool{false, true} {
 		up := serveLoopback(t, fakeUpstream{sse: sse}.serve)
-		for _, addr := range []string{up, proxyAddr(t, up)} {
+		tp, exp := countingTracer(t)
+		for _, addr := range []string{up, proxyAddr(t, up), tracedProxyAddr(t, up, tp)} {
 			if err := newEchoClient(t, addr).run(4, 20); err != nil {
 				t.Errorf("run(sse=%v, %s) = %v", sse, addr, err)
 			}
+		}
+		// The traced proxy's 21 requests (initialize and 20 calls): a
+		// request span and an upstream exchange span each.
+		if err := exp.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if n := exp.count(); n < 2*21 {
+			t.Errorf("sse=%v: %d spans exported for 21 traced requests; want at least 42", sse, n)
 		}
 	}
 }

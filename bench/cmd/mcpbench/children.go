@@ -12,14 +12,18 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	rpprof "runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpheal/mcpheal/bench"
 	"github.com/mcpheal/mcpheal/proxy"
+	"github.com/mcpheal/mcpheal/proxy/telemetry"
 )
 
 // readyLine is what a child prints on stdout once it is listening.
@@ -103,7 +107,9 @@ type relay interface {
 // allocations are its own process's. With MCPBENCH_PROXY=passthrough in
 // its environment it serves the bare fasthttp relay instead
 // (passthrough.go). It runs with the environment it is given, as the
-// mcpheal binary does: the harness gives it the image's (image.go).
+// mcpheal binary does: the harness gives it the image's (image.go), and
+// mcpheal-traced the OTEL_* variables that turn tracing on
+// (startTracing).
 func runProxy(args []string) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	upstream := fs.String("upstream", "", "upstream MCP endpoint")
@@ -116,6 +122,8 @@ func runProxy(args []string) error {
 	runtime.MemProfileRate = *memRate
 	var p relay
 	var err error
+	var tp trace.TracerProvider
+	stopTracing := func() {}
 	if os.Getenv("MCPBENCH_PROXY") == "passthrough" {
 		p, err = newPassthrough(*upstream)
 	} else {
@@ -123,7 +131,13 @@ func runProxy(args []string) error {
 		// Every benchmark session comes from one agent without a credential, so
 		// the per-credential cap (default 1000) would stop the storm and the
 		// memory run: it is raised to the session cap.
-		p, err = proxy.New(proxy.Config{Upstream: *upstream, Listen: *listen, MaxSessionsPerCredential: 100_000}, log)
+		cfg := proxy.Config{Upstream: *upstream, Listen: *listen, MaxSessionsPerCredential: 100_000}
+		if tp, stopTracing, err = startTracing(log); err != nil {
+			return err
+		}
+		defer stopTracing()
+		cfg.Tracer = tp
+		p, err = proxy.New(cfg, log)
 	}
 	if err != nil {
 		return err
@@ -146,12 +160,64 @@ func runProxy(args []string) error {
 		runtime.GC()
 		_ = rpprof.Lookup("allocs").WriteTo(w, 0)
 	})
+	// With tracing on, the harness flushes the spans of a run before it
+	// reads the CPU time after it, so that exporting them is charged to the
+	// run whose requests they describe and the sink has them all.
+	mux.HandleFunc("POST /flush-traces", func(w http.ResponseWriter, r *http.Request) {
+		f, ok := tp.(interface{ ForceFlush(context.Context) error })
+		if !ok {
+			http.Error(w, "tracing is off", http.StatusNotFound)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		if err := f.ForceFlush(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		writeJSON(w, map[string]bool{"flushed": true})
+	})
 	statsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = statsSrv.Serve(sln) }()
 	return serveUntilSignal(*listen, p.Serve, func(ctx context.Context) error {
 		_ = statsSrv.Shutdown(ctx)
-		return p.Shutdown(ctx)
+		err := p.Shutdown(ctx)
+		stopTracing() // the last batch of spans, after the last request
+		return err
 	})
+}
+
+// startTracing builds mcpheal's tracer provider from the environment as
+// the mcpheal binary does (main.go, startTracing: telemetry.New with
+// os.LookupEnv; the proxy subcommand has no config file, so its tracing
+// section is empty): nil unless OTEL_* turns tracing on. The function it
+// returns flushes and stops the provider, once; it does nothing when
+// tracing is off.
+func startTracing(log zerolog.Logger) (trace.TracerProvider, func(), error) {
+	tp, shutdown, err := telemetry.New(context.Background(), telemetry.Config{}, buildVersion(), os.LookupEnv)
+	if err != nil || tp == nil {
+		return nil, func() {}, err
+	}
+	log.Info().Msg("traces: exporting spans by OTLP over HTTP (README \"Traces\")")
+	var once sync.Once
+	return tp, func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := shutdown(ctx); err != nil {
+				log.Warn().Err(err).Msg("traces: the last spans were not exported")
+			}
+		})
+	}, nil
+}
+
+// buildVersion is the module version this binary was built from (the
+// service.version resource attribute, as mcpheal's own).
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }
 
 // serveUntilSignal listens on addr, prints readyLine, serves until SIGTERM

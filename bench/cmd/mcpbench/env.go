@@ -28,6 +28,11 @@ const (
 	// altProxy is a second mcpheal build (-alt), measured beside the first
 	// in the same rounds to record a fix's before and after.
 	altProxy = "mcpheal-alt"
+	// tracedProxy is mcpheal as the image runs it with OpenTelemetry
+	// tracing on and every request sampled (always_on, the worst case),
+	// exporting OTLP/HTTP to the harness's sink (otlpsink.go). It is
+	// measured beside mcpheal in the open and closed models (-tracing).
+	tracedProxy = "mcpheal-traced"
 )
 
 // targetNames lists the targets of the tables, in order.
@@ -35,6 +40,9 @@ func (h *harness) targetNames() []string {
 	names := []string{direct, viaNginx, mcpheal}
 	if h.cfg.bare {
 		names = append(names, bareProxy)
+	}
+	if h.cfg.tracing {
+		names = append(names, tracedProxy)
 	}
 	if h.cfg.alt != "" {
 		names = append(names, altProxy)
@@ -44,7 +52,8 @@ func (h *harness) targetNames() []string {
 
 // buildNames lists the mcpheal builds under test, mcpheal and mcpheal-alt
 // if any: the targets of the verdicts, the heal runs and the large-event
-// section. mcpheal-bare is the same build as mcpheal, only compared with it.
+// section. mcpheal-bare and mcpheal-traced are the same build as mcpheal,
+// only compared with it.
 func (h *harness) buildNames() []string {
 	if h.cfg.alt != "" {
 		return []string{mcpheal, altProxy}
@@ -54,7 +63,9 @@ func (h *harness) buildNames() []string {
 
 // isMcpheal reports whether target t is a mcpheal process, with its /stats
 // and its read and write system calls counted.
-func isMcpheal(t string) bool { return t == mcpheal || t == bareProxy || t == altProxy }
+func isMcpheal(t string) bool {
+	return t == mcpheal || t == bareProxy || t == tracedProxy || t == altProxy
+}
 
 // target returns the target named name.
 func (e *env) target(name string) *target {
@@ -83,6 +94,9 @@ type env struct {
 	nginx    *nginxProc
 	proxy    *child
 	bare     *child // mcpheal-bare, in the open and closed models only
+	traced   *child // mcpheal-traced, in the open and closed models only
+	sink     *child // mcpheal-traced's OTLP collector (otlpsink.go)
+	sinkURL  string
 	alt      *child
 	statsURL string
 	targets  []*target
@@ -150,6 +164,11 @@ func (h *harness) startEnv(ctx context.Context, variant string) (*env, error) {
 			pids: func() []int { return []int{e.bare.pid()} }, stats: bareStats})
 		godebug += fmt.Sprintf(", %s %q", bareProxy, godebugOf(e.bare.pid()))
 	}
+	if h.cfg.tracing {
+		if err := h.startTraced(ctx, e, upURL); err != nil {
+			return nil, err
+		}
+	}
 	if h.cfg.alt != "" {
 		altURL, altStats, ap, err := h.startProxyBin(ctx, h.altBin(), filepath.Join(e.dir, "alt"), upURL, h.altEnv())
 		if err != nil {
@@ -169,6 +188,28 @@ func (h *harness) startEnv(ctx context.Context, variant string) (*env, error) {
 	h.logf("%s: upstream %s, targets %d, sessions open; GODEBUG of %s", variant, e.upAddr, len(e.targets), godebug)
 	ok = true
 	return e, nil
+}
+
+// startTraced starts the OTLP sink and mcpheal-traced in front of upURL,
+// exporting to it, and adds mcpheal-traced to e's targets.
+func (h *harness) startTraced(ctx context.Context, e *env, upURL string) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	if e.sink, err = startChild(ctx, "otlp-sink", filepath.Join(e.dir, "otlp-sink.log"), true, helperEnv,
+		h.self, "otlp-sink", "-listen", addr); err != nil {
+		return err
+	}
+	e.sinkURL = "http://" + addr
+	url, stats, p, err := h.startProxyBin(ctx, h.self, filepath.Join(e.dir, "traced"), upURL, h.tracedEnv(e.sinkURL))
+	if err != nil {
+		return err
+	}
+	e.traced = p
+	e.targets = append(e.targets, &target{name: tracedProxy, sess: bench.Session{URL: url},
+		pids: func() []int { return []int{e.traced.pid()} }, stats: stats})
+	return nil
 }
 
 // startUpstream starts the upstream child for e's variant on e.upAddr.
@@ -243,6 +284,12 @@ func (e *env) stop() {
 	if e.bare != nil {
 		e.bare.stop(5 * time.Second)
 	}
+	if e.traced != nil {
+		e.traced.stop(10 * time.Second) // it flushes its last spans to the sink
+	}
+	if e.sink != nil {
+		e.sink.stop(5 * time.Second)
+	}
 	if e.alt != nil {
 		e.alt.stop(5 * time.Second)
 	}
@@ -304,6 +351,25 @@ func (h *harness) proxyEnv() []string {
 // whose values win.
 func (h *harness) altEnv() []string {
 	return append(h.proxyEnv(), h.cfg.altEnv...)
+}
+
+// tracingVars turn tracing on in mcpheal the standard way, every request
+// sampled, exporting OTLP/HTTP (protobuf) to the sink at sinkURL; the
+// batch processor, the exporter's timeout and its compression (none) are
+// the SDK's defaults, as an operator who sets only these gets them.
+func tracingVars(sinkURL string) []string {
+	return []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + sinkURL,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_TRACES_SAMPLER=always_on",
+		"OTEL_SERVICE_NAME=mcpheal",
+	}
+}
+
+// tracedEnv is mcpheal-traced's extra environment: mcpheal's, then
+// tracingVars.
+func (h *harness) tracedEnv(sinkURL string) []string {
+	return append(h.proxyEnv(), tracingVars(sinkURL)...)
 }
 
 // bareEnv is mcpheal-bare's extra environment: mcpheal's, then

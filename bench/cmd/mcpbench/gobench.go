@@ -68,6 +68,7 @@ func parseBench(out []byte) []benchLine {
 			continue
 		}
 		b := benchLine{Pkg: pkg, Name: f[0]}
+		exact := false
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
@@ -79,7 +80,11 @@ func parseBench(out []byte) []benchLine {
 			case "B/op":
 				b.BOp = v
 			case "allocs/op":
-				b.AllocsOp = v
+				if !exact {
+					b.AllocsOp = v
+				}
+			case "mallocs/op": // the same count with its fraction, where reported
+				b.AllocsOp, exact = v, true
 			case "p99-µs":
 				b.P99us = v
 			}

@@ -40,7 +40,8 @@ type harness struct {
 	gobench          []benchLine
 	storeBench       []benchLine // BenchmarkSessionStore, -count 5
 	profile          *profileResult
-	failed           []string // correctness failures
+	traceTotals      []*traceTotal // mcpheal-traced's whole life, per variant
+	failed           []string      // correctness failures
 	started          time.Time
 }
 
@@ -64,6 +65,15 @@ func newHarness(ctx context.Context, cfg config) (*harness, error) {
 	}
 	if h.image, err = readImageEnv(h.root); err != nil {
 		return nil, err
+	}
+	// Tracing is on only where the harness turns it on (mcpheal-traced):
+	// OTEL_* variables of the harness's own environment would reach every
+	// process it starts, and turn it on in mcpheal too.
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "OTEL_") {
+			_ = os.Unsetenv(k)
+			h.note = append(h.note, fmt.Sprintf("%s was set in the harness's environment: unset for every process it starts.", k))
+		}
 	}
 	h.dir = cfg.dir
 	if h.dir == "" {
@@ -202,6 +212,13 @@ func (h *harness) runVariant(ctx context.Context, variant string) error {
 			return fmt.Errorf("expiry storm: %w", err)
 		}
 		h.storms = append(h.storms, s)
+	}
+	if e.traced != nil {
+		tt, err := h.stopTraced(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tracedProxy, err)
+		}
+		h.traceTotals = append(h.traceTotals, tt)
 	}
 	return nil
 }

@@ -80,9 +80,14 @@ func TestParseBench(t *testing.T) {
 	t.Parallel()
 	out := []byte("pkg: github.com/mcpheal/mcpheal/classify\n" +
 		"BenchmarkClassify/OK/json-2   \t 1000000\t      95.5 ns/op\t 400 MB/s\t       0 B/op\t       0 allocs/op\n" +
+		"pkg: github.com/mcpheal/mcpheal/bench\n" +
+		"BenchmarkRequestPath/mcpheal/json/c100-2 \t   62367\t     18730 ns/op\t         1.134 mallocs/op\t      21 B/op\t       1 allocs/op\n" +
+		"BenchmarkRequestPath/direct/json/c1-2 \t   62367\t     9859 ns/op\t       7 B/op\t       0 allocs/op\t         0.0200 mallocs/op\n" +
 		"PASS\n")
 	got := parseBench(out)
-	want := []benchLine{{Pkg: "github.com/mcpheal/mcpheal/classify", Name: "BenchmarkClassify/OK/json-2", NsOp: 95.5}}
+	want := []benchLine{{Pkg: "github.com/mcpheal/mcpheal/classify", Name: "BenchmarkClassify/OK/json-2", NsOp: 95.5},
+		{Pkg: "github.com/mcpheal/mcpheal/bench", Name: "BenchmarkRequestPath/mcpheal/json/c100-2", NsOp: 18730, BOp: 21, AllocsOp: 1.134},
+		{Pkg: "github.com/mcpheal/mcpheal/bench", Name: "BenchmarkRequestPath/direct/json/c1-2", NsOp: 9859, BOp: 7, AllocsOp: 0.02}}
 	if !slices.Equal(got, want) {
 		t.Errorf("parseBench = %+v, want %+v", got, want)
 	}
@@ -119,25 +124,28 @@ func TestWithoutSchedtrace(t *testing.T) {
 	}
 }
 
-// TestTargetNames: mcpheal-bare is a target of the tables but not a build
-// under test (no verdicts, heal runs or large-event rounds of its own).
+// TestTargetNames: mcpheal-bare and mcpheal-traced are targets of the
+// tables but not builds under test (no verdicts, heal runs or large-event
+// rounds of their own).
 func TestTargetNames(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		bare          bool
+		bare, tracing bool
 		alt           string
 		names, builds []string
 	}{
-		{false, "", []string{direct, viaNginx, mcpheal}, []string{mcpheal}},
-		{true, "", []string{direct, viaNginx, mcpheal, bareProxy}, []string{mcpheal}},
-		{true, "self", []string{direct, viaNginx, mcpheal, bareProxy, altProxy}, []string{mcpheal, altProxy}},
+		{false, false, "", []string{direct, viaNginx, mcpheal}, []string{mcpheal}},
+		{true, false, "", []string{direct, viaNginx, mcpheal, bareProxy}, []string{mcpheal}},
+		{true, false, "self", []string{direct, viaNginx, mcpheal, bareProxy, altProxy}, []string{mcpheal, altProxy}},
+		{false, true, "", []string{direct, viaNginx, mcpheal, tracedProxy}, []string{mcpheal}},
+		{true, true, "self", []string{direct, viaNginx, mcpheal, bareProxy, tracedProxy, altProxy}, []string{mcpheal, altProxy}},
 	} {
-		h := &harness{cfg: config{bare: c.bare, alt: c.alt}}
+		h := &harness{cfg: config{bare: c.bare, tracing: c.tracing, alt: c.alt}}
 		if got := h.targetNames(); !slices.Equal(got, c.names) {
-			t.Errorf("bare %v, alt %q: targetNames() = %q, want %q", c.bare, c.alt, got, c.names)
+			t.Errorf("bare %v, tracing %v, alt %q: targetNames() = %q, want %q", c.bare, c.tracing, c.alt, got, c.names)
 		}
 		if got := h.buildNames(); !slices.Equal(got, c.builds) {
-			t.Errorf("bare %v, alt %q: buildNames() = %q, want %q", c.bare, c.alt, got, c.builds)
+			t.Errorf("bare %v, tracing %v, alt %q: buildNames() = %q, want %q", c.bare, c.tracing, c.alt, got, c.builds)
 		}
 	}
 }

@@ -1,7 +1,9 @@
 // Command mcpbench measures mcpheal against a direct connection and nginx in
 // one run, all on 127.0.0.1 (mcpheal as the image runs it and, beside it in
 // the open and closed models, the same process with Go's default scheduler,
-// as the bare binary runs: env.go): a Go SDK echo upstream (JSON and SSE
+// as the bare binary runs, and the same with OpenTelemetry tracing on,
+// every request sampled and exported to a span-counting OTLP sink: env.go,
+// tracing.go): a Go SDK echo upstream (JSON and SSE
 // answers), vegeta open-model runs at fixed rates alternating the targets, a
 // closed-model saturation run, heal under load, an expiry storm, one large
 // SSE event (1 and 12 MB) relayed by each target, hostile input against
@@ -16,7 +18,9 @@
 //	bench/run.sh -only hostile  # the hostile-input section alone (~3 min)
 //
 // The same binary is its own upstream and proxy processes (subcommands
-// "upstream" and "proxy"), so that each has its own CPU and memory figures.
+// "upstream" and "proxy"), and the OTLP collector mcpheal-traced exports
+// its spans to ("otlp-sink"), so that each has its own CPU and memory
+// figures.
 // "nginx-conf", "targets" and "image-env" give bench/syscalls.sh the
 // harness's nginx configuration, its session and vegeta targets, and the
 // environment mcpheal runs with (the Dockerfile's, image.go).
@@ -42,6 +46,8 @@ func main() {
 		err = runUpstream(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "proxy":
 		err = runProxy(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "otlp-sink":
+		err = runOTLPSink(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "nginx-conf":
 		err = runNginxConf(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "targets":
@@ -79,6 +85,7 @@ type config struct {
 	alt          string   // a second mcpbench binary whose proxy is measured as mcpheal-alt ("self": this one)
 	altEnv       []string // extra environment of the alt proxy, after the image's and proxyEnv
 	bare         bool     // measure mcpheal-bare beside mcpheal in the open and closed models
+	tracing      bool     // measure mcpheal-traced beside mcpheal in the open and closed models
 	healRate     int      // 0 skips heal under load
 	healFor      time.Duration
 	healAt       time.Duration
@@ -127,6 +134,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.alt, "alt", "", "another mcpbench binary (built from a patched tree), or \"self\" for this one with -alt-env: its proxy is measured beside mcpheal as "+altProxy)
 	fs.StringVar(&altEnv, "alt-env", "", "comma-separated KEY=VALUE added to the -alt proxy's environment after mcpheal's (the image's, then -proxy-env), e.g. GOMAXPROCS=1, or MCPBENCH_PROXY=passthrough for a bare fasthttp relay")
 	fs.BoolVar(&c.bare, "bare", true, "also measure "+bareProxy+": the same mcpheal without schedtrace in GODEBUG (Go's default scheduler, as the bare binary runs), in the open and closed models")
+	fs.BoolVar(&c.tracing, "tracing", true, "also measure "+tracedProxy+": the same mcpheal with OpenTelemetry tracing on, every request sampled (OTEL_TRACES_SAMPLER=always_on), exporting OTLP/HTTP to a span-counting sink on 127.0.0.1, in the open and closed models")
 	fs.StringVar(&proxyEnv, "proxy-env", "", "comma-separated KEY=VALUE added to mcpheal's environment after the image's (the Dockerfile's ENV), e.g. GOMAXPROCS=1")
 	fs.IntVar(&c.healRate, "heal-rate", 300, "heal-under-load rate (0 skips)")
 	fs.DurationVar(&c.healFor, "heal-duration", 10*time.Second, "heal-under-load length")
@@ -222,7 +230,7 @@ func (c *config) onlyLarge(fs *flag.FlagSet) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c.variants, c.satDuration, c.healRate, c.storm, c.memSessions = nil, 0, 0, 0, 0
-	c.goBench, c.profile, c.hostileBudgets, c.bare = false, false, nil, false
+	c.goBench, c.profile, c.hostileBudgets, c.bare, c.tracing = false, false, nil, false, false
 	c.partialOutput(set)
 	if len(c.largeSizes) == 0 {
 		c.largeSizes = []int{1, 12}
@@ -234,7 +242,7 @@ func (c *config) onlyHostile(fs *flag.FlagSet) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c.variants, c.satDuration, c.healRate, c.storm, c.memSessions = nil, 0, 0, 0, 0
-	c.goBench, c.profile, c.largeSizes, c.bare = false, false, nil, false
+	c.goBench, c.profile, c.largeSizes, c.bare, c.tracing = false, false, nil, false, false
 	c.partialOutput(set)
 	if len(c.hostileBudgets) == 0 {
 		c.hostileBudgets = []int{0, 64}

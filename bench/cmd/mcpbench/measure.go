@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +26,7 @@ type runResult struct {
 	Throughput      float64 // verified answers / (last answer − first send)
 	StealPct        float64
 	BusyPct         float64 // all CPUs of the machine
-	ForeignPct      float64 // machine CPU used by none of vegeta, upstream and proxy
+	ForeignPct      float64 // machine CPU used by none of vegeta, upstream, proxy and OTLP sink
 	GenCPUus        float64 // vegeta's CPU per request, µs
 	CPUus           float64 // the proxy's CPU per request, µs; NaN for direct
 	Syscalls        float64 // the proxy's read+write system calls per request
@@ -35,6 +36,12 @@ type runResult struct {
 	Heavy           bool    // steal above -steal-max: repeated, left out of medians
 	Noisy           bool    // foreign CPU above -foreign-max: repeated, left out of medians
 	Lat             []time.Duration
+	// Spans is what the OTLP sink received per request of a mcpheal-traced
+	// run (Server: agent request spans, Client: upstream exchange spans),
+	// SinkCPUus the sink's CPU per request, outside the proxy's; NaN for
+	// the other targets.
+	Spans, ServerSpans, ClientSpans float64
+	SinkCPUus                       float64
 }
 
 // rateOK reports whether vegeta kept the requested rate within 1 %.
@@ -81,6 +88,15 @@ func (h *harness) measure(ctx context.Context, e *env, t *target, rate int, d ti
 	r.Noisy = r.ForeignPct > h.cfg.foreignMax
 	if r.OK != r.Requests {
 		h.fail("%s: %d of %d answers failed the echo check, e.g. %s", spec.label, r.Requests-r.OK, r.Requests, r.Sample)
+	}
+	if t.name == tracedProxy && rate > 0 && (r.ServerSpans < 1 || r.ClientSpans < 1) {
+		// Every answered call is one agent request span and at least one
+		// upstream exchange span, and the proxy flushed them all before
+		// the second sample: fewer means spans were lost on the way. (In
+		// the closed model the SDK's batch queue, 2048 spans by default,
+		// may overflow by design; there the figure is only reported.)
+		h.fail("%s: the OTLP sink received %.3f request spans and %.3f exchange spans per request; want at least 1 of each",
+			spec.label, r.ServerSpans, r.ClientSpans)
 	}
 	return r, nil
 }
@@ -141,6 +157,8 @@ type snapshot struct {
 	cpu     cpuStat
 	proxy   procSample
 	up      procSample
+	sink    procSample // mcpheal-traced's OTLP sink, when there is one
+	spans   sinkStats  // what the sink received, for a mcpheal-traced run
 	mallocs uint64
 }
 
@@ -152,6 +170,22 @@ func (h *harness) sample(ctx context.Context, e *env, t *target) (snapshot, erro
 	}
 	if s.up, err = sampleProcs([]int{e.up.pid()}); err != nil {
 		return s, err
+	}
+	if t.name == tracedProxy {
+		// The spans of the requests so far leave the proxy now, not at the
+		// batch processor's next tick, inside the run that made them.
+		var ok map[string]bool
+		if err := getJSON(ctx, e.hc, http.MethodPost, t.stats+"/flush-traces", &ok); err != nil {
+			return s, err
+		}
+		if err := getJSON(ctx, e.hc, http.MethodGet, e.sinkURL+"/stats", &s.spans); err != nil {
+			return s, err
+		}
+	}
+	if e.sink != nil {
+		if s.sink, err = sampleProcs([]int{e.sink.pid()}); err != nil {
+			return s, err
+		}
 	}
 	if t.pids != nil {
 		if s.proxy, err = sampleProcs(t.pids()); err != nil {
@@ -176,6 +210,7 @@ func (r *runResult) account(a, b snapshot, stealMax float64) {
 	r.Heavy = r.StealPct > stealMax
 	r.UpCPUus = perReq(b.up.cpuTicks - a.up.cpuTicks)
 	r.CPUus, r.Allocs, r.Syscalls = math.NaN(), math.NaN(), math.NaN()
+	r.Spans, r.ServerSpans, r.ClientSpans, r.SinkCPUus = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	if r.Target != direct {
 		r.CPUus = perReq(b.proxy.cpuTicks - a.proxy.cpuTicks)
 		r.Syscalls = float64(b.proxy.syscalls-a.proxy.syscalls) / float64(r.Requests)
@@ -184,10 +219,17 @@ func (r *runResult) account(a, b snapshot, stealMax float64) {
 	if isMcpheal(r.Target) {
 		r.Allocs = float64(b.mallocs-a.mallocs) / float64(r.Requests)
 	}
+	if r.Target == tracedProxy {
+		n := float64(r.Requests)
+		r.Spans = float64(b.spans.Spans-a.spans.Spans) / n
+		r.ServerSpans = float64(b.spans.Server-a.spans.Server) / n
+		r.ClientSpans = float64(b.spans.Client-a.spans.Client) / n
+		r.SinkCPUus = perReq(b.sink.cpuTicks - a.sink.cpuTicks)
+	}
 }
 
 // foreignPct is the share of the machine's CPU time that went to processes
-// other than the measured ones (and to interrupt work no process is charged
+// other than the measured ones (the OTLP sink is one of them) (and to interrupt work no process is charged
 // for): a shared machine's noise, reported per run.
 func foreignPct(a, b snapshot, gen time.Duration) float64 {
 	total := b.cpu.total - a.cpu.total
@@ -195,7 +237,8 @@ func foreignPct(a, b snapshot, gen time.Duration) float64 {
 		return 0
 	}
 	busy := float64(total - (b.cpu.idle - a.cpu.idle))
-	known := float64(b.proxy.cpuTicks-a.proxy.cpuTicks+b.up.cpuTicks-a.up.cpuTicks) + gen.Seconds()*clockTick
+	known := float64(b.proxy.cpuTicks-a.proxy.cpuTicks+b.up.cpuTicks-a.up.cpuTicks+b.sink.cpuTicks-a.sink.cpuTicks) +
+		gen.Seconds()*clockTick
 	return max(0, 100*(busy-known)/float64(total))
 }
 
@@ -274,9 +317,13 @@ func (h *harness) logRun(r *runResult) {
 	if r.Rate == 0 {
 		rate = fmt.Sprintf("closed %.0f/s", r.Throughput)
 	}
-	h.logf("%-4s %-12s %-14s r%d  n=%d ok=%d p50=%s p99=%s max=%s rate=%.1f cpu=%.1fµs up=%.1fµs gen=%.1fµs allocs=%.2f sys=%.1f busy=%.0f%% foreign=%.0f%% steal=%.1f%%",
+	spans := ""
+	if r.Target == tracedProxy {
+		spans = fmt.Sprintf(" spans=%.3f sink=%.1fµs", r.Spans, r.SinkCPUus)
+	}
+	h.logf("%-4s %-14s %-14s r%d  n=%d ok=%d p50=%s p99=%s max=%s rate=%.1f cpu=%.1fµs up=%.1fµs gen=%.1fµs allocs=%.2f sys=%.1f busy=%.0f%% foreign=%.0f%% steal=%.1f%%%s",
 		r.Variant, r.Target, rate, r.Round, r.Requests, r.OK, ms(r.P50), ms(r.P99), ms(r.Max), r.Achieved,
-		r.CPUus, r.UpCPUus, r.GenCPUus, r.Allocs, r.Syscalls, r.BusyPct, r.ForeignPct, r.StealPct)
+		r.CPUus, r.UpCPUus, r.GenCPUus, r.Allocs, r.Syscalls, r.BusyPct, r.ForeignPct, r.StealPct, spans)
 }
 
 // ms formats a duration in milliseconds with three decimals.

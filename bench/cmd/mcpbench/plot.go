@@ -18,7 +18,7 @@ const (
 	maxNines       = 4.0 // x axis ends at p99.99
 )
 
-var lineColor = map[string]string{direct: "#7f7f7f", viaNginx: "#2ca02c", mcpheal: "#1f77b4", bareProxy: "#ff7f0e", altProxy: "#d62728"}
+var lineColor = map[string]string{direct: "#7f7f7f", viaNginx: "#2ca02c", mcpheal: "#1f77b4", bareProxy: "#ff7f0e", tracedProxy: "#9467bd", altProxy: "#d62728"}
 
 // writePlot draws latency by percentile (HdrHistogram style: x is
 // log10(1/(1-q))) for every variant and rate, each target one line, all

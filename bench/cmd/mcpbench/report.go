@@ -42,6 +42,7 @@ func (h *harness) writeResults(path string) error {
 		h.writeOpenModel(w, v)
 	}
 	h.writeSaturation(w)
+	h.writeTracing(w)
 	h.writeHealStorm(w)
 	h.writeLarge(w)
 	h.writeHostile(w)
@@ -85,6 +86,9 @@ func (h *harness) writeMachine(w writer) {
 	w("| mcpheal environment | `%s` (%s) |\n", strings.Join(h.proxyEnv(), " "), env)
 	if h.cfg.bare {
 		w("| %s | the same, then `%s` |\n", bareProxy, h.bareGODEBUG())
+	}
+	if h.cfg.tracing {
+		w("| %s | the same, then `%s` |\n", tracedProxy, strings.Join(tracingVars("http://127.0.0.1:<sink port>"), " "))
 	}
 	if h.cfg.alt != "" {
 		w("| %s | `%s` with environment `%s` |\n", altProxy, h.cfg.alt, strings.Join(h.altEnv(), " "))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -90,13 +91,22 @@ func (h *harness) writeGoBench(w writer) {
 		return
 	}
 	w("## Go micro-benchmarks\n\n")
-	w("`go test -run '^$' -bench . -benchmem ./classify/ ./bench/`. `BenchmarkRequestPath` counts allocations of the whole test process (fasthttp client, fasthttp fake upstream and, for mcpheal, the proxy): the proxy's own share is the mcpheal line minus the direct line. `cN` is N concurrent clients.\n\n")
+	w("`go test -run '^$' -bench . -benchmem ./classify/ ./bench/`. `BenchmarkRequestPath` counts allocations of the whole test process (fasthttp client, fasthttp fake upstream and, for mcpheal, the proxy; its `mallocs/op`, the same count to two decimals, where reported): the proxy's own share is the mcpheal line minus the direct line; *mcpheal-traced* is mcpheal with tracing on, every request sampled, its spans batched to an exporter that counts and drops them (making the spans, not encoding or sending them). `cN` is N concurrent clients.\n\n")
 	w("| package | benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|---|\n")
 	for _, b := range h.gobench {
-		w("| %s | %s | %.0f | %.0f | %.0f |\n", strings.TrimPrefix(b.Pkg, "github.com/mcpheal/mcpheal/"), b.Name, b.NsOp, b.BOp, b.AllocsOp)
+		w("| %s | %s | %.0f | %.0f | %s |\n", strings.TrimPrefix(b.Pkg, "github.com/mcpheal/mcpheal/"), b.Name, b.NsOp, b.BOp, allocsCell(b.AllocsOp))
 	}
 	w("\n")
 	h.writeStoreBench(w)
+}
+
+// allocsCell shows allocs/op as go test printed it: an integer, or two
+// decimals where the benchmark reported them (BenchmarkRequestPath).
+func allocsCell(v float64) string {
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // writeStoreBench compares a healthy session's call with the memory and
@@ -221,7 +231,7 @@ func (h *harness) writeMethod(w writer) {
 	w("## Method\n\n")
 	w("- The upstream and vegeta run with GOGC=400: at the default the Go SDK server spends about a third of its CPU in GC, and neither is what is measured; mcpheal runs with the image's environment (the Dockerfile's `ENV`: `%s`) and Go's defaults otherwise.\n", strings.Join(h.image, " "))
 	w("- Upstream: the official Go SDK (`github.com/modelcontextprotocol/go-sdk` v1.8.0) Streamable HTTP server, stateful, one `echo` tool annotated `readOnlyHint`; a JSON-answer and an SSE-answer variant, each in its own process.\n")
-	w("- Targets, all on 127.0.0.1: *direct* to the upstream; *nginx* with keepalive upstream connections, `proxy_buffering off`, `proxy_request_buffering off`, Host rewritten, 2 workers; *mcpheal* (`proxy.New` with the binary's defaults, info-level JSON log) in its own process, which also serves `/stats` (runtime.MemStats) and pprof on a second port; *mcpheal-bare*, when measured, the same with `schedtrace` taken out of `GODEBUG`, as the bare binary runs unless its operator sets it (Go's default scheduler: sysmon parks while the process is idle).\n")
+	w("- Targets, all on 127.0.0.1: *direct* to the upstream; *nginx* with keepalive upstream connections, `proxy_buffering off`, `proxy_request_buffering off`, Host rewritten, 2 workers; *mcpheal* (`proxy.New` with the binary's defaults, info-level JSON log) in its own process, which also serves `/stats` (runtime.MemStats) and pprof on a second port; *mcpheal-bare*, when measured, the same with `schedtrace` taken out of `GODEBUG`, as the bare binary runs unless its operator sets it (Go's default scheduler: sysmon parks while the process is idle); *mcpheal-traced*, when measured, the same as mcpheal with OpenTelemetry tracing on, every request sampled, exporting to a span-counting OTLP sink (\"Tracing on\").\n")
 	w("- Each target gets one session (initialize, notifications/initialized, tools/list) per variant; every request is a `tools/call` of `echo` with a unique JSON-RPC id, and every answer is checked to be the echo of that id.\n")
 	w("- Open model: vegeta v12.12.0 (pinned in `bench/tools/go.mod`) at each rate; warm-up of %s per target first; rounds rotate the target order (A B C, B C A, C A B …).\n", h.cfg.warmup)
 	w("- CPU: utime+stime from `/proc/<pid>/stat` before and after each run, per request. Peak RSS: VmHWM. Allocations: `runtime.MemStats.Mallocs` delta of the mcpheal process per request (the `/stats` reads are included, a few hundred objects per run).\n")

@@ -199,6 +199,7 @@ func (h *harness) finish() (int, error) {
 		fmt.Printf("%-4s %-55s %-32s %s%s\n", v.Status, v.Name, v.Value, v.Limit, s)
 	}
 	h.printBare()
+	h.printTracing()
 	h.printValidity()
 	h.printLarge()
 	h.printHostile()
