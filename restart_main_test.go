@@ -194,7 +194,7 @@ func TestBinaryRestartHealsFromID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "restart-main-test", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: tr}}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: tr}}, sessionEra)
 	if err != nil {
 		t.Fatalf("connect through mcpheal: %v", err)
 	}
@@ -232,6 +232,11 @@ func TestBinaryRestartHealsFromID(t *testing.T) {
 	}
 }
 
+// sessionEra pins a go-sdk client to the session era: left to itself it
+// asks server/discover first and, through mcpheal, speaks MCP 2026-07-28
+// on a held session (TestBinaryRestartWithRedisHeld covers that route).
+var sessionEra = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+
 // TestBinaryRestartWithRedis: with --session-store redis (a real
 // redis-server that requires a password, given as MCPHEAL_REDIS_PASSWORD),
 // the SIGKILLed binary's successor adopts the live upstream session from
@@ -255,7 +260,7 @@ func TestBinaryRestartWithRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "restart-main-test", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: tr}}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: tr}}, sessionEra)
 	if err != nil {
 		t.Fatalf("connect through mcpheal: %v", err)
 	}
