@@ -241,7 +241,14 @@ var sessionEra = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
 // redis-server that requires a password, given as MCPHEAL_REDIS_PASSWORD),
 // the SIGKILLed binary's successor adopts the live upstream session from
 // the store: the client's next call costs no upstream initialize at all.
-func TestBinaryRestartWithRedis(t *testing.T) {
+func TestBinaryRestartWithRedis(t *testing.T) { restartWithRedis(t, sessionEra) }
+
+// TestBinaryRestartWithRedisHeld: the same for a 2026-07-28 agent (a
+// go-sdk 1.8 client as it comes), which holds no session: the successor
+// takes over the upstream session mcpheal held for it.
+func TestBinaryRestartWithRedisHeld(t *testing.T) { restartWithRedis(t, nil) }
+
+func restartWithRedis(t *testing.T, era *mcp.ClientSessionOptions) {
 	rs := redistest.Start(t, "--requirepass", "s3cret-pw")
 	bin := buildBinary(t)
 	up := startCountingServer(t)
@@ -260,11 +267,14 @@ func TestBinaryRestartWithRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "restart-main-test", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: tr}}, sessionEra)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: &http.Client{Transport: tr}}, era)
 	if err != nil {
 		t.Fatalf("connect through mcpheal: %v", err)
 	}
 	defer cs.Close()
+	if held := cs.ID() == ""; held != (era == nil) {
+		t.Fatalf("session id %q: the client did not speak the era it was meant to", cs.ID())
+	}
 	call := func(text string) {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": text}})

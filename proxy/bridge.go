@@ -152,7 +152,7 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	body := &budgetBody{mem: &s.mem, n: int64(size), b: make([]byte, 0, size)}
-	sess := s.sessions.newSession(r.hdr, r.auth, r.body, version, "")
+	sess := s.sessions.newSession(r, r.hdr, version, "")
 	if err := s.sessions.admit(sess); err != nil {
 		body.Close()
 		s.count.request(m, classify.OK)

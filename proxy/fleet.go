@@ -149,10 +149,19 @@ func (f *fleet) created(sess *session.Session) {
 		return err
 	})
 	if !sess.Recipe.InitSealed {
-		_ = f.call(context.Background(), opRecipe, func(ctx context.Context) error {
-			return f.shared.SaveRecipe(ctx, sess.ID, []byte(sess.Recipe.InitBody))
-		})
+		f.keep(sess.ID, []byte(sess.Recipe.InitBody))
 	}
+}
+
+// keep records the initialize of a session whose id carries only its
+// digest; for a held session (held.go), the upstream's answer to it.
+func (f *fleet) keep(id session.ClientID, init []byte) {
+	if f == nil {
+		return
+	}
+	_ = f.call(context.Background(), opRecipe, func(ctx context.Context) error {
+		return f.shared.SaveRecipe(ctx, id, init)
+	})
 }
 
 // ended records that the agent ended the session.

@@ -56,6 +56,10 @@ type request struct {
 	// held: the credential is the one sess's headers hold for its own
 	// work (keepalive, heals on its behalf).
 	held bool
+	// heldAs is the id of the held session a held initialize opens, and
+	// heldGen the last generation the fleet's store knew of it (held.go).
+	heldAs  session.ClientID
+	heldGen uint64
 	// tctx carries span, the request's span (trace.go); both nil when
 	// tracing is off.
 	tctx context.Context

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/session/seal"
 )
 
 // held is the route of an MCP 2026-07-28 agent in front of a session-era
@@ -33,7 +35,7 @@ import (
 //     elicitation, roots) ends the agent's answer as an InputRequiredResult;
 //     the upstream's answer stays open until the agent retries with its
 //     inputResponses and the requestState mcpheal gave it
-//     (held_input.go);
+//     (held_call.go);
 //   - the log level the _meta asks for is set on the session first, and
 //     kept in its journal, so a heal restores it;
 //   - subscriptions/listen is the session's GET stream and
@@ -41,8 +43,9 @@ import (
 //
 // A held session is a session like an agent's: in the store, under its
 // caps and the memory budget, kept warm by keepalive, healed on death,
-// ended and DELETEd upstream when idle for session_ttl. Its id never
-// leaves mcpheal.
+// ended and DELETEd upstream when idle for session_ttl. Its id, a digest
+// of its key, never leaves mcpheal; with a fleet's store, a restarted
+// process or another replica takes it over (adopt).
 type held struct {
 	s      *Server
 	mu     sync.Mutex
@@ -99,6 +102,21 @@ func heldKeyOf(auth, body []byte) heldKey {
 	b = append(b, 0)
 	b = append(b, caps...)
 	return sha256.Sum256(b)
+}
+
+// heldPrefix starts the id of every held session (a sealed id starts with
+// 'm').
+const heldPrefix = 'h'
+
+// heldIDOf returns the id of k's held session: a digest of k, the same in
+// every process and across restarts, under which a fleet's store keeps
+// its upstream session. It never leaves mcpheal, and no agent's
+// Mcp-Session-Id opens it (sessions.lookup).
+func heldIDOf(k heldKey) session.ClientID {
+	var b [1 + 2*16]byte
+	b[0] = heldPrefix
+	hex.Encode(b[1:], k[:16])
+	return session.ClientID(b[:])
 }
 
 // lookup returns the live held session of k, if any.
@@ -264,7 +282,7 @@ func (h *held) entry(r *request) (*heldEntry, failure) {
 			e = &heldEntry{ready: make(chan struct{})}
 			h.byKey[k] = e
 			h.mu.Unlock()
-			f := h.create(r, e)
+			f := h.create(r, e, heldIDOf(k))
 			if e.sess == nil {
 				h.mu.Lock()
 				delete(h.byKey, k)
@@ -298,13 +316,18 @@ func (h *held) entry(r *request) (*heldEntry, failure) {
 	}
 }
 
-// create opens the held session of e: the initialize a session-era agent
-// would have sent, built from the request's _meta, goes through the
-// attempt loop as an agent's initialize does, then
-// notifications/initialized. It returns the agent's answer on failure.
-func (h *held) create(r *request, e *heldEntry) failure {
+// create opens the held session of e, under id: the one a fleet's store
+// keeps (another process's, or this one's before a restart) is taken over
+// as it is; otherwise the initialize a session-era agent would have sent,
+// built from the request's _meta, goes through the attempt loop as an
+// agent's initialize does, then notifications/initialized. It returns
+// the agent's answer on failure.
+func (h *held) create(r *request, e *heldEntry, id session.ClientID) failure {
 	s := h.s
-	sess, info, f := h.open(r)
+	if h.adopt(r, e, id) {
+		return failure{}
+	}
+	sess, info, f := h.open(r, id)
 	if sess == nil {
 		return f
 	}
@@ -316,9 +339,7 @@ func (h *held) create(r *request, e *heldEntry) failure {
 		return failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
 			msg: "the upstream did not take notifications/initialized: " + err.Error()}
 	}
-	e.info = info
-	s.mem.charge(info.size())
-	h.infos.Store(sess, info)
+	h.hold(e, sess, info)
 	if gjson.GetBytes(info.capabilities, "logging").Exists() {
 		// Every level, filtered per request (its _meta's logLevel): agents
 		// sharing the session may each ask for another.
@@ -327,22 +348,62 @@ func (h *held) create(r *request, e *heldEntry) failure {
 			s.log.Warn().Str(logSession, sess.ID.Short()).Err(err).Msg("held session: logging/setLevel failed")
 		}
 	}
-	e.sess = sess
-	h.hub(sess)
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", sess.Recipe.ProtocolVersion).
 		Msg("session held for a 2026-07-28 agent")
 	return failure{}
+}
+
+// hold makes sess, whose upstream's initialize answered info, e's held
+// session.
+func (h *held) hold(e *heldEntry, sess *session.Session, info *discovery) {
+	e.info = info
+	h.s.mem.charge(info.size())
+	h.infos.Store(sess, info)
+	e.sess = sess
+	h.hub(sess)
+}
+
+// adopt takes over the held session id that the fleet's store keeps: its
+// upstream session and generation, its journal (log level,
+// subscriptions) and the upstream's initialize answer, which
+// server/discover gives. No upstream initialize: should the upstream
+// session have died meanwhile, the first request heals it. It reports
+// false when there is nothing to take over; r.heldGen is then the last
+// generation the store knew, which the new upstream session follows.
+func (h *held) adopt(r *request, e *heldEntry, id session.ClientID) bool {
+	s := h.s
+	st, ok := s.sessions.fleet.load(context.Background(), id)
+	if !ok || st.Ended {
+		return false
+	}
+	r.heldGen = st.Gen
+	version := initializedVersion(fasthttp.StatusOK, st.Init)
+	if st.Gen == 0 || st.Upstream == "" || version == "" {
+		return false
+	}
+	info := heldDiscovery(st.Init)
+	init := heldInitialize(r.body, s.link.upcallID("init"))
+	rec := seal.NewRecord(s.cfg.Name, bindingOf(r.auth), version, init, time.Now(), s.cfg.SessionMaxAge)
+	recipe := newRecipe(r.hdr, rec, init, version)
+	recipe.InitSealed = true
+	sess, ok := s.sessions.addRestored(session.Adopted(id, recipe, st.Upstream, st.Gen), st)
+	if !ok {
+		return false
+	}
+	h.hold(e, sess, info)
+	s.log.Info().Str(logSession, id.Short()).Msg("held session taken over from the session store")
+	return true
 }
 
 // open sends the initialize of a held session through the attempt loop,
 // as an agent's initialize goes, and admits the session it opens. It
 // returns the session and what its initialize answered, or the agent's
 // answer.
-func (h *held) open(r *request) (*session.Session, *discovery, failure) {
+func (h *held) open(r *request, id session.ClientID) (*session.Session, *discovery, failure) {
 	s := h.s
 	body := heldInitialize(r.body, s.link.upcallID("init"))
 	ir := &request{msg: message{method: "initialize", id: gjson.GetBytes(body, "id").Raw}, body: body, hdr: r.hdr,
-		auth: r.auth, tctx: r.tctx}
+		auth: r.auth, tctx: r.tctx, heldAs: id, heldGen: r.heldGen}
 	a := newAttempt(s, nil, ir)
 	defer a.release()
 	a.gen = 1
@@ -358,6 +419,11 @@ func (h *held) open(r *request) (*session.Session, *discovery, failure) {
 			s.link.dropMinted(a.resp)
 			out = outcome{kind: outTooLarge, class: classify.Protocol, err: errAnswerTooLarge}
 		} else {
+			if initializedVersion(a.resp.StatusCode(), msg) != "" {
+				// Before the session is recorded: a process that finds
+				// it in the store finds its answer too.
+				s.sessions.fleet.keep(id, msg)
+			}
 			out = a.createFrom(msg)
 		}
 	}

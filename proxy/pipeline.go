@@ -166,7 +166,7 @@ func (a *attempt) createFrom(msg []byte) outcome {
 	if err != nil {
 		return outcome{kind: outInvalid, err: err}
 	}
-	sess := s.sessions.newSession(&a.req.Header, a.r.auth, a.r.body, version, up)
+	sess := s.sessions.newSession(a.r, &a.req.Header, version, up)
 	if err := s.sessions.admit(sess); err != nil {
 		s.link.dropMinted(a.resp)
 		s.log.Warn().Err(err).Int("sessions", s.sessions.store.Len()).Int64("budget", s.mem.limit).Msg("initialize refused")

@@ -633,3 +633,75 @@ func TestFleetLeaseHolderDied(t *testing.T) {
 	}
 	f.check()
 }
+
+// TestFleetHeldSession: a 2026-07-28 agent (go-sdk 1.8 as it comes) of a
+// session-era upstream, through three replicas with one store: the
+// session mcpheal holds for it is one upstream session fleet-wide, kept
+// when every replica restarts (kill -9), and healed once when the
+// upstream restarts. Its id never opens from an agent's Mcp-Session-Id.
+func TestFleetHeldSession(t *testing.T) {
+	t.Parallel()
+	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
+		up := startGoSDK(t, goSDKOpts{})
+		f := startFleet(t, 3, up.URL(), sh)
+		cs := goSDK2026Client(t, f.url(), nil)
+		if cs.ID() != "" {
+			t.Fatalf("the agent holds session %q: it did not speak 2026-07-28", cs.ID())
+		}
+		calls := 0
+		echo := func(what string, n int) {
+			t.Helper()
+			for i := range n {
+				callEcho(t, cs, what+" "+strconv.Itoa(i))
+				calls++
+			}
+		}
+		echo("spread", 6)
+		for i := range f.procs {
+			if n := f.lb.served[i].Load(); n < 2 {
+				t.Fatalf("replica %d served %d requests; the balancer did not spread them", i, n)
+			}
+		}
+		if n := up.Inits(); n != 1 {
+			t.Fatalf("%d upstream initializes for one agent on three replicas, want 1;%s", n, f.initsByReplica())
+		}
+		for i := range f.procs {
+			f.restart(i)
+		}
+		echo("all restarted", 6)
+		if n := up.Inits(); n != 1 {
+			t.Fatalf("%d upstream initializes after every replica restarted, want 1: they take over the held session;%s", n, f.initsByReplica())
+		}
+
+		up.Restart()
+		echo("after the upstream restart", 6)
+		if n := up.Inits(); n != 2 {
+			t.Fatalf("%d upstream initializes after one upstream restart, want 2 (one heal fleet-wide);%s%s", n, f.initsByReplica(), initRequests(up))
+		}
+		if n := up.ToolCalls("echo"); n != int64(calls) {
+			t.Fatalf("echo ran %d times for %d calls", n, calls)
+		}
+
+		// The held id, known to the process, opens nothing from outside.
+		var held session.ClientID
+		for _, sess := range f.procs[0].s.sessions.store.Sessions() {
+			held = sess.ID
+		}
+		if held == "" || held[0] != heldPrefix {
+			t.Fatalf("replica 0 holds %q, want a held session", held)
+		}
+		req, _ := http.NewRequest(http.MethodPost, f.replica(0), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", string(held))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("a request naming the held session's id got %d, want 404", resp.StatusCode)
+		}
+		f.check()
+	})
+}

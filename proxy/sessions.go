@@ -51,11 +51,25 @@ func (ss *sessions) seal(auth []byte, version string, init []byte) (session.Clie
 }
 
 // newSession returns a session for a freshly initialized upstream session
-// (up; "" for a bridged one), not yet admitted.
-func (ss *sessions) newSession(hdr *fasthttp.RequestHeader, auth, init []byte, version string, up session.UpstreamID) *session.Session {
-	id, rec := ss.seal(auth, version, init)
+// (up; "" for a bridged one), not yet admitted: r's initialize under the
+// headers hdr, sealed into a new id; or, for a session held for
+// 2026-07-28 agents (r.heldAs), under its held id, following the
+// generation the fleet's store knew of it.
+func (ss *sessions) newSession(r *request, hdr *fasthttp.RequestHeader, version string, up session.UpstreamID) *session.Session {
+	if r.heldAs != "" {
+		rec := seal.NewRecord(ss.cfg.Name, bindingOf(r.auth), version, r.body, time.Now(), ss.cfg.SessionMaxAge)
+		recipe := newRecipe(hdr, rec, r.body, version)
+		recipe.InitSealed = true // every request of its agents carries it (held.go)
+		return session.Continued(r.heldAs, recipe, up, r.heldGen+1)
+	}
+	id, rec := ss.seal(r.auth, version, r.body)
+	return session.New(id, newRecipe(hdr, rec, r.body, version), up)
+}
+
+// newRecipe returns the recipe of a session whose record is rec.
+func newRecipe(hdr *fasthttp.RequestHeader, rec *seal.Record, init []byte, version string) session.Recipe {
 	in := session.Intern(init)
-	return session.New(id, session.Recipe{
+	return session.Recipe{
 		InitBody:        in.Value(),
 		Interned:        in,
 		ProtocolVersion: version,
@@ -64,7 +78,7 @@ func (ss *sessions) newSession(hdr *fasthttp.RequestHeader, auth, init []byte, v
 		Expires:         rec.Expires,
 		InitSealed:      rec.Carried(),
 		Header:          recipeHeaders(hdr),
-	}, up)
+	}
 }
 
 // errBudget: the memory budget has no room for the session.
@@ -90,6 +104,9 @@ func (ss *sessions) admit(sess *session.Session) error {
 // id when the store does not hold it. A session past its maximum age ends
 // here, in memory as everywhere.
 func (ss *sessions) lookup(sid, auth []byte) (*session.Session, bool) {
+	if len(sid) > 0 && sid[0] == heldPrefix {
+		return nil, false // a held session is its agents' only by their requests' key
+	}
 	// The key is only read during Get, so a zero-copy view is safe.
 	sess, ok := ss.store.Get(session.ClientID(b2s(sid)))
 	if !ok {
@@ -216,7 +233,9 @@ func (ss *sessions) end(sess *session.Session, everywhere bool) bool {
 		return false
 	}
 	ss.release(sess)
-	if everywhere {
+	if everywhere && sess.ID[0] != heldPrefix {
+		// A held id names the session of a key for good: its next
+		// incarnation follows this one's generations.
 		ss.fleet.ended(sess.ID)
 	}
 	return true

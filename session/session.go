@@ -137,6 +137,17 @@ func Adopted(id ClientID, r Recipe, up UpstreamID, gen uint64) *Session {
 	return s
 }
 
+// Continued returns a session for a freshly initialized upstream session
+// whose id had earlier generations elsewhere (Shared) up to gen-1: a
+// session mcpheal holds for 2026-07-28 agents, re-created under the same
+// id after its upstream session was lost. Unlike Adopted, its upstream
+// session is new.
+func Continued(id ClientID, r Recipe, up UpstreamID, gen uint64) *Session {
+	s := New(id, r, up)
+	s.gen = max(gen, 1)
+	return s
+}
+
 // Expired reports whether the session has passed its maximum age
 // (Recipe.Expires): it ends then, however active, in memory as when its
 // sealed id is opened.

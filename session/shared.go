@@ -42,7 +42,9 @@ type Shared interface {
 	Bind(ctx context.Context, id ClientID, binding string) error
 	// SaveRecipe keeps the agent's initialize of a session whose sealed id
 	// carries only its digest; Load returns it as State.Init. The caller
-	// checks it against the digest before use.
+	// checks it against the digest before use. A session the proxy holds
+	// for 2026-07-28 agents keeps the upstream's answer to its initialize
+	// there instead (its agents' requests carry the initialize itself).
 	SaveRecipe(ctx context.Context, id ClientID, init []byte) error
 	// End records that the agent ended the session: it never comes back.
 	End(ctx context.Context, id ClientID) error

@@ -12,7 +12,8 @@
 //	    l             the last logging/setLevel params (Note)
 //	    s:<uri>       "1" per subscribed resource URI (Note)
 //	    b             the credential binding (Bind)
-//	    i             the initialize, when the id holds only its digest (SaveRecipe)
+//	    i             the initialize, when the id holds only its digest; for a held
+//	                  session, the upstream's answer to it (SaveRecipe)
 //	    j             the whole journal as JSON, written by older mcpheal (read, then replaced)
 //	    end           "1": the tombstone of an ended session, alone in the hash
 //	... :lead:<gen>                             the heal lease of one generation
