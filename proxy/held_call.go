@@ -40,6 +40,9 @@ type heldCall struct {
 	token string    // requestState, while parked
 	timer *time.Timer
 	ended bool
+	// rewatch: the call was resumed; its stream watches the retry's
+	// connection.
+	rewatch bool
 	// handoff closes when the stream writer that parked the call has
 	// returned: the retry's writer starts after it.
 	handoff chan struct{}
@@ -127,6 +130,11 @@ func (c *heldCall) streamTo(ctx *fasthttp.RequestCtx) {
 func (c *heldCall) stream(w *bufio.Writer) {
 	a := c.a
 	c.st.w = w
+	if c.rewatch {
+		// A retry: its agent's connection is the one to watch now.
+		c.rewatch = false
+		a.watch.arm(c.st.conn, a.resp)
+	}
 	var final []byte
 	parked := false
 	end := a.eachEvent(func(data []byte) (bool, bool) {
@@ -427,7 +435,7 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 	c.agentID = strings.Clone(r.msg.id)
 	c.follow(r.body)
 	h.track(c, r.auth)
-	c.a.watch.arm(ctx.Conn(), c.a.resp)
+	c.rewatch = true
 	c.streamTo(ctx)
 }
 
