@@ -246,6 +246,21 @@ func (a *attempt) refusal(cls classify.Class, err error) failure {
 		" was sent; it may or may not have run and was not retried"}
 }
 
+// answered counts the answer a route translated for its agent (msg, with
+// status) and does what an accepted request does on the session (a
+// rotated credential moves; a tools/list teaches which tools are
+// replay-safe).
+func (a *attempt) answered(msg []byte, status int) {
+	cls := classify.Classify(status, mimeJSON, msg)
+	a.s.count.request(&a.msg, cls)
+	if cls == classify.OK {
+		a.accepted()
+		if a.msg.method == "tools/list" {
+			learnTools(a.sess, msg)
+		}
+	}
+}
+
 // accepted runs when the upstream accepted the request on the session: it
 // records the journal entry the request made, and moves the session to
 // the request's credential when it came under a rotated one (README

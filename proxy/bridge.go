@@ -314,22 +314,7 @@ func (c *bridgeCall) answerJSON(out outcome) {
 		msg, status := c.legacyAnswer(a.resp.StatusCode(), a.resp.Body())
 		if writeJSONAnswer(a.ctx, status, msg, a.sess, &a.s.mem) {
 			a.s.count.bytesOut.Add(uint64(len(msg)))
-			c.done(msg, status)
-		}
-	}
-}
-
-// done counts the call's answer and does what an accepted request does on
-// the session (a rotated credential moves; a tools/list teaches which
-// tools are replay-safe).
-func (c *bridgeCall) done(msg []byte, status int) {
-	a := c.a
-	cls := classify.Classify(status, mimeJSON, msg)
-	a.s.count.request(&a.msg, cls)
-	if cls == classify.OK {
-		a.accepted()
-		if a.msg.method == "tools/list" {
-			learnTools(a.sess, msg)
+			c.a.answered(msg, status)
 		}
 	}
 }
@@ -355,7 +340,7 @@ func (c *bridgeCall) stream(w *bufio.Writer) {
 		if !isInputRequired(msg) {
 			out, _ := c.legacyAnswer(fasthttp.StatusOK, msg)
 			c.st.event(out)
-			c.done(out, fasthttp.StatusOK)
+			c.a.answered(out, fasthttp.StatusOK)
 			return
 		}
 		if round >= maxInputRounds {

@@ -102,7 +102,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 		} else if writeJSONAnswer(ctx, status, msg, nil, &s.mem) {
 			s.count.bytesOut.Add(uint64(len(msg)))
 		}
-		c.done(msg, status)
+		c.a.answered(msg, status)
 		c.finish()
 	default:
 		a.msg.id, a.msg.method, a.msg.tool = strings.Clone(a.msg.id), strings.Clone(a.msg.method), strings.Clone(a.msg.tool)
@@ -157,7 +157,7 @@ func (c *heldCall) stream(w *bufio.Writer) {
 			close(c.handoff)
 			return // the agent's retry resumes it (resume)
 		}
-		c.done(final, fasthttp.StatusOK)
+		c.a.answered(final, fasthttp.StatusOK)
 	case eventsGone:
 		c.cancelUpstream()
 	case eventsCut:
@@ -175,20 +175,6 @@ func (c *heldCall) stream(w *bufio.Writer) {
 // fail ends the call's stream with mcpheal's error.
 func (c *heldCall) fail(f failure) {
 	c.st.event(appendError(nil, f.code, c.agentID, f.msg))
-}
-
-// done counts the call's answer and does what an accepted request does on
-// its session.
-func (c *heldCall) done(msg []byte, status int) {
-	a := c.a
-	cls := classify.Classify(status, mimeJSON, msg)
-	a.s.count.request(&a.msg, cls)
-	if cls == classify.OK {
-		a.accepted()
-		if a.msg.method == "tools/list" {
-			learnTools(a.sess, msg)
-		}
-	}
 }
 
 // finish ends the call: its attempt goes back to the pool.
