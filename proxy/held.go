@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,9 +46,10 @@ import (
 // caps and the memory budget, kept warm by keepalive, healed on death,
 // ended and DELETEd upstream when idle for session_ttl. Its id, a digest
 // of its key, never leaves mcpheal; with a fleet's store, a restarted
-// process or another replica takes it over (adopt).
+// process takes it over (adopt).
 type held struct {
 	s      *Server
+	scope  string // heldScope
 	mu     sync.Mutex
 	byKey  map[heldKey]*heldEntry
 	parked sync.Map // requestState → *heldCall waiting for the agent's input
@@ -108,15 +110,30 @@ func heldKeyOf(auth, body []byte) heldKey {
 // 'm').
 const heldPrefix = 'h'
 
-// heldIDOf returns the id of k's held session: a digest of k, the same in
-// every process and across restarts, under which a fleet's store keeps
-// its upstream session. It never leaves mcpheal, and no agent's
-// Mcp-Session-Id opens it (sessions.lookup).
-func heldIDOf(k heldKey) session.ClientID {
+// idOf returns the id of k's held session: a digest of k and of this
+// process's place (its host name and listen address, heldScope), under
+// which a fleet's store keeps its upstream session. A process restarted
+// in place finds it there; another replica holds its own, since the
+// upstream allows one GET stream per session and each replica's listens
+// need theirs. It never leaves mcpheal, and no agent's Mcp-Session-Id
+// opens it (sessions.lookup).
+func (h *held) idOf(k heldKey) session.ClientID {
+	d := sha256.New()
+	d.Write([]byte(h.scope))
+	d.Write(k[:])
+	var sum [sha256.Size]byte
 	var b [1 + 2*16]byte
 	b[0] = heldPrefix
-	hex.Encode(b[1:], k[:16])
+	hex.Encode(b[1:], d.Sum(sum[:0])[:16])
 	return session.ClientID(b[:])
+}
+
+// heldScope names a process's place: what stays the same when it is
+// restarted in place (a container restarted in its pod, a service
+// restarted on its host) and differs between replicas.
+func heldScope(listen string) string {
+	host, _ := os.Hostname()
+	return host + "\x00" + listen
 }
 
 // lookup returns the live held session of k, if any.
@@ -137,8 +154,13 @@ func (h *held) lookup(k heldKey) *session.Session {
 	return nil
 }
 
-// released forgets a held session that left the store.
+// released forgets a held session that left the store. Its key may
+// already name the next one (a request came meanwhile): what it held is
+// found by the session itself.
 func (h *held) released(sess *session.Session) {
+	if v, ok := h.infos.LoadAndDelete(sess); ok {
+		h.s.mem.give(v.(*discovery).size())
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, e := range h.byKey {
@@ -146,8 +168,6 @@ func (h *held) released(sess *session.Session) {
 		case <-e.ready:
 			if e.sess == sess {
 				delete(h.byKey, k)
-				h.s.mem.give(e.info.size())
-				h.infos.Delete(sess)
 			}
 		default:
 		}
@@ -282,7 +302,7 @@ func (h *held) entry(r *request) (*heldEntry, failure) {
 			e = &heldEntry{ready: make(chan struct{})}
 			h.byKey[k] = e
 			h.mu.Unlock()
-			f := h.create(r, e, heldIDOf(k))
+			f := h.create(r, e, h.idOf(k))
 			if e.sess == nil {
 				h.mu.Lock()
 				delete(h.byKey, k)
@@ -359,11 +379,15 @@ func (h *held) hold(e *heldEntry, sess *session.Session, info *discovery) {
 	e.info = info
 	h.s.mem.charge(info.size())
 	h.infos.Store(sess, info)
+	if sess.Removed() {
+		h.released(sess) // it left the store before it was held
+	}
 	e.sess = sess
 	h.hub(sess)
 }
 
-// adopt takes over the held session id that the fleet's store keeps: its
+// adopt takes over the held session id that the fleet's store keeps (this
+// process's predecessor in its place made it): its
 // upstream session and generation, its journal (log level,
 // subscriptions) and the upstream's initialize answer, which
 // server/discover gives. No upstream initialize: should the upstream

@@ -350,9 +350,6 @@ func (c *heldCall) park(req []byte) bool {
 	a.unwatch()
 	h.untrack(c)
 	h.parked.Store(token, c)
-	c.mu.Lock()
-	c.timer = time.AfterFunc(a.s.cfg.ResponseTimeout, func() { h.expire(token, c) })
-	c.mu.Unlock()
 	a.s.count.request(&a.msg, classify.OK)
 	if !c.st.event(out) {
 		if h.parked.CompareAndDelete(token, c) {
@@ -360,13 +357,21 @@ func (c *heldCall) park(req []byte) bool {
 		}
 		return false // the writer cancels and ends the call
 	}
+	// The wait starts once the agent has the request: an expiry may end
+	// the call only after this writer is done with it. A retry that came
+	// first waits for this writer to return (handoff), and stops it.
+	c.mu.Lock()
+	c.timer = time.AfterFunc(a.s.cfg.ResponseTimeout, func() { h.expire(token, c) })
+	c.mu.Unlock()
 	return true
 }
 
 // unpark stops a call's wait for its agent's retry, which it won.
 func (c *heldCall) unpark() {
 	c.mu.Lock()
-	c.timer.Stop()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	cost := c.parkedCost
 	c.parkedCost = 0
 	c.mu.Unlock()

@@ -184,6 +184,12 @@ func (h *held) hub(sess *session.Session) *heldHub {
 	g := &getStream{s: s, sess: sess, hdr: recipeHeader(sess), out: make(chan []byte, 16), quit: make(chan struct{}),
 		done: make(chan struct{})}
 	hub := &heldHub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
+	if sess.Removed() {
+		// Released already (under h.mu, after it left the store): its
+		// stream never opens, and nothing is kept for it.
+		close(g.done)
+		return hub
+	}
 	h.hubs[sess] = hub
 	s.streams.add(sess.ID, g) // a heal moves it to the new session
 	if s.bg.Add(2) {

@@ -334,3 +334,37 @@ func FuzzHeldTranslate(f *testing.F) {
 		}
 	})
 }
+
+// TestHeldSessionReleasedWhileInUse: a held session leaves the store (the
+// idle sweep removes it; its release runs a moment later) and a request
+// of its key comes in between, creating the next one. The release still
+// gives back what the old one held: its initialize answer's share of the
+// memory budget, and its place in held.infos.
+func TestHeldSessionReleasedWhileInUse(t *testing.T) {
+	up := startGoSDK(t, goSDKOpts{})
+	s, url := startProxy(t, up.URL(), nil)
+	base := s.mem.used.Load()
+	if st, _ := heldPost(t, url, "alice", "tools/list", "", 1); st != http.StatusOK {
+		t.Fatalf("first request: %d", st)
+	}
+	old := s.sessions.store.Sessions()[0]
+	s.sessions.store.Remove(old.ID) // as the sweep does: removed; its release comes after
+	if st, _ := heldPost(t, url, "alice", "tools/list", "", 2); st != http.StatusOK {
+		t.Fatalf("request after the removal: %d", st)
+	}
+	if n := up.Inits(); n != 2 {
+		t.Fatalf("%d upstream initializes, want 2: the next request held a new session", n)
+	}
+	s.sessions.dropped(old) // the release
+	if _, ok := s.held.infos.Load(old); ok {
+		t.Errorf("held.infos still holds the released session")
+	}
+	next := s.sessions.store.Sessions()[0]
+	if _, ok := s.held.infos.Load(next); !ok {
+		t.Errorf("held.infos lost the live session")
+	}
+	s.sessions.end(next, false)
+	if got := s.mem.used.Load(); got != base {
+		t.Errorf("memory budget used %d after both sessions left, want %d", got, base)
+	}
+}

@@ -635,14 +635,18 @@ func TestFleetLeaseHolderDied(t *testing.T) {
 }
 
 // TestFleetHeldSession: a 2026-07-28 agent (go-sdk 1.8 as it comes) of a
-// session-era upstream, through three replicas with one store: the
-// session mcpheal holds for it is one upstream session fleet-wide, kept
-// when every replica restarts (kill -9), and healed once when the
-// upstream restarts. Its id never opens from an agent's Mcp-Session-Id.
+// session-era upstream, through three replicas with one store. Each
+// replica holds its own upstream session for it (the upstream allows one
+// GET stream per session, and each replica's listens need one: a listen
+// on either of two replicas gets its resource updates); a replica
+// restarted in place (kill -9) takes over its predecessor's from the
+// store, with no upstream initialize; an upstream restart costs one heal
+// per replica. Every call runs once. The held id never opens from an
+// agent's Mcp-Session-Id.
 func TestFleetHeldSession(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{})
+		up := startGoSDK(t, goSDKOpts{State: true})
 		f := startFleet(t, 3, up.URL(), sh)
 		cs := goSDK2026Client(t, f.url(), nil)
 		if cs.ID() != "" {
@@ -662,21 +666,21 @@ func TestFleetHeldSession(t *testing.T) {
 				t.Fatalf("replica %d served %d requests; the balancer did not spread them", i, n)
 			}
 		}
-		if n := up.Inits(); n != 1 {
-			t.Fatalf("%d upstream initializes for one agent on three replicas, want 1;%s", n, f.initsByReplica())
+		if n := up.Inits(); n != 3 {
+			t.Fatalf("%d upstream initializes for one agent on three replicas, want 3 (one each);%s", n, f.initsByReplica())
 		}
 		for i := range f.procs {
 			f.restart(i)
 		}
 		echo("all restarted", 6)
-		if n := up.Inits(); n != 1 {
-			t.Fatalf("%d upstream initializes after every replica restarted, want 1: they take over the held session;%s", n, f.initsByReplica())
+		if n := up.Inits(); n != 3 {
+			t.Fatalf("%d upstream initializes after every replica restarted, want still 3: each takes over its predecessor's;%s", n, f.initsByReplica())
 		}
 
 		up.Restart()
 		echo("after the upstream restart", 6)
-		if n := up.Inits(); n != 2 {
-			t.Fatalf("%d upstream initializes after one upstream restart, want 2 (one heal fleet-wide);%s%s", n, f.initsByReplica(), initRequests(up))
+		if n := up.Inits(); n != 6 {
+			t.Fatalf("%d upstream initializes after one upstream restart, want 6 (one heal per replica);%s%s", n, f.initsByReplica(), initRequests(up))
 		}
 		if n := up.ToolCalls("echo"); n != int64(calls) {
 			t.Fatalf("echo ran %d times for %d calls", n, calls)
@@ -702,6 +706,19 @@ func TestFleetHeldSession(t *testing.T) {
 		if resp.StatusCode != http.StatusNotFound {
 			t.Fatalf("a request naming the held session's id got %d, want 404", resp.StatusCode)
 		}
+
+		// One client on two replicas: each listen gets the update.
+		var n0, n1 heldCounts
+		ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		defer cancel()
+		for i, n := range []*heldCounts{&n0, &n1} {
+			c := goSDK2026Client(t, f.replica(i), heldClientOpts(n))
+			if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: peerResourceURI}); err != nil {
+				t.Fatalf("subscribe on replica %d: %v", i, err)
+			}
+		}
+		nudge(t, "resources/updated through a listen on each of two replicas", func() { up.UpdateResource(peerResourceURI) },
+			func() bool { return n0.updates.Load() > 0 && n1.updates.Load() > 0 })
 		f.check()
 	})
 }

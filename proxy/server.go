@@ -307,7 +307,8 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	s.eras = &eraState{cfg: &s.cfg, log: &s.log, link: s.link, mem: &s.mem, bg: &s.bg}
 	s.link.onRecover = s.eras.recheck
 	s.bridge = &bridge{s: s}
-	s.held = &held{s: s, byKey: make(map[heldKey]*heldEntry), hubs: make(map[*session.Session]*heldHub)}
+	s.held = &held{s: s, scope: heldScope(s.cfg.Listen), byKey: make(map[heldKey]*heldEntry),
+		hubs: make(map[*session.Session]*heldHub)}
 	s.guard.eras, s.guard.held = s.eras, s.held
 	if f := s.sessions.fleet; f != nil && f.watcher != nil && s.bg.Add(1) {
 		go func() {
