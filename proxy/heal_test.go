@@ -291,8 +291,14 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 	before := len(up.Requests())
 	start := time.Now()
 	up.Start()
+	// When the first request reaches the restarted upstream says when
+	// mcpheal noticed it; how long the 20 calls then take depends on the
+	// machine's load.
+	for len(up.Requests()) == before && time.Since(start) < 5*time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	noticed := time.Since(start)
 	wg.Wait()
-	took := time.Since(start)
 	onDead := 0
 	for _, r := range up.Requests()[before:] {
 		if r.RPCMethod == "tools/call" && r.SessionID == dead {
@@ -305,7 +311,7 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 	if got := up.Inits() - inits; got != 1 {
 		t.Errorf("initializes after the restart = %d, want 1", got)
 	}
-	if took > 300*time.Millisecond {
-		t.Errorf("calls finished %v after the upstream came back; the outage watcher should notice within ~10 ms, not at the probe's next backoff step", took)
+	if noticed > 250*time.Millisecond {
+		t.Errorf("the first request reached the upstream %v after it came back; the outage watcher should notice within ~10 ms, not at the probe's next backoff step (~570 ms)", noticed)
 	}
 }
