@@ -337,7 +337,7 @@ func (h *held) entry(r *request) (*heldEntry, failure) {
 }
 
 // create opens the held session of e, under id: the one a fleet's store
-// keeps (another process's, or this one's before a restart) is taken over
+// keeps (made by this process's predecessor in its place) is taken over
 // as it is; otherwise the initialize a session-era agent would have sent,
 // built from the request's _meta, goes through the attempt loop as an
 // agent's initialize does, then notifications/initialized. It returns
