@@ -3,11 +3,8 @@
 package interop
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,10 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
-
-	"github.com/mcpheal/mcpheal/proxy"
 )
 
 // The held-route tests: an agent of MCP 2026-07-28 (the TS SDK v2 client
@@ -214,43 +207,6 @@ func (c *heldClient) waitUpdates(t *testing.T, uri string, have int, d time.Dura
 	}
 }
 
-// startHeldProxy serves mcpheal in front of upstream, as startProxy does,
-// and also returns the server, for its counters.
-func startHeldProxy(t testing.TB, upstream string) (*proxy.Server, string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &tail{max: 64 << 10}
-	s, err := proxy.New(proxy.Config{
-		Upstream:    upstream,
-		Listen:      ln.Addr().String(),
-		HealTimeout: 5 * time.Second,
-	}, zerolog.New(logs).Level(zerolog.DebugLevel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
-			t.Logf("proxy Serve: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-		<-done
-		checkNoUnsafeResends(t, s)
-		if t.Failed() {
-			t.Logf("mcpheal log (tail):\n%s", logs.String())
-		}
-	})
-	return s, "http://" + ln.Addr().String() + "/mcp"
-}
-
 // heldServer is one session-era server of the held-route tests.
 type heldServer struct {
 	name string
@@ -391,7 +347,7 @@ func TestHeldBasics(t *testing.T) {
 		t.Run(hs.name, func(t *testing.T) {
 			t.Parallel()
 			srv := hs.start(t, 0, "")
-			_, proxyURL := startHeldProxy(t, srv.url())
+			_, proxyURL := startProxyServer(t, srv.url())
 
 			direct := startHeldClient(t, srv.url(), "held-direct").connect()
 			if direct.OK {
@@ -486,7 +442,7 @@ func TestHeldInputs(t *testing.T) {
 	t.Run("server-everything", func(t *testing.T) {
 		t.Parallel()
 		srv := heldEverything.start(t, 0, "")
-		_, proxyURL := startHeldProxy(t, srv.url())
+		_, proxyURL := startProxyServer(t, srv.url())
 		c := startHeldClient(t, proxyURL, "held-inputs")
 		c.mustConnect(t, heldEverything.serverName)
 		for round := range 2 { // the second round on the same held session works as the first
@@ -512,7 +468,7 @@ func TestHeldInputs(t *testing.T) {
 	t.Run("v1inputs", func(t *testing.T) {
 		t.Parallel()
 		srv := startServer(t, "v1inputs", 0, nil, "v1inputs.mjs")
-		_, proxyURL := startHeldProxy(t, srv.url())
+		_, proxyURL := startProxyServer(t, srv.url())
 		c := startHeldClient(t, proxyURL, "held-inputs")
 		c.mustConnect(t, "mcpheal-interop-v1inputs")
 		c.callText(t, "roots-in-call", map[string]any{}, "file:///tmp/mcpheal-held")
@@ -555,7 +511,7 @@ func TestHeldCancel(t *testing.T) {
 		t.Run(sv.name, func(t *testing.T) {
 			t.Parallel()
 			srv := sv.start(t)
-			_, proxyURL := startHeldProxy(t, srv.url())
+			_, proxyURL := startProxyServer(t, srv.url())
 			c := startHeldClient(t, proxyURL, "held-cancel")
 			c.mustConnect(t, sv.serverName)
 			for _, streaming := range []bool{false, true} {
@@ -614,7 +570,7 @@ func TestHeldListenAndRestart(t *testing.T) {
 		t.Run(sv.hs.name, func(t *testing.T) {
 			t.Parallel()
 			srv := sv.hs.start(t, freeFixedPort(t), "")
-			s, proxyURL := startHeldProxy(t, srv.url())
+			s, proxyURL := startProxyServer(t, srv.url())
 			c := startHeldClient(t, proxyURL, "held-listen")
 			c.mustConnect(t, sv.hs.serverName)
 			c.callText(t, sv.hs.echo, sv.hs.echoArgs("before"), "before")
@@ -666,7 +622,7 @@ func TestHeldSessionExpiry(t *testing.T) {
 			t.Parallel()
 			countFile := filepath.Join(t.TempDir(), "work.count")
 			srv := hs.start(t, 0, countFile)
-			s, proxyURL := startHeldProxy(t, srv.url())
+			s, proxyURL := startProxyServer(t, srv.url())
 			c := startHeldClient(t, proxyURL, "held-expiry")
 			c.mustConnect(t, hs.serverName)
 			c.callText(t, hs.echo, hs.echoArgs("before"), "before")
@@ -717,7 +673,7 @@ func TestHeldCallInFlightWhenServerDies(t *testing.T) {
 			t.Parallel()
 			countFile := filepath.Join(t.TempDir(), "work.count")
 			srv := hs.start(t, freeFixedPort(t), countFile)
-			_, proxyURL := startHeldProxy(t, srv.url())
+			_, proxyURL := startProxyServer(t, srv.url())
 			c := startHeldClient(t, proxyURL, "held-inflight")
 			c.mustConnect(t, hs.serverName)
 			if r := c.list(); !r.OK {

@@ -387,11 +387,19 @@ func freeFixedPort(t testing.TB) int {
 // returns the URL agents use. Its log is shown if the test fails.
 func startProxy(t testing.TB, upstream string) string {
 	t.Helper()
+	_, url := startProxyServer(t, upstream)
+	return url
+}
+
+// startProxyServer is startProxy that also returns the server, for its
+// counters.
+func startProxyServer(t testing.TB, upstream string) (*proxy.Server, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &tail{max: 32 << 10}
+	logs := &tail{max: 64 << 10}
 	s, err := proxy.New(proxy.Config{
 		Upstream:    upstream,
 		Listen:      ln.Addr().String(),
@@ -417,7 +425,7 @@ func startProxy(t testing.TB, upstream string) string {
 			t.Logf("mcpheal log (tail):\n%s", logs.String())
 		}
 	})
-	return "http://" + ln.Addr().String() + "/mcp"
+	return s, "http://" + ln.Addr().String() + "/mcp"
 }
 
 // checkNoUnsafeResends fails t if s sent a request that is not replay-safe
