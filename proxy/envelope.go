@@ -19,25 +19,7 @@ func envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 	out = append(out, `,"method":`...)
 	out = append(out, r.Get("method").Raw...)
 	out = append(out, `,"params":{`...)
-	n := 0
-	var meta gjson.Result
-	r.Get("params").ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "_meta":
-			meta = v
-			return true
-		case "inputResponses", "requestState":
-			return true
-		}
-		if n > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, k.Raw...)
-		out = append(out, ':')
-		out = append(out, v.Raw...)
-		n++
-		return true
-	})
+	out, n, meta := copyParams(out, r.Get("params"))
 	comma := func() {
 		if n > 0 {
 			out = append(out, ',')
@@ -70,6 +52,41 @@ func envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 		out = append(out, `,"io.modelcontextprotocol/logLevel":`...)
 		out = append(out, lvl.Raw...)
 	}
+	out = appendForeignMeta(out, meta)
+	return append(out, "}}}"...)
+}
+
+// copyParams appends to out the members of the params object, comma
+// separated, but for those each era carries its own way (_meta,
+// inputResponses, requestState); it returns out, how many members it
+// appended, and the _meta.
+func copyParams(out []byte, params gjson.Result) ([]byte, int, gjson.Result) {
+	n := 0
+	var meta gjson.Result
+	params.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "_meta":
+			meta = v
+			return true
+		case "inputResponses", "requestState":
+			return true
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, k.Raw...)
+		out = append(out, ':')
+		out = append(out, v.Raw...)
+		n++
+		return true
+	})
+	return out, n, meta
+}
+
+// appendForeignMeta appends to out, each after a comma, the members of
+// the _meta object that are not MCP's own (io.modelcontextprotocol/…):
+// the agent's and the server's, passed on whatever the era.
+func appendForeignMeta(out []byte, meta gjson.Result) []byte {
 	meta.ForEach(func(k, v gjson.Result) bool {
 		if !strings.HasPrefix(k.Str, "io.modelcontextprotocol/") {
 			out = append(out, ',')
@@ -79,7 +96,7 @@ func envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 		}
 		return true
 	})
-	return append(out, "}}}"...)
+	return out
 }
 
 // mcpNameOf returns the Mcp-Name header value of a 2026-07-28 request.

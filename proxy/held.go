@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -584,47 +583,21 @@ func downgrade(body []byte, id string) []byte {
 // the 2026-07-28 members of _meta (an empty _meta is left out).
 func appendParams(out []byte, params gjson.Result) []byte {
 	out = append(out, '{')
-	n := 0
-	params.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "inputResponses", "requestState":
-			return true
-		case "_meta":
-			if !v.IsObject() {
-				break // not 2026-07-28's: the upstream's to judge
-			}
-			var meta []byte
-			v.ForEach(func(mk, mv gjson.Result) bool {
-				if !strings.HasPrefix(mk.Str, "io.modelcontextprotocol/") {
-					if len(meta) > 0 {
-						meta = append(meta, ',')
-					}
-					meta = append(meta, mk.Raw...)
-					meta = append(meta, ':')
-					meta = append(meta, mv.Raw...)
-				}
-				return true
-			})
-			if meta == nil {
-				return true
-			}
-			if n > 0 {
-				out = append(out, ',')
-			}
-			out = append(out, `"_meta":{`...)
-			out = append(out, meta...)
-			out = append(out, '}')
-			n++
-			return true
-		}
+	out, n, meta := copyParams(out, params)
+	if meta.Exists() && !meta.IsObject() {
+		// Not 2026-07-28's: the upstream's to judge.
 		if n > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, k.Raw...)
-		out = append(out, ':')
-		out = append(out, v.Raw...)
-		n++
-		return true
-	})
+		out = append(out, `"_meta":`...)
+		out = append(out, meta.Raw...)
+	} else if m := appendForeignMeta(nil, meta); len(m) > 0 {
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `"_meta":{`...)
+		out = append(out, m[1:]...) // without its first comma
+		out = append(out, '}')
+	}
 	return append(out, '}')
 }
