@@ -176,8 +176,21 @@ func (a *attempt) cut() failure {
 		return failure{code: codeUpstreamDown, msg: "upstream connection lost before the answer; " + a.msg.method + " is safe to retry"}
 	}
 	a.s.count.replaysRefused.Add(1)
-	return failure{code: codeMaybeExecuted, msg: "the upstream's event stream ended before its answer, after " + a.msg.method +
+	return failure{code: codeMaybeExecuted, msg: a.streamEnded() + ", after " + a.msg.method +
 		" was sent; it may or may not have run and was not retried"}
+}
+
+// streamEnded says how the upstream's answer stream ended before its
+// response, and why mcpheal could not resume it (resume.go).
+func (a *attempt) streamEnded() string {
+	const ended = "the upstream's event stream ended before its answer"
+	switch {
+	case a.resumeWhy != "":
+		return ended + " (it could not be resumed: " + a.resumeWhy + ")"
+	case a.heals && a.rw.lastID == "":
+		return ended + " (no event id to resume it from)"
+	}
+	return ended
 }
 
 // errorText is err's message for an agent: the credential error's own
@@ -222,8 +235,25 @@ func (a *attempt) answer(out outcome) bool {
 	}
 	f := a.fail(out)
 	a.r.outcome(out.kind, out.class, f.code)
+	if out.kind == outRefused && a.streamBegan() {
+		// The upstream's event stream began (a priming event, retry:,
+		// comments) and ended before its answer: the agent gets what came
+		// and mcpheal's error as its last event, as it would get the
+		// stream itself directly, and the retry: it carried with it.
+		a.respondHead()
+		a.out = sse.AppendEvent(a.out, "message", appendError(nil, f.code, a.msg.idOrNull(), f.msg))
+		a.ctx.Response.SetBody(a.out)
+		a.s.count.bytesOut.Add(uint64(len(a.out)))
+		return false
+	}
 	writeFailure(a.ctx, a.msg.idOrNull(), f)
 	return false
+}
+
+// streamBegan reports whether the answer in a.resp is a POST's event
+// stream that the upstream began with status 200 and events (a.out).
+func (a *attempt) streamBegan() bool {
+	return !a.msg.get && len(a.out) > 0 && (a.head != nil || a.resp.IsStream() && a.resp.StatusCode() == fasthttp.StatusOK)
 }
 
 // refusal is the answer to an ambiguous failure of a request that is
@@ -235,8 +265,8 @@ func (a *attempt) refusal(cls classify.Class, err error) failure {
 	switch {
 	case cls == classify.Timeout:
 		cause = "the upstream did not answer in time"
-	case err == nil && a.resp.IsStream():
-		cause = "the upstream's event stream ended before its answer"
+	case err == nil && (a.resp.IsStream() || a.head != nil):
+		cause = a.streamEnded()
 	case err == nil:
 		cause = "the upstream answered " + strconv.Itoa(a.resp.StatusCode()) + " (a gateway's error, not the server's refusal)"
 	}
@@ -291,16 +321,7 @@ func (a *attempt) accepted() {
 // owns a.resp.
 func (a *attempt) respond() bool {
 	s, ctx, r := a.s, a.ctx, a.resp
-	ctx.Response.Reset()
-	r.Header.CopyTo(&ctx.Response.Header)
-	// The upstream id never leaks: a sole copy is overwritten in place by
-	// SetBytesK below, more than one are all deleted first.
-	stripResponseHeader(&r.Header, &ctx.Response.Header, a.sess != nil)
-	if a.sess != nil {
-		ctx.Response.Header.SetBytesK(hdrSessionID, string(a.sess.ID))
-	} else {
-		s.link.dropMinted(r)
-	}
+	a.respondHead()
 	if a.readWhole {
 		// An SSE answer read up to its response (initializeAnswer): the
 		// events up to it are the answer.
@@ -356,6 +377,25 @@ func (a *attempt) respond() bool {
 	a.outPos, a.conn = 0, ctx.Conn()
 	ctx.Response.SetBodyStream((*sseBody)(a), -1)
 	return true
+}
+
+// respondHead writes the upstream answer's status and headers to the
+// agent: hop-by-hop ones dropped, every session id copy replaced.
+func (a *attempt) respondHead() {
+	ctx, h := a.ctx, &a.resp.Header
+	if a.head != nil {
+		h = a.head // resumed: the stream's own head, not the resuming GET's
+	}
+	ctx.Response.Reset()
+	h.CopyTo(&ctx.Response.Header)
+	// The upstream id never leaks: a sole copy is overwritten in place by
+	// SetBytesK below, more than one are all deleted first.
+	stripResponseHeader(h, &ctx.Response.Header, a.sess != nil)
+	if a.sess != nil {
+		ctx.Response.Header.SetBytesK(hdrSessionID, string(a.sess.ID))
+	} else {
+		a.s.link.dropMinted(a.resp)
+	}
 }
 
 // learn learns the tools of a tools/list answer whose response event has
@@ -480,7 +520,7 @@ func (b *sseBody) Read(p []byte) (n int, err error) {
 		}
 		// p is fasthttp's copy buffer: read into it; what passes through
 		// unchanged stays where it is, without a copy.
-		n, rerr := a.resp.Read(p)
+		n, rerr := (*upstreamStream)(a).Read(p)
 		res, aliased := a.relay(a.out[:0], p[:n], rerr)
 		if aliased {
 			if len(res) > 0 {
@@ -530,7 +570,7 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 	a.outPos = len(a.out)
 	buf := a.readBuf()
 	for !a.eof {
-		n, rerr := a.resp.Read(buf)
+		n, rerr := (*upstreamStream)(a).Read(buf)
 		res, aliased := a.relay(a.out[:0], buf[:n], rerr)
 		if !aliased {
 			a.out = res[:0] // keep a grown buffer

@@ -64,6 +64,18 @@ type attempt struct {
 	readWhole  bool     // the SSE answer was read up to its response: a.out is all the agent gets
 	conn       net.Conn // the agent's connection, while sseBody writes to it
 	charged    int64    // taken from the memory budget for a buffered answer
+	// Resuming the answer stream upstream (resume.go): rerr is the read
+	// error held back while the bytes read with it are relayed; resumeWhy,
+	// once set, why the stream cannot be resumed; resumedAt the event id
+	// resumed after, resumes the resumptions since it last changed,
+	// resumeBy the end of their budget; head, the head of the stream as the
+	// upstream began it, kept once a.resp holds a resuming GET's.
+	head      *fasthttp.ResponseHeader
+	rerr      error
+	resumeWhy string
+	resumedAt string
+	resumes   int
+	resumeBy  time.Time
 	// watch notices the agent going away while it waits (gone.go); nil
 	// for attempts that are not pooled. It stays with the pooled attempt.
 	watch *agentWatch
@@ -261,7 +273,7 @@ func (a *attempt) judge(err error) facts {
 		}
 		a.rw.watch = a.msg.method == "tools/list" && a.sess != nil
 		var ok bool
-		a.out, a.first, a.firstWhole, ok = peekFirst(r, &a.rw, a.out[:0], a.readBuf())
+		a.out, a.first, a.firstWhole, ok = peekFirst((*upstreamStream)(a), &a.rw, a.out[:0], a.readBuf())
 		if !ok {
 			// Cut, or ended unanswered: it may have run. Cut by the
 			// watch, it is the agent that went away.
@@ -532,6 +544,9 @@ func (a *attempt) next() {
 	}
 	a.resp.Close()
 	a.resp.Response.Reset()
+	a.rw = eventRewriter{fr: a.rw.fr, held: a.rw.held[:0]} // what it learnt of the last stream is that stream's
 	a.rw.fr.Reset(64 << 10)
 	a.out, a.first, a.firstWhole = a.out[:0], nil, false
+	// The answer stream's resumption state is the exchange's.
+	a.head, a.rerr, a.resumeWhy, a.resumedAt, a.resumes = nil, nil, "", "", 0
 }

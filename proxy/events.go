@@ -27,10 +27,18 @@ import (
 // are framed whole (fr, then event) so that the first can be judged; the
 // rest is relayed line by line as it arrives (stream, in relay.go).
 type eventRewriter struct {
-	fr      sse.Framer
-	gen     uint64
-	lastID  string // the last upstream event id seen, for resumption
-	retryMs int    // the last retry: field, 0 if none
+	fr  sse.Framer
+	gen uint64
+	// lastID is the upstream id of the last event that ended (its blank
+	// line passed), for resumption: the server replays what follows it, so
+	// an event cut half-way comes again whole. nextID is the id field of
+	// the event in progress, set: it had one.
+	lastID  string
+	nextID  string
+	setID   bool
+	inEvent bool   // a line of an event that has not ended has passed
+	cut     []byte // what ends a line or event a resumption cut (resumed), written first
+	retryMs int  // the last retry: field, 0 if none
 	// watch: keep the data of the stream's response in response (a
 	// tools/list answer, whose tools the proxy learns); it ends once
 	// response is set.
@@ -70,7 +78,19 @@ func (er *eventRewriter) event(out, ev []byte) []byte {
 		out = append(out, ev[len(line):len(ev)-len(rest)]...) // the line ending as it came
 		ev = rest
 	}
+	er.endEvent()
 	return out
+}
+
+// endEvent records that an event ended: its id, if it had one, is where
+// the stream resumes (HTML Living Standard §9.2.6: the last event ID is
+// set when an event is dispatched, a priming event with no data
+// included).
+func (er *eventRewriter) endEvent() {
+	if er.setID {
+		er.lastID, er.setID = er.nextID, false
+	}
+	er.inEvent = false
 }
 
 // line appends one field line, rewritten.
@@ -81,7 +101,7 @@ func (er *eventRewriter) line(out, line []byte) []byte {
 	}
 	switch string(name) {
 	case "id":
-		er.lastID = string(v)
+		er.nextID, er.setID = string(v), true
 		if len(v) == 0 {
 			return append(out, line...)
 		}

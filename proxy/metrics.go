@@ -20,6 +20,9 @@ var (
 	descReplays = prometheus.NewDesc("mcpheal_replays_total",
 		"Requests sent again after a failure (done), or not because they may have run (refused).",
 		[]string{"upstream", "outcome"}, nil)
+	descResumes = prometheus.NewDesc("mcpheal_stream_resumes_total",
+		"Answer streams that ended before their response, resumed upstream with Last-Event-ID (ok) or not (failed).",
+		[]string{"upstream", "outcome"}, nil)
 	descKeepalive = prometheus.NewDesc("mcpheal_keepalive_total",
 		"Keepalive probes of idle sessions by result.",
 		[]string{"upstream", "result"}, nil)
@@ -97,6 +100,8 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	}
 	counter(descReplays, k.replays.Load(), "done")
 	counter(descReplays, k.replaysRefused.Load(), "refused")
+	counter(descResumes, k.resumes[outcomeOK].Load(), "ok")
+	counter(descResumes, k.resumes[outcomeFailed].Load(), "failed")
 	for r := range k.keepalive {
 		counter(descKeepalive, k.keepalive[r].Load(), keepaliveNames[r])
 	}

@@ -50,7 +50,7 @@ func TestCutStreamSaysSo(t *testing.T) {
 		t.Fatalf("the tool ran %d times; want 1 (not replayed)", n)
 	}
 	line := logLine(t, logs, "not replayed")
-	if !strings.Contains(line, `"cause":"the upstream's event stream ended before its answer"`) {
+	if !strings.Contains(line, `"cause":"the upstream's event stream ended before its answer (no event id to resume it from)"`) {
 		t.Fatalf("log line %s; want its cause", line)
 	}
 }

@@ -46,12 +46,23 @@ func (er *eventRewriter) startStream(out []byte) ([]byte, error) {
 // er.max; the stream is then to be cut.
 func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err error) {
 	e := emitter{p: p, out: out, aliased: true}
+	if er.cut != nil {
+		e.bytes(er.cut)
+		er.cut = nil
+	}
 	for pos := 0; pos < len(p); {
 		n, start, ended := er.lines.Next(p[pos:])
 		if start {
 			er.mode, er.held = lineOpen, er.held[:0]
 		}
 		seg := p[pos : pos+n]
+		if start {
+			if ended && sse.IsLineEnd(seg) {
+				er.endEvent() // a blank line
+			} else {
+				er.inEvent = true
+			}
+		}
 		if er.mode == lineDone {
 			e.raw(pos, pos+n)
 			pos += n

@@ -103,6 +103,9 @@ type counters struct {
 	journal        [2]atomic.Uint64 // state replayed after a re-init: [outcomeOK], [outcomeFailed]
 	replays        atomic.Uint64    // requests sent again after a failure
 	replaysRefused atomic.Uint64    // ambiguous failures not replayed
+	// resumes counts answer streams resumed upstream ([outcomeOK]) and
+	// those that could not be ([outcomeFailed]), resume.go.
+	resumes [numOutcomes]atomic.Uint64
 	// unsafeResends counts requests that are not replay-safe sent again
 	// after an exchange that may have run them. decide forbids it, so it
 	// stays 0: tests assert it as an invariant.

@@ -119,7 +119,7 @@ func (f *Framer) Next() (ev []byte, ok bool, err error) {
 		case !start && ended && f.scan-f.off == 1 && f.buf[at] == '\n':
 			// The LF of a CRLF whose CR ended the event returned last.
 			return f.take(), true, nil
-		case start && ended && isLineEnd(f.buf[at:f.scan]):
+		case start && ended && IsLineEnd(f.buf[at:f.scan]):
 			// A blank line: the event ends here.
 			return f.take(), true, nil
 		}
@@ -130,8 +130,8 @@ func (f *Framer) Next() (ev []byte, ok bool, err error) {
 	return nil, false, nil
 }
 
-// isLineEnd reports whether b is only a line ending.
-func isLineEnd(b []byte) bool {
+// IsLineEnd reports whether b is only a line ending: LF, CRLF or a lone CR.
+func IsLineEnd(b []byte) bool {
 	switch len(b) {
 	case 1:
 		return b[0] == '\n' || b[0] == '\r'

@@ -1,0 +1,207 @@
+package proxy
+
+// Answer streams that end before their response, resumed upstream with
+// GET and Last-Event-ID (resume.go), against the scripted stub: the
+// server's own polling (SSE polling, MCP 2025-11-25), a connection cut
+// mid-answer, and the cases where resumption is impossible. Every test
+// counts the tools/call POSTs the stub received: resumption never sends a
+// call twice.
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// resumeStub is a stub upstream whose tools/call answer stream is cut by
+// post, and whose GET answers with get; it counts both and records each
+// GET's Last-Event-ID and when the POST's stream ended.
+type resumeStub struct {
+	posts, gets atomic.Int32
+	mu          sync.Mutex // protects lastIDs, closed, reopened
+	lastIDs     []string
+	closed      time.Time
+	reopened    time.Time
+}
+
+func (st *resumeStub) start(t *testing.T, post func(w http.ResponseWriter, rc *http.ResponseController), get func(w http.ResponseWriter, lastID string)) string {
+	return startStub(t, func(w http.ResponseWriter, r *http.Request) {
+		st.gets.Add(1)
+		st.mu.Lock()
+		st.lastIDs = append(st.lastIDs, r.Header.Get("Last-Event-ID"))
+		st.reopened = time.Now()
+		st.mu.Unlock()
+		get(w, r.Header.Get("Last-Event-ID"))
+	}, func(w http.ResponseWriter, r *http.Request, method string) {
+		if method != "tools/call" {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		st.posts.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		defer func() {
+			st.mu.Lock()
+			st.closed = time.Now()
+			st.mu.Unlock()
+		}()
+		post(w, http.NewResponseController(w))
+	})
+}
+
+func (st *resumeStub) ids() []string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return append([]string(nil), st.lastIDs...)
+}
+
+const (
+	resumeCall   = `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"write","arguments":{}}}`
+	resumeResult = `data: {"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"done"}]}}`
+)
+
+// streamEvents writes SSE text and flushes it.
+func streamEvents(w http.ResponseWriter, text string) {
+	_, _ = io.WriteString(w, text)
+	_ = http.NewResponseController(w).Flush()
+}
+
+// TestResumeServerPolling: a server that closes a call's stream after its
+// priming event (an id and retry: 50), as SSE polling lets it, gets a GET
+// with that event's id after the retry interval, and the agent gets the
+// result in the same stream, the ids rewritten, the call run once.
+func TestResumeServerPolling(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	up := st.start(t, func(w http.ResponseWriter, rc *http.ResponseController) {
+		streamEvents(w, "id: 41\nretry: 50\ndata: \n\n")
+	}, func(w http.ResponseWriter, lastID string) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		if lastID != "41" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		streamEvents(w, "id: 42\n"+resumeResult+"\n\n")
+	})
+	s, url := startProxy(t, up, nil)
+	sid := peerRawInitialize(t, url)
+	resp, raw := peerRawPost(t, url, sid, resumeCall)
+	body := string(raw)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("answer %d %q: want one 200 event stream", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	for _, want := range []string{"id: 1-41\n", "retry: 50\n", "id: 1-42\n", resumeResult + "\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("answer lacks %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "-32011") {
+		t.Errorf("answer carries mcpheal's error:\n%s", body)
+	}
+	if n := st.posts.Load(); n != 1 {
+		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+	if ids := st.ids(); len(ids) != 1 || ids[0] != "41" {
+		t.Errorf("resuming GETs carried Last-Event-ID %q, want one with 41", ids)
+	}
+	st.mu.Lock()
+	waited := st.reopened.Sub(st.closed)
+	st.mu.Unlock()
+	if waited < 45*time.Millisecond {
+		t.Errorf("resumed %v after the stream closed; the server asked for retry: 50 ms", waited)
+	}
+	if ok, failed := s.count.resumes[outcomeOK].Load(), s.count.resumes[outcomeFailed].Load(); ok != 1 || failed != 0 {
+		t.Errorf("mcpheal_stream_resumes_total: ok %d, failed %d; want 1 and 0", ok, failed)
+	}
+}
+
+// TestResumeAfterCutMidLine: a connection cut in the middle of a data
+// line, after an event that ended, resumes after that event: the agent's
+// cut line is ended (the event it began is lost to its parser), then the
+// server's replay of the cut event and the result follow whole.
+func TestResumeAfterCutMidLine(t *testing.T) {
+	t.Parallel()
+	progress := `data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":%s}}`
+	var st resumeStub
+	up := st.start(t, func(w http.ResponseWriter, rc *http.ResponseController) {
+		streamEvents(w, "id: 1\n"+strings.Replace(progress, "%s", "1", 1)+"\n\nid: 2\n"+`data: {"jsonrpc":"2.0","method":"notifications/pro`)
+		panic(http.ErrAbortHandler) // the connection closes with the chunked body unfinished
+	}, func(w http.ResponseWriter, lastID string) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		streamEvents(w, "id: 2\n"+strings.Replace(progress, "%s", "2", 1)+"\n\nid: 3\n"+resumeResult+"\n\n")
+	})
+	_, url := startProxy(t, up, nil)
+	sid := peerRawInitialize(t, url)
+	_, raw := peerRawPost(t, url, sid, resumeCall)
+	body := string(raw)
+	whole := "id: 1-2\n" + strings.Replace(progress, "%s", "2", 1) + "\n\nid: 1-3\n" + resumeResult + "\n\n"
+	if !strings.HasSuffix(body, whole) {
+		t.Fatalf("answer does not end with the resumed events, whole:\n%s", body)
+	}
+	if !strings.Contains(body, `"method":"notifications/pro`+"\n\n") {
+		t.Errorf("the cut line is not ended before the resumed events:\n%s", body)
+	}
+	if ids := st.ids(); len(ids) != 1 || ids[0] != "1" {
+		t.Errorf("resuming GETs carried Last-Event-ID %q, want one with 1 (the last event that ended)", ids)
+	}
+	if n := st.posts.Load(); n != 1 {
+		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+}
+
+// TestResumeRefused: a server that answers the resuming GET with 405 (no
+// GET stream) leaves the call unanswerable: the agent gets the stream's
+// events and -32011 as its last event, saying why; the call ran once.
+func TestResumeRefused(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	up := st.start(t, func(w http.ResponseWriter, rc *http.ResponseController) {
+		streamEvents(w, "id: 41\nretry: 10\ndata: \n\n")
+	}, func(w http.ResponseWriter, lastID string) {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	})
+	s, url := startProxy(t, up, nil)
+	sid := peerRawInitialize(t, url)
+	resp, raw := peerRawPost(t, url, sid, resumeCall)
+	body := string(raw)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("answer %d %q: want the upstream's 200 event stream", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if !strings.Contains(body, "id: 1-41\nretry: 10\n") || !strings.Contains(body, `"code":-32011`) ||
+		!strings.Contains(body, "could not be resumed: the upstream refused to resume it (405)") || !strings.Contains(body, `"id":7`) {
+		t.Fatalf("answer: want the priming event, then -32011 for id 7 saying why:\n%s", body)
+	}
+	if n, g := st.posts.Load(), st.gets.Load(); n != 1 || g != 1 {
+		t.Errorf("the upstream got the call %d times and %d GETs, want 1 and 1", n, g)
+	}
+	if ok, failed := s.count.resumes[outcomeOK].Load(), s.count.resumes[outcomeFailed].Load(); ok != 0 || failed != 1 {
+		t.Errorf("mcpheal_stream_resumes_total: ok %d, failed %d; want 0 and 1", ok, failed)
+	}
+}
+
+// TestStreamEndedWithoutID: a stream that ends before any event id cannot
+// be resumed: the agent still gets the stream as it came (its retry:
+// field) with -32011 as its last event, and no GET is sent.
+func TestStreamEndedWithoutID(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	up := st.start(t, func(w http.ResponseWriter, rc *http.ResponseController) {
+		streamEvents(w, "retry: 10\n\n")
+	}, func(w http.ResponseWriter, lastID string) {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	})
+	_, url := startProxy(t, up, nil)
+	sid := peerRawInitialize(t, url)
+	resp, raw := peerRawPost(t, url, sid, resumeCall)
+	body := string(raw)
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || !strings.HasPrefix(body, "retry: 10\n\n") ||
+		!strings.Contains(body, `"code":-32011`) || !strings.Contains(body, "no event id") {
+		t.Fatalf("answer %q: want the stream's retry: field, then -32011 saying it had no event id:\n%s", resp.Header.Get("Content-Type"), body)
+	}
+	if n, g := st.posts.Load(), st.gets.Load(); n != 1 || g != 0 {
+		t.Errorf("the upstream got the call %d times and %d GETs, want 1 and 0", n, g)
+	}
+}
