@@ -38,7 +38,7 @@ type eventRewriter struct {
 	setID   bool
 	inEvent bool   // a line of an event that has not ended has passed
 	cut     []byte // what ends a line or event a resumption cut (resumed), written first
-	retryMs int  // the last retry: field, 0 if none
+	retryMs int    // the last retry: field, 0 if none
 	// watch: keep the data of the stream's response in response (a
 	// tools/list answer, whose tools the proxy learns); it ends once
 	// response is set.
