@@ -7,6 +7,7 @@ package proxy
 // upstream host that is down.
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -65,6 +66,11 @@ type tcpRelay struct {
 
 	resets atomic.Int64 // connections reset for idling
 	holes  atomic.Int64 // connections blackholed
+	cuts   atomic.Int64 // connections reset by CutAfter
+
+	// cutAfter, set by CutAfter: the next bytes from the upstream that
+	// contain it are forwarded, then their connection is reset (once).
+	cutAfter atomic.Pointer[[]byte]
 
 	mu       sync.Mutex // protects mode, limit, conns, attempts, closed
 	mode     relayMode
@@ -110,6 +116,24 @@ func (r *tcpRelay) ResetIdle(limit time.Duration) { r.set(relayResetIdle, limit)
 // limit when bytes next arrive on it. Blackhole(0) swallows every flow,
 // new ones included, from its first byte: a hung upstream.
 func (r *tcpRelay) Blackhole(limit time.Duration) { r.set(relayBlackhole, limit) }
+
+// CutAfter resets, once, the connection on which the upstream next sends
+// bytes that contain pattern, right after forwarding them: an answer cut
+// mid-stream (a load balancer's timeout, a reset) after its first event.
+func (r *tcpRelay) CutAfter(pattern string) {
+	b := []byte(pattern)
+	r.cutAfter.Store(&b)
+}
+
+// Cuts counts connections reset by CutAfter.
+func (r *tcpRelay) Cuts() int64 { return r.cuts.Load() }
+
+// cutNow reports whether bytes b from the upstream are the ones CutAfter
+// waits for; the first such bytes disarm it.
+func (r *tcpRelay) cutNow(b []byte) bool {
+	p := r.cutAfter.Load()
+	return p != nil && bytes.Contains(b, *p) && r.cutAfter.CompareAndSwap(p, nil)
+}
 
 // Down resets every open connection, as a host that died would, and then
 // accepts and resets each new one (counted by Attempts). Accept-and-RST
@@ -303,6 +327,11 @@ func (c *relayConn) pump(from, to net.Conn, fromProxy bool) {
 			case relayForward:
 				if _, werr := to.Write(buf[:n]); werr != nil {
 					c.close(false)
+					return
+				}
+				if !fromProxy && c.r.cutNow(buf[:n]) {
+					c.r.cuts.Add(1)
+					c.close(true)
 					return
 				}
 			case relayDrop:

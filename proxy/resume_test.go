@@ -8,6 +8,7 @@ package proxy
 // call twice.
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // resumeStub is a stub upstream whose tools/call answer stream is cut by
@@ -203,5 +206,55 @@ func TestStreamEndedWithoutID(t *testing.T) {
 	}
 	if n, g := st.posts.Load(), st.gets.Load(); n != 1 || g != 0 {
 		t.Errorf("the upstream got the call %d times and %d GETs, want 1 and 0", n, g)
+	}
+}
+
+// TestResumeGoSDKCutMidCall: a Go SDK server that keeps events (an
+// EventStore) runs a tool that is not replay-safe; mcpheal's connection to
+// it is reset right after the first progress event. mcpheal resumes the
+// answer stream with Last-Event-ID, and the Go SDK client gets every
+// progress step and the result; the server counts one execution. Without
+// an event store the server sends no event ids: the client gets -32011, and
+// the tool still ran once.
+func TestResumeGoSDKCutMidCall(t *testing.T) {
+	t.Parallel()
+	for _, store := range []bool{true, false} {
+		t.Run(map[bool]string{true: "EventStore", false: "NoEventStore"}[store], func(t *testing.T) {
+			t.Parallel()
+			up := startGoSDK(t, goSDKOpts{EventStore: store})
+			relay := newTCPRelay(t, up.Addr())
+			s, url := startProxy(t, relay.URL(), nil)
+			var steps atomic.Int32
+			cs := goSDKClientWith(t, url, &mcp.ClientOptions{
+				ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { steps.Add(1) },
+			})
+			relay.CutAfter("notifications/progress")
+			params := &mcp.CallToolParams{Name: "slow", Arguments: peerSlowIn{Steps: 3, DelayMs: 100}}
+			params.SetProgressToken("p1")
+			ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			defer cancel()
+			res, err := cs.CallTool(ctx, params)
+			if relay.Cuts() != 1 {
+				t.Fatalf("the relay cut %d connections, want 1", relay.Cuts())
+			}
+			if n := up.ToolCalls("slow"); n != 1 {
+				t.Errorf("the server ran the tool %d times, want 1", n)
+			}
+			if !store {
+				if err == nil || !strings.Contains(err.Error(), "-32011") && !strings.Contains(err.Error(), "may or may not have run") {
+					t.Fatalf("without an event store: %v, %s; want -32011", err, peerResultText(res))
+				}
+				return
+			}
+			if err != nil || peerResultText(res) != "done" {
+				t.Fatalf("call cut mid-answer: %v, %s; want done", err, peerResultText(res))
+			}
+			if n := steps.Load(); n != 3 {
+				t.Errorf("the client got %d progress notifications, want 3", n)
+			}
+			if ok := s.count.resumes[outcomeOK].Load(); ok < 1 {
+				t.Errorf("mcpheal_stream_resumes_total{outcome=ok} = %d, want at least 1", ok)
+			}
+		})
 	}
 }
