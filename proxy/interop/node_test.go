@@ -334,6 +334,9 @@ type v1Opts struct {
 	instructions int
 	// fillers is how many filler tools it lists besides work, big and echo.
 	fillers int
+	// eventStore keeps each session's events, so that answer streams carry
+	// event ids and can be resumed.
+	eventStore bool
 }
 
 func startV1Server(t testing.TB, o v1Opts) *server {
@@ -349,6 +352,9 @@ func startV1Server(t testing.TB, o v1Opts) *server {
 		"COUNT_FILE=" + o.countFile,
 		"INSTRUCTIONS_BYTES=" + strconv.Itoa(o.instructions),
 		"FILLER_TOOLS=" + strconv.Itoa(o.fillers),
+	}
+	if o.eventStore {
+		env = append(env, "EVENT_STORE=1")
 	}
 	return startServer(t, "v1server", port, env, "v1server.mjs")
 }

@@ -16,6 +16,9 @@
 //   - "big" (readOnlyHint): a text result of exactly bytes bytes, sent as one
 //     SSE event;
 //   - "echo" (readOnlyHint).
+// With EVENT_STORE=1 each session keeps its events (the SDK's
+// InMemoryEventStore): answer streams carry event ids, and a GET with
+// Last-Event-ID resumes one.
 // Every initialize prints "INITIALIZE <clientInfo.name>" on stdout, so a test
 // can count the sessions a server life saw (one heal = one initialize).
 // An unknown Mcp-Session-Id gets 400 "Bad Request: No valid session ID
@@ -25,12 +28,14 @@ import fs from "node:fs";
 import { randomUUID } from "node:crypto";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { InMemoryEventStore } from "@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js";
 import { z } from "zod";
 
 const port = Number(process.env.PORT || 0);
 const countFile = process.env.COUNT_FILE || "";
 const instructionsBytes = Number(process.env.INSTRUCTIONS_BYTES || 12288);
 const fillerTools = Number(process.env.FILLER_TOOLS || 40);
+const eventStore = process.env.EVENT_STORE === "1";
 
 // instructions returns exactly n bytes of UTF-8: numbered lines mixing ASCII
 // with 2- and 3-byte characters, so a cut anywhere shows in length and hash.
@@ -124,6 +129,7 @@ const httpServer = http.createServer(async (req, res) => {
       t = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         enableJsonResponse: false,
+        eventStore: eventStore ? new InMemoryEventStore() : undefined,
         onsessioninitialized: (id) => transports.set(id, t),
       });
       t.onclose = () => { if (t.sessionId) transports.delete(t.sessionId); };
