@@ -554,12 +554,15 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 			err = errStreamPanic
 		}
 	}()
+	iw := newIdleWriter(a, w)
+	defer iw.stop()
 	write := func(p []byte) error {
 		if len(p) == 0 {
 			return nil
 		}
-		a.s.armWrite(a.conn)
-		n, err := w.Write(p)
+		// The agent's side is at a line boundary unless a line passes
+		// through, part of it written (relay.go).
+		n, err := iw.write(p, a.rw.mode != linePassing)
 		total += int64(n)
 		a.s.count.bytesOut.Add(uint64(n))
 		return err

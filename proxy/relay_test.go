@@ -67,6 +67,8 @@ type tcpRelay struct {
 	resets atomic.Int64 // connections reset for idling
 	holes  atomic.Int64 // connections blackholed
 	cuts   atomic.Int64 // connections reset by CutAfter
+	// idleClosed counts connections closed by CloseIdle.
+	idleClosed atomic.Int64
 
 	// cutAfter, set by CutAfter: the next bytes from the upstream that
 	// contain it are forwarded, then their connection is reset (once).
@@ -134,6 +136,41 @@ func (r *tcpRelay) cutNow(b []byte) bool {
 	p := r.cutAfter.Load()
 	return p != nil && bytes.Contains(b, *p) && r.cutAfter.CompareAndSwap(p, nil)
 }
+
+// CloseIdle closes, from now until the relay closes, every connection
+// that carried nothing either way for limit: a load balancer's idle
+// timeout. It checks every limit/8.
+func (r *tcpRelay) CloseIdle(limit time.Duration) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTicker(limit / 8)
+		defer t.Stop()
+		for range t.C {
+			r.mu.Lock()
+			if r.closed {
+				r.mu.Unlock()
+				return
+			}
+			var idle []*relayConn
+			for c := range r.conns {
+				c.mu.Lock()
+				if time.Since(c.last) > limit && !c.dead {
+					idle = append(idle, c)
+				}
+				c.mu.Unlock()
+			}
+			r.mu.Unlock()
+			for _, c := range idle {
+				r.idleClosed.Add(1)
+				c.close(false)
+			}
+		}
+	}()
+}
+
+// IdleClosed counts connections closed by CloseIdle.
+func (r *tcpRelay) IdleClosed() int64 { return r.idleClosed.Load() }
 
 // Down resets every open connection, as a host that died would, and then
 // accepts and resets each new one (counted by Attempts). Accept-and-RST
