@@ -375,6 +375,13 @@ func (a *attempt) respond() bool {
 		return false
 	}
 	a.outPos, a.conn = 0, ctx.Conn()
+	if a.rw.own != 0 {
+		// The agent may come back for it: keep what it is sent, and let a
+		// dropped connection end the relay's writes, not the call.
+		a.log = s.answers.open(a)
+		a.log.append(a.out)
+		a.unwatch()
+	}
 	ctx.Response.SetBodyStream((*sseBody)(a), -1)
 	return true
 }
@@ -522,6 +529,9 @@ func (b *sseBody) Read(p []byte) (n int, err error) {
 		// unchanged stays where it is, without a copy.
 		n, rerr := (*upstreamStream)(a).Read(p)
 		res, aliased := a.relay(a.out[:0], p[:n], rerr)
+		if a.log != nil {
+			a.log.append(res)
+		}
 		if aliased {
 			if len(res) > 0 {
 				a.s.count.bytesOut.Add(uint64(len(res)))
@@ -568,7 +578,7 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 		return err
 	}
 	if err = write(a.out[a.outPos:]); err != nil {
-		return total, err
+		return total, a.left(err)
 	}
 	a.outPos = len(a.out)
 	buf := a.readBuf()
@@ -578,17 +588,75 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 		if !aliased {
 			a.out = res[:0] // keep a grown buffer
 		}
+		if a.log != nil {
+			a.log.append(res)
+		}
 		if err = write(res); err != nil {
-			return total, err
+			return total, a.left(err)
 		}
 	}
 	return total, nil
+}
+
+// left is what WriteTo does when the agent's connection dropped (err): an
+// answer its agent may resume goes on for it, read by drain into the log
+// (answerlog.go), unless it has ended or can no longer be resumed.
+func (a *attempt) left(err error) error {
+	if a.log == nil || a.eof || a.log.isOver() || !a.s.bg.Add(1) {
+		return err
+	}
+	a.log.agentLeft()
+	a.draining = true // Close starts drain: fasthttp is done with the attempt then
+	return err
+}
+
+// drain reads the rest of an answer whose agent's connection dropped into
+// its log, until the answer ends, the log is dropped, or the window passes
+// with nobody reading (answerLog.windowEnded abandons the exchange), then
+// releases the attempt.
+func (a *attempt) drain() {
+	defer a.s.bg.Done()
+	quit, shut := make(chan struct{}), make(chan struct{})
+	go func() { // shutdown ends the call too
+		defer close(shut)
+		select {
+		case <-a.s.done:
+			a.abandon()
+		case <-quit:
+		}
+	}()
+	defer func() {
+		if v := recover(); v != nil {
+			a.s.count.panics.Add(1)
+			a.s.log.Error().Interface("panic", v).Msg("answer drain panicked")
+		}
+		close(quit)
+		<-shut // nothing touches the attempt once it is released
+		a.log.finish()
+		a.release()
+	}()
+	buf := a.readBuf()
+	for !a.eof && !a.log.isOver() {
+		n, rerr := (*upstreamStream)(a).Read(buf)
+		res, aliased := a.relay(a.out[:0], buf[:n], rerr)
+		if !aliased {
+			a.out = res[:0]
+		}
+		a.log.append(res)
+	}
 }
 
 // Close releases the upstream response (closing its stream if the agent
 // left early) and the attempt.
 func (b *sseBody) Close() error {
 	a := (*attempt)(b)
+	if a.draining {
+		go a.drain() // it owns the attempt now
+		return nil
+	}
+	if a.log != nil {
+		a.log.finish()
+	}
 	a.unwatch()
 	a.s.armWrite(a.conn) // the chunked answer's end is written after Close
 	a.release()

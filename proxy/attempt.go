@@ -72,6 +72,11 @@ type attempt struct {
 	// upstream began it, kept once a.resp holds a resuming GET's.
 	head      *fasthttp.ResponseHeader
 	rerr      error
+	// log keeps the streamed answer for its agent to resume (answerlog.go);
+	// draining: the agent's connection dropped and drain, not fasthttp,
+	// owns the attempt now.
+	log      *answerLog
+	draining bool
 	resumeWhy string
 	resumedAt string
 	resumes   int
@@ -272,6 +277,9 @@ func (a *attempt) judge(err error) facts {
 			a.rw.gen = 1 // nothing to renumber: no session, or the bridge's own
 		}
 		a.rw.watch = a.msg.method == "tools/list" && a.sess != nil
+		if a.heals && a.msg.isRequest() && !a.msg.batch && a.s.cfg.ResumeBuffer > 0 {
+			a.rw.own = ownStreams.Add(1) // its agent may resume it (answerlog.go)
+		}
 		var ok bool
 		a.out, a.first, a.firstWhole, ok = peekFirst((*upstreamStream)(a), &a.rw, a.out[:0], a.readBuf())
 		if !ok {

@@ -39,6 +39,18 @@ type eventRewriter struct {
 	inEvent bool   // a line of an event that has not ended has passed
 	cut     []byte // what ends a line or event a resumption cut (resumed), written first
 	retryMs int    // the last retry: field, 0 if none
+	// own, when not 0, gives every event mcpheal's own id instead of the
+	// upstream's, "m<own>-<seq>" (answerlog.go), on every event that has
+	// an id or carries data (not on one that only sets retry:, with empty
+	// data or none, which an agent would take for a priming event if it
+	// had an id); seq counts the
+	// events of the answer, idOut says the event in progress has had its
+	// id.
+	own     uint64
+	seq     uint64
+	idOut   bool
+	hasData bool // the event in progress carries data: a message, not a priming or retry: event
+	idBuf   []byte
 	// watch: keep the data of the stream's response in response (a
 	// tools/list answer, whose tools the proxy learns); it ends once
 	// response is set.
@@ -69,17 +81,45 @@ func (er *eventRewriter) event(out, ev []byte) []byte {
 	if !er.answered && isResponse(sse.Data(nil, ev)) {
 		er.answered = true
 	}
-	if er.gen <= 1 && !er.watch && !bytes.Contains(ev, []byte("id:")) && !bytes.Contains(ev, []byte("retry:")) {
+	if er.gen <= 1 && er.own == 0 && !er.watch && !bytes.Contains(ev, []byte("id:")) && !bytes.Contains(ev, []byte("retry:")) {
 		return append(out, ev...) // the common case: nothing to change
 	}
 	for len(ev) > 0 {
 		line, rest := sse.NextLine(ev)
+		ending := ev[len(line) : len(ev)-len(rest)]
+		out = append(out, er.startLine(len(line) == 0 && len(ending) > 0, len(line) > 0 && line[0] == ':')...)
 		out = er.line(out, line)
-		out = append(out, ev[len(line):len(ev)-len(rest)]...) // the line ending as it came
+		out = append(out, ending...) // the line ending as it came
 		ev = rest
 	}
-	er.endEvent()
 	return out
+}
+
+// startLine notes that a line begins, a blank one (the end of an event) or
+// a comment, and returns what goes to the agent before it: mcpheal's own
+// id, for an event about to end without one.
+func (er *eventRewriter) startLine(blank, comment bool) []byte {
+	switch {
+	case blank:
+		var id []byte
+		if er.own != 0 && er.inEvent && !er.idOut && er.hasData {
+			id = append(er.ownID(er.idBuf[:0]), '\n')
+			er.idBuf = id
+		}
+		er.endEvent()
+		return id
+	case !comment && !er.inEvent:
+		er.inEvent, er.idOut, er.hasData = true, false, false
+		er.seq++
+	}
+	return nil
+}
+
+// ownID appends the id field of the event in progress, mcpheal's own.
+func (er *eventRewriter) ownID(out []byte) []byte {
+	er.idOut = true
+	out = sse.AppendFieldName(out, "id")
+	return appendOwnID(out, er.own, er.seq)
 }
 
 // endEvent records that an event ended: its id, if it had one, is where
@@ -102,6 +142,9 @@ func (er *eventRewriter) line(out, line []byte) []byte {
 	switch string(name) {
 	case "id":
 		er.nextID, er.setID = string(v), true
+		if er.own != 0 {
+			return er.ownID(out) // the upstream's id is kept for resuming upstream (resume.go)
+		}
 		if len(v) == 0 {
 			return append(out, line...)
 		}
@@ -114,6 +157,7 @@ func (er *eventRewriter) line(out, line []byte) []byte {
 			er.retryMs = ms
 		}
 	case "data":
+		er.hasData = er.hasData || nonBlank(v)
 		if er.watch && isResponse(v) {
 			er.response, er.watch = append(er.response[:0], v...), false
 		}
@@ -203,4 +247,15 @@ func upstreamEventID(agentID []byte, gen uint64) string {
 		return ""
 	}
 	return rest
+}
+
+// nonBlank reports whether b has a byte other than spaces, tabs and line
+// endings.
+func nonBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return true
+		}
+	}
+	return false
 }

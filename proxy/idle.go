@@ -51,7 +51,8 @@ func (iw *idleWriter) write(p []byte, atLine bool) (int, error) {
 // keepalive writes the comment, if the answer is still being written and
 // at a line boundary, and arms the next one. It runs on the timer's
 // goroutine. A write that fails means the agent has gone: the exchange is
-// abandoned (nothing is sent again), under the lock, so never after stop.
+// abandoned (nothing is sent again), under the lock, so never after stop,
+// unless the agent may resume the answer (answerlog.go).
 func (iw *idleWriter) keepalive() {
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
@@ -62,7 +63,11 @@ func (iw *idleWriter) keepalive() {
 		iw.a.s.armWrite(iw.a.conn)
 		if _, err := iw.w.Write(keepaliveLine); err != nil {
 			iw.stopped = true
-			iw.a.abandon()
+			if iw.a.log != nil {
+				iw.a.log.agentLeft() // the call goes on for the agent to resume it
+			} else {
+				iw.a.abandon()
+			}
 			return
 		}
 		iw.a.s.count.bytesOut.Add(uint64(len(keepaliveLine)))

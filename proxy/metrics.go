@@ -21,8 +21,8 @@ var (
 		"Requests sent again after a failure (done), or not because they may have run (refused).",
 		[]string{"upstream", "outcome"}, nil)
 	descResumes = prometheus.NewDesc("mcpheal_stream_resumes_total",
-		"Answer streams that ended before their response, resumed upstream with Last-Event-ID (ok) or not (failed).",
-		[]string{"upstream", "outcome"}, nil)
+		"Answer streams resumed: by=upstream, mcpheal resumed the server's stream that ended before its response (ok) or could not (failed); by=agent, an agent resumed mcpheal's (ok) or came too late (failed).",
+		[]string{"upstream", "by", "outcome"}, nil)
 	descKeepalive = prometheus.NewDesc("mcpheal_keepalive_total",
 		"Keepalive probes of idle sessions by result.",
 		[]string{"upstream", "result"}, nil)
@@ -100,8 +100,10 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	}
 	counter(descReplays, k.replays.Load(), "done")
 	counter(descReplays, k.replaysRefused.Load(), "refused")
-	counter(descResumes, k.resumes[outcomeOK].Load(), "ok")
-	counter(descResumes, k.resumes[outcomeFailed].Load(), "failed")
+	counter(descResumes, k.resumes[outcomeOK].Load(), "upstream", "ok")
+	counter(descResumes, k.resumes[outcomeFailed].Load(), "upstream", "failed")
+	counter(descResumes, k.agentResumes[outcomeOK].Load(), "agent", "ok")
+	counter(descResumes, k.agentResumes[outcomeFailed].Load(), "agent", "failed")
 	for r := range k.keepalive {
 		counter(descKeepalive, k.keepalive[r].Load(), keepaliveNames[r])
 	}

@@ -146,14 +146,14 @@ func TestSSEProgressStreams(t *testing.T) {
 }
 
 // TestAbandonedStreamClosesUpstream: an agent that leaves in the middle of
-// a streamed answer (a long tool sending progress) makes the proxy close
-// that upstream stream soon after, not when the tool ends; the session keeps
-// working.
+// a streamed answer (a long tool sending progress) and does not come back
+// makes the proxy close that upstream stream at the end of resume_window
+// (200 ms here), not when the tool ends; the session keeps working.
 func TestAbandonedStreamClosesUpstream(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
 	rl := newTCPRelay(t, up.Addr())
-	s, url := startProxy(t, rl.URL(), nil)
+	s, url := startProxy(t, rl.URL(), func(c *Config) { c.ResumeWindow = 200 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	rawEcho(t, url, sid, "warm")
 	open := rl.Open()

@@ -57,10 +57,8 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 		}
 		seg := p[pos : pos+n]
 		if start {
-			if ended && sse.IsLineEnd(seg) {
-				er.endEvent() // a blank line
-			} else {
-				er.inEvent = true
+			if id := er.startLine(ended && sse.IsLineEnd(seg), seg[0] == ':'); id != nil {
+				e.bytes(id)
 			}
 		}
 		if er.mode == lineDone {
@@ -225,12 +223,17 @@ func (er *eventRewriter) startHead() {
 	er.data = !comment && string(name) == "data"
 	er.headN = 0
 	if er.data {
+		_, v, _ := sse.Field(er.held)
+		er.hasData = er.hasData || nonBlank(v)
 		er.headN = copy(er.head[:], er.held)
 	}
 }
 
 // addHead keeps the head of a data line that passes through.
 func (er *eventRewriter) addHead(seg []byte) {
+	if er.data && !er.hasData {
+		er.hasData = nonBlank(seg)
+	}
 	if er.data && er.headN < headLen {
 		er.headN += copy(er.head[er.headN:], seg)
 	}

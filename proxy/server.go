@@ -133,6 +133,15 @@ type Config struct {
 	// MemoryBudget caps the bytes of session state and buffered answers the
 	// upstream's sessions may hold (see budget); zero means 512 MiB.
 	MemoryBudget int
+	// ResumeBuffer caps what mcpheal keeps of one streamed answer so that
+	// its agent can resume it (answerlog.go); zero means 4 MiB, negative
+	// keeps nothing (the agent's Last-Event-ID then goes to the upstream,
+	// rewritten). It is counted in MemoryBudget.
+	ResumeBuffer int
+	// ResumeWindow is how long a call whose agent's connection dropped
+	// goes on for the agent to resume it, and how long its finished
+	// answer is kept for that; zero means 30 s.
+	ResumeWindow time.Duration
 	// MaxJournal caps the state mcpheal keeps per session to restore after
 	// a heal (the last log level's params and the subscribed URIs); zero
 	// means 64 KiB. A request that would pass it gets -32019 and is not
@@ -201,6 +210,10 @@ func (c *Config) normalize() error {
 	c.MaxSSELine = orInt(c.MaxSSELine, 8<<20)
 	c.MemoryBudget = orInt(c.MemoryBudget, 512<<20)
 	c.MaxJournal = orInt(c.MaxJournal, 64<<10)
+	if c.ResumeBuffer == 0 {
+		c.ResumeBuffer = 4 << 20
+	}
+	c.ResumeWindow = orDur(c.ResumeWindow, 30*time.Second)
 	c.SessionMaxAge = orDur(c.SessionMaxAge, 7*24*time.Hour)
 	c.StoreTimeout = orDur(c.StoreTimeout, 250*time.Millisecond)
 	switch c.EraBridge {
@@ -254,6 +267,7 @@ type Server struct {
 	bridge   *bridge
 	held     *held
 	streams  streamSet
+	answers  answerLogs // answers agents may resume (answerlog.go)
 	inflight atomic.Int64 // ServeMCP calls running
 
 	srvOnce sync.Once

@@ -322,58 +322,62 @@ func TestStateResumableRestartMidCall(t *testing.T) {
 
 // TestStateResumeCallStream: the connection of a call's event stream breaks
 // between agent and proxy while the upstream lives on; the agent's SDK
-// resumes it with a GET carrying the last event id (go-sdk client, go-sdk
-// EventStore upstream). Within the generation the proxy resumes upstream:
-// the call completes, and the agent's standalone GET stream, a different
-// upstream stream, stays open beside the resumed one.
+// resumes it with a GET carrying the last event id (go-sdk client), which
+// is mcpheal's own: the proxy serves the rest of the answer from its log,
+// whether or not the upstream keeps events (go-sdk EventStore or none).
+// The call completes, the tool ran once, and the agent's standalone GET
+// stream, a different stream, stays open beside the resumed one.
 func TestStateResumeCallStream(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{EventStore: true})
-	_, url := startProxy(t, up.URL(), nil)
-	tap := &wireTap{}
-	var progress atomic.Int64
-	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progress.Add(1) },
-	}, tap.wrap)
-	peerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
-	type result struct {
-		res *mcp.CallToolResult
-		err error
+	for _, store := range []bool{true, false} {
+		t.Run(map[bool]string{true: "EventStore", false: "NoEventStore"}[store], func(t *testing.T) {
+			t.Parallel()
+			up := startGoSDK(t, goSDKOpts{EventStore: store})
+			s, url := startProxy(t, up.URL(), nil)
+			tap := &wireTap{}
+			var progress atomic.Int64
+			cs := goSDKClientVia(t, url, &mcp.ClientOptions{
+				ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progress.Add(1) },
+			}, tap.wrap)
+			peerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+			type result struct {
+				res *mcp.CallToolResult
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+				defer cancel()
+				params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 20, "delayMs": 50}}
+				params.SetProgressToken("resumed")
+				res, err := cs.CallTool(ctx, params)
+				done <- result{res, err}
+			}()
+			peerWait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
+			tap.cutPOST()
+			r := <-done
+			if r.err != nil || peerResultText(r.res) != "done" {
+				t.Fatalf("resumed call = %s, %v; want done", peerResultText(r.res), r.err)
+			}
+			if n := up.ToolCalls("slow"); n != 1 {
+				t.Errorf("the upstream ran the tool %d times, want 1", n)
+			}
+			if ok := s.count.agentResumes[outcomeOK].Load(); ok < 1 {
+				t.Errorf("no agent resume was served from mcpheal's log")
+			}
+			if w := tap.snapshot(); w.firstEnded {
+				t.Errorf("agent's standalone GET stream ended (GET answers %v); want it open beside the resumed call", w.getStatus)
+			}
+			callEcho(t, cs, "after")
+		})
 	}
-	done := make(chan result, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
-		defer cancel()
-		params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 20, "delayMs": 50}}
-		params.SetProgressToken("resumed")
-		res, err := cs.CallTool(ctx, params)
-		done <- result{res, err}
-	}()
-	peerWait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
-	tap.cutPOST()
-	r := <-done
-	if r.err != nil || peerResultText(r.res) != "done" {
-		t.Fatalf("resumed call = %s, %v; want done", peerResultText(r.res), r.err)
-	}
-	w := tap.snapshot()
-	var resumed bool
-	for _, g := range upstreamGETs(up) {
-		resumed = resumed || g.Header.Get("Last-Event-ID") != ""
-	}
-	if !resumed {
-		t.Errorf("no upstream GET resumed with Last-Event-ID: %s", describeGETs(upstreamGETs(up)))
-	}
-	if w.firstEnded {
-		t.Errorf("agent's standalone GET stream ended (GET answers %v); want it open beside the resumed call", w.getStatus)
-	}
-	callEcho(t, cs, "after")
 }
 
 // TestStateEventIDsQualified: with an upstream that numbers its SSE events
-// (go-sdk EventStore), every event id the agent sees, on the initialize
-// answer, on calls and on the GET stream, is the proxy's
-// "<generation>-<upstream id>", so that a Last-Event-ID names its
-// generation; after a heal the generation part moves on.
+// (go-sdk EventStore), every event id the agent sees on the GET stream is
+// the proxy's "<generation>-<upstream id>", so that a Last-Event-ID names
+// its generation; after a heal the generation part moves on. The events
+// of a call's answer carry mcpheal's own ids (answerlog.go).
 func TestStateEventIDsQualified(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{EventStore: true, State: true})
@@ -398,6 +402,9 @@ func TestStateEventIDsQualified(t *testing.T) {
 		t.Fatalf("agent saw event ids %q (%d before the heal), want some in each generation", ids, gen1)
 	}
 	for i, id := range ids {
+		if ownIDLine.MatchString("id: " + id + "\n") {
+			continue // an answer's event: mcpheal's own id, which no heal changes
+		}
 		want := "1-"
 		if i >= gen1 {
 			want = "2-"

@@ -106,6 +106,10 @@ type counters struct {
 	// resumes counts answer streams resumed upstream ([outcomeOK]) and
 	// those that could not be ([outcomeFailed]), resume.go.
 	resumes [numOutcomes]atomic.Uint64
+	// agentResumes counts agents' GETs with a Last-Event-ID of mcpheal's
+	// own, served from the answer's log ([outcomeOK]) or not, the log gone
+	// ([outcomeFailed]), answerlog.go.
+	agentResumes [numOutcomes]atomic.Uint64
 	// unsafeResends counts requests that are not replay-safe sent again
 	// after an exchange that may have run them. decide forbids it, so it
 	// stays 0: tests assert it as an invariant.

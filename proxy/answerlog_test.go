@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"bufio"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// agentResumeStub is a stub whose tools/call answer sends one event (no
+// id: the server keeps no events), waits for release, then sends the
+// result.
+func agentResumeStub(t *testing.T, st *resumeStub, release <-chan struct{}) string {
+	return st.start(t, func(w http.ResponseWriter, rc *http.ResponseController) {
+		streamEvents(w, `data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"started"}}`+"\n\n")
+		<-release
+		streamEvents(w, resumeResult+"\n\n")
+	}, nil)
+}
+
+// readFirstEvent reads the agent's answer up to its first event's blank
+// line and returns that event's id.
+func readFirstEvent(t *testing.T, br *bufio.Reader) string {
+	t.Helper()
+	var id string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		if line == "\n" {
+			return id
+		}
+		if v, ok := strings.CutPrefix(line, "id: "); ok {
+			id = strings.TrimSpace(v)
+		}
+	}
+}
+
+// TestAgentResumesFromLog: an agent's connection drops after the first
+// event of a call's answer, from a server that keeps no events. The call
+// goes on; the agent's GET with that event's id gets the rest of the
+// answer from mcpheal's log, the result among it. The call ran once, and
+// once the answer is delivered the budget is back where it was.
+func TestAgentResumesFromLog(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	release := make(chan struct{})
+	up := agentResumeStub(t, &st, release)
+	s, url := startProxy(t, up, func(c *Config) { c.StreamKeepalive = 20 * time.Millisecond })
+	sid := peerRawInitialize(t, url)
+	before := s.mem.used.Load()
+	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, resumeCall))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := readFirstEvent(t, bufio.NewReader(resp.Body))
+	if !ownIDLine.MatchString("id: " + id + "\n") {
+		t.Fatalf("first event's id %q: want mcpheal's own", id)
+	}
+	_ = resp.Body.Close() // the agent's connection drops mid-call
+	// The keepalive comments find the connection gone; then the result comes.
+	peerWait(t, "mcpheal to notice the agent gone", func() bool {
+		s.answers.mu.Lock()
+		defer s.answers.mu.Unlock()
+		for _, l := range s.answers.m {
+			l.mu.Lock()
+			left := l.left
+			l.mu.Unlock()
+			if left {
+				return true
+			}
+		}
+		return false
+	})
+	close(release)
+
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Last-Event-ID", id)
+	got, body := peerRawDo(t, req)
+	if got.StatusCode != http.StatusOK || !ownIDs(string(body), resumeResult+"\n\n") || strings.Contains(string(body), "started") {
+		t.Fatalf("resume: %d %q; want the result alone, with mcpheal's id", got.StatusCode, body)
+	}
+	if n := st.posts.Load(); n != 1 {
+		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+	if ok := s.count.agentResumes[outcomeOK].Load(); ok != 1 {
+		t.Errorf("agent resumes served: %d, want 1", ok)
+	}
+	// The log stays for resume_window after the answer ended (another
+	// resume may come); what it holds is counted until then.
+	if s.mem.used.Load() <= before {
+		t.Errorf("memory_budget used %d, %d before the call: the kept answer is not counted", s.mem.used.Load(), before)
+	}
+}
+
+// TestAgentNeverResumes: an agent whose connection drops mid-call and that
+// never comes back leaves nothing behind: at the end of resume_window the
+// call is abandoned (its upstream stream closed, nothing sent again), the
+// log is forgotten, and the memory budget is back where it was.
+func TestAgentNeverResumes(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	release := make(chan struct{})
+	defer close(release)
+	up := agentResumeStub(t, &st, release)
+	s, url := startProxy(t, up, func(c *Config) {
+		c.StreamKeepalive = 20 * time.Millisecond
+		c.ResumeWindow = 200 * time.Millisecond
+	})
+	sid := peerRawInitialize(t, url)
+	before := s.mem.used.Load()
+	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, resumeCall))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readFirstEvent(t, bufio.NewReader(resp.Body))
+	_ = resp.Body.Close()
+	peerWait(t, "the log to be forgotten", func() bool {
+		s.answers.mu.Lock()
+		defer s.answers.mu.Unlock()
+		return len(s.answers.m) == 0
+	})
+	peerWait(t, "the memory budget to be back", func() bool { return s.mem.used.Load() == before })
+	// A late resume finds nothing: an empty stream, as for a dead session's.
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Last-Event-ID", "m1-1")
+	got, body := peerRawDo(t, req)
+	if got.StatusCode != http.StatusOK || len(body) != 0 {
+		t.Fatalf("late resume: %d %q; want an empty event stream", got.StatusCode, body)
+	}
+	if n := st.posts.Load(); n != 1 {
+		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+}
