@@ -152,3 +152,37 @@ func (r *cutRelay) pipe(from, to net.Conn) {
 	_ = to.Close()
 	_ = from.Close()
 }
+
+// TestAgentCutMidAnswer: the client's own connection to mcpheal is reset
+// right after the first event of a not-replay-safe call (an agent's Wi-Fi,
+// a gateway between agent and mcpheal), in front of a TypeScript SDK v1
+// server that keeps no events. Every client that resumes (the TypeScript
+// SDK v1 and v2, and mcp-remote, which runs the v1 client) comes back with
+// GET and the Last-Event-ID mcpheal gave it, and gets the result from
+// mcpheal's log; the tool ran once.
+func TestAgentCutMidAnswer(t *testing.T) {
+	t.Parallel()
+	for _, flavour := range flavours {
+		t.Run(flavour, func(t *testing.T) {
+			t.Parallel()
+			countFile := filepath.Join(t.TempDir(), "work.count")
+			srv := startV1Server(t, v1Opts{countFile: countFile})
+			cut := startCutRelay(t, startProxy(t, srv.url()))
+			a := newAgent(t, flavour, cut.url, "proxied-"+flavour)
+			if r := a.connect(); !r.OK {
+				t.Fatalf("through mcpheal: %v", r)
+			}
+			cut.after("work " + flavour + " started")
+			r := a.call("work", map[string]any{"tag": flavour, "ms": 300, "notify": true})
+			if n := cut.cuts.Load(); n != 1 {
+				t.Fatalf("the relay cut %d connections, want 1 (call: %v)", n, r)
+			}
+			if !r.OK || r.TextHead != "done "+flavour {
+				t.Errorf("call whose connection was cut: %v, text %q; want the tool's result", r, r.TextHead)
+			}
+			if n := countLines(countFile); n != 1 {
+				t.Errorf("the work tool ran %d times, want exactly 1", n)
+			}
+		})
+	}
+}
