@@ -70,13 +70,13 @@ type attempt struct {
 	// resumed after, resumes the resumptions since it last changed,
 	// resumeBy the end of their budget; head, the head of the stream as the
 	// upstream began it, kept once a.resp holds a resuming GET's.
-	head      *fasthttp.ResponseHeader
-	rerr      error
+	head *fasthttp.ResponseHeader
+	rerr error
 	// log keeps the streamed answer for its agent to resume (answerlog.go);
 	// draining: the agent's connection dropped and drain, not fasthttp,
 	// owns the attempt now.
-	log      *answerLog
-	draining bool
+	log       *answerLog
+	draining  bool
 	resumeWhy string
 	resumedAt string
 	resumes   int

@@ -267,7 +267,7 @@ type Server struct {
 	bridge   *bridge
 	held     *held
 	streams  streamSet
-	answers  answerLogs // answers agents may resume (answerlog.go)
+	answers  answerLogs   // answers agents may resume (answerlog.go)
 	inflight atomic.Int64 // ServeMCP calls running
 
 	srvOnce sync.Once
