@@ -42,6 +42,8 @@ type settings struct {
 	MaxSSELine               int
 	MemoryBudget             int
 	MaxJournal               int
+	ResumeBuffer             int
+	ResumeWindow             time.Duration
 	SessionKeys              string
 	SessionMaxAge            time.Duration
 	WriteTimeout             time.Duration
@@ -72,6 +74,8 @@ var builtin = func() settings {
 		MaxSSELine:               d.MaxSSELine,
 		MemoryBudget:             d.MemoryBudget,
 		MaxJournal:               d.MaxJournal,
+		ResumeBuffer:             d.ResumeBuffer,
+		ResumeWindow:             d.ResumeWindow,
 		SessionMaxAge:            d.SessionMaxAge,
 		WriteTimeout:             d.WriteTimeout,
 		EraBridge:                d.EraBridge,
@@ -117,6 +121,8 @@ func (s settings) or(base settings) settings {
 		MaxSSELine:               pickInt(s.MaxSSELine, base.MaxSSELine),
 		MemoryBudget:             pickInt(s.MemoryBudget, base.MemoryBudget),
 		MaxJournal:               pickInt(s.MaxJournal, base.MaxJournal),
+		ResumeBuffer:             pickInt(s.ResumeBuffer, base.ResumeBuffer),
+		ResumeWindow:             pick(s.ResumeWindow, base.ResumeWindow),
 		SessionKeys:              pickStr(s.SessionKeys, base.SessionKeys),
 		SessionMaxAge:            pick(s.SessionMaxAge, base.SessionMaxAge),
 		WriteTimeout:             pick(s.WriteTimeout, base.WriteTimeout),
@@ -197,6 +203,8 @@ func (f *fileConfig) proxyConfigs(creds func(*credSpec) upstream.Credentials) []
 			MaxSSELine:               s.MaxSSELine,
 			MemoryBudget:             s.MemoryBudget,
 			MaxJournal:               s.MaxJournal,
+			ResumeBuffer:             s.ResumeBuffer,
+			ResumeWindow:             s.ResumeWindow,
 			SessionKeys:              cmp.Or(s.SessionKeys, os.Getenv("MCPHEAL_SESSION_KEYS")),
 			SessionMaxAge:            s.SessionMaxAge,
 			WriteTimeout:             s.WriteTimeout,
@@ -334,6 +342,8 @@ type shadowSettings struct {
 	MaxSSELine               int    `yaml:"max_sse_line"`
 	MemoryBudget             int    `yaml:"memory_budget"`
 	MaxJournal               int    `yaml:"max_journal"`
+	ResumeBuffer             int    `yaml:"resume_buffer"`
+	ResumeWindow             string `yaml:"resume_window"`
 	SessionKeys              string `yaml:"session_keys"`
 	SessionMaxAge            string `yaml:"session_max_age"`
 	WriteTimeout             string `yaml:"write_timeout"`

@@ -98,7 +98,7 @@ var (
 	settingKeys = []string{"heal_timeout", "response_timeout", "session_ttl", "max_idle_conn", "keepalive",
 		"stream_keepalive", "read_timeout", "max_sessions", "max_body", "max_streams",
 		"max_sessions_per_credential", "max_header_bytes", "max_json_depth", "max_init_body", "max_answer",
-		"max_sse_line", "write_timeout", "memory_budget", "max_journal", "session_keys", "session_max_age", "era_bridge"}
+		"max_sse_line", "write_timeout", "memory_budget", "max_journal", "resume_buffer", "resume_window", "session_keys", "session_max_age", "era_bridge"}
 	upstreamKeys = append([]string{"url", "path", "headers", "credentials", "auth_tokens", "replay_tools"}, settingKeys...)
 	credKeys     = []string{"header", "value", "oauth"}
 	oauthKeys    = []string{"token_url", "client_id", "client_secret", "refresh_token", "scopes"}
@@ -312,6 +312,10 @@ func (p *parser) setting(s *settings, path, key string, v *yaml.Node) {
 		s.MemoryBudget = p.positive(v, path)
 	case "max_journal":
 		s.MaxJournal = p.positive(v, path)
+	case "resume_buffer":
+		s.ResumeBuffer = p.positive(v, path)
+	case "resume_window":
+		s.ResumeWindow = p.duration(v, path, true)
 	case "max_answer":
 		s.MaxAnswer = p.positive(v, path)
 	case "max_sse_line":

@@ -86,6 +86,7 @@ upstreams:
 		AdminListen: "127.0.0.1:9001", MaxJSONDepth: 16, WriteTimeout: 10 * time.Second,
 		MaxInitBody: builtin.MaxInitBody, MaxAnswer: builtin.MaxAnswer, MaxSSELine: builtin.MaxSSELine,
 		MemoryBudget: builtin.MemoryBudget, MaxJournal: builtin.MaxJournal, SessionMaxAge: builtin.SessionMaxAge, EraBridge: "auto",
+		ResumeBuffer: builtin.ResumeBuffer, ResumeWindow: builtin.ResumeWindow,
 	}
 	wp, local := base, base
 	wp.Name, wp.Upstream, wp.Path = "wordpress", "https://mcp.example.com/mcp?site=x", "/wordpress/mcp"

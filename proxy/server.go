@@ -140,7 +140,8 @@ type Config struct {
 	ResumeBuffer int
 	// ResumeWindow is how long a call whose agent's connection dropped
 	// goes on for the agent to resume it, and how long its finished
-	// answer is kept for that; zero means 30 s.
+	// answer is kept for that; zero means 30 s, negative keeps no answers
+	// (as a negative ResumeBuffer does).
 	ResumeWindow time.Duration
 	// MaxJournal caps the state mcpheal keeps per session to restore after
 	// a heal (the last log level's params and the subscribed URIs); zero
@@ -213,7 +214,12 @@ func (c *Config) normalize() error {
 	if c.ResumeBuffer == 0 {
 		c.ResumeBuffer = 4 << 20
 	}
-	c.ResumeWindow = orDur(c.ResumeWindow, 30*time.Second)
+	if c.ResumeWindow == 0 {
+		c.ResumeWindow = 30 * time.Second
+	}
+	if c.ResumeWindow < 0 {
+		c.ResumeBuffer = -1 // nothing is kept, so no answer can be resumed from mcpheal
+	}
 	c.SessionMaxAge = orDur(c.SessionMaxAge, 7*24*time.Hour)
 	c.StoreTimeout = orDur(c.StoreTimeout, 250*time.Millisecond)
 	switch c.EraBridge {
