@@ -111,16 +111,19 @@ func TestUpstreamEventID(t *testing.T) {
 	}
 }
 
-// FuzzRelay: the line relay gives the same bytes whatever the read sizes,
-// and in generation 1 leaves a stream with no id or retry field untouched.
+// FuzzRelay: the line relay gives the same bytes whatever the read sizes;
+// in generation 1 it leaves a stream with no id or retry field untouched;
+// with mcpheal's own ids, every id the agent gets is one of them.
 func FuzzRelay(f *testing.F) {
-	for _, s := range []string{"data: {}\n\n", "id: 1\r\ndata: x\r\n\r\n", "retry: 5\rdata: {\"id\":1,\"method\":\"m\"}\r\r", "da", ": c\n"} {
+	for _, s := range []string{"data: {}\n\n", "id: 1\r\ndata: x\r\n\r\n", "retry: 5\rdata: {\"id\":1,\"method\":\"m\"}\r\r", "da", ": c\n",
+		"id: 9\ndata: \n\nretry: 3\n\ndata: {\"a\":1}\n\n"} {
 		f.Add(s, uint8(3), uint8(1))
+		f.Add(s, uint8(5), uint8(3))
 	}
 	f.Fuzz(func(t *testing.T, s string, cut, gen uint8) {
-		g := uint64(gen%3) + 1
+		g, own := uint64(gen%3)+1, uint64(gen/3%2)*7
 		relay := func(pieces ...string) string {
-			er := eventRewriter{gen: g}
+			er := eventRewriter{gen: g, own: own}
 			var out []byte
 			for _, p := range pieces {
 				res, _, err := er.stream(nil, []byte(p))
@@ -139,8 +142,17 @@ func FuzzRelay(f *testing.F) {
 				t.Fatalf("cut at %d: %q, whole: %q", c, got, whole)
 			}
 		}
-		if g == 1 && !strings.Contains(s, "id") && !strings.Contains(s, "retry") && whole != s {
+		if g == 1 && own == 0 && !strings.Contains(s, "id") && !strings.Contains(s, "retry") && whole != s {
 			t.Fatalf("generation 1 changed a stream with no id or retry: %q -> %q", s, whole)
+		}
+		if own != 0 {
+			// An unfinished last line never reaches an agent's parser.
+			complete := whole[:strings.LastIndexAny(whole, "\r\n")+1]
+			for _, l := range strings.FieldsFunc(complete, func(r rune) bool { return r == '\n' || r == '\r' }) {
+				if name, _, _ := strings.Cut(l, ":"); name == "id" && !strings.HasPrefix(l, "id: m7-") {
+					t.Fatalf("with own ids the agent got %q in %q", l, whole)
+				}
+			}
 		}
 	})
 }
