@@ -97,7 +97,7 @@ var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
 func newAttempt(s *Server, ctx *fasthttp.RequestCtx, r *request) *attempt {
 	a := attemptPool.Get().(*attempt)
 	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg,
-		rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0]}, buf: a.buf, out: a.out[:0], watch: a.watch}
+		rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0], idBuf: a.rw.idBuf[:0]}, buf: a.buf, out: a.out[:0], watch: a.watch}
 	if a.watch == nil {
 		a.watch = newAgentWatch()
 	}
@@ -126,7 +126,7 @@ func (a *attempt) release() {
 		h = nil
 	}
 	a.rw.fr.Reset(64 << 10)
-	*a = attempt{rw: eventRewriter{fr: a.rw.fr, held: h[:0]}, buf: b, out: o[:0], watch: a.watch}
+	*a = attempt{rw: eventRewriter{fr: a.rw.fr, held: h[:0], idBuf: a.rw.idBuf[:0]}, buf: b, out: o[:0], watch: a.watch}
 	attemptPool.Put(a)
 }
 
@@ -552,7 +552,7 @@ func (a *attempt) next() {
 	}
 	a.resp.Close()
 	a.resp.Response.Reset()
-	a.rw = eventRewriter{fr: a.rw.fr, held: a.rw.held[:0]} // what it learnt of the last stream is that stream's
+	a.rw = eventRewriter{fr: a.rw.fr, held: a.rw.held[:0], idBuf: a.rw.idBuf[:0]} // what it learnt of the last stream is that stream's
 	a.rw.fr.Reset(64 << 10)
 	a.out, a.first, a.firstWhole = a.out[:0], nil, false
 	// The answer stream's resumption state is the exchange's.
