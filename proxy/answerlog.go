@@ -24,9 +24,10 @@ import (
 // the answer ends, the call goes on upstream for resume_window, its events
 // going to the log, and the agent's GET with Last-Event-ID gets the events
 // after that id and then the rest as it comes, whether or not the server
-// keeps events, across a heal in between too. A log is bounded by
-// resume_buffer and counted in memory_budget; past either it is dropped,
-// and the answer can no longer be resumed. It is the process's own: a
+// keeps events, across a heal in between too. A log keeps the last
+// resume_buffer bytes of the answer (an agent that resumes lost what was
+// in flight to it, no more), counted in memory_budget; past the budget it
+// is dropped, and the answer can no longer be resumed. It is the process's own: a
 // resume that reaches another replica finds nothing and gets an empty
 // stream, as a resume of a dead session's stream does.
 
@@ -113,8 +114,16 @@ func (ls *answerLogs) forget(l *answerLog) {
 	ls.mu.Unlock()
 }
 
-// answerLog is what mcpheal sent an agent of one answer: its events, each
-// ending at ends[i], and whether more may come.
+// logChunk is the unit an answerLog stores and charges memory_budget in;
+// chunks are pooled, so that a streamed answer's log allocates nothing in
+// the steady state.
+const logChunk = 64 << 10
+
+var logChunks = sync.Pool{New: func() any { return new([logChunk]byte) }}
+
+// answerLog is what mcpheal sent an agent of one answer: its last max
+// bytes (at least), in chunks, and where each of its events ended.
+// Offsets are counted from the answer's first byte.
 type answerLog struct {
 	key    string
 	sess   session.ClientID
@@ -126,14 +135,21 @@ type answerLog struct {
 	mu sync.Mutex // protects everything below
 	// a is the attempt that writes the answer, until done: the window's
 	// end abandons its exchange.
-	a       *attempt
-	buf     []byte
-	lines   sse.Lines
+	a      *attempt
+	chunks []*[logChunk]byte
+	base   int // offset of chunks[0][0]
+	size   int // offset of the end of what was appended
+	// ends[i] is the offset just past the blank line of event skipped+i+1
+	// (an event is one or more lines ended by a blank line, as
+	// eventRewriter.startLine counts them); skipped counts the events
+	// whose end fell out of the kept bytes.
 	ends    []int
-	charged int64
+	skipped int
+	lines   sse.Lines
+	inEvent bool
 	wake    chan struct{} // closed when events are added or the answer ends
 	done    bool          // the answer ended: nothing more comes
-	over    bool          // past max or the budget: nothing is kept, nothing can be resumed
+	over    bool          // dropped (the budget, or forgotten): nothing can be resumed
 	left    bool          // the agent's connection dropped before the end
 	expired bool          // the window passed with nobody reading
 	readers int
@@ -150,25 +166,55 @@ func (l *answerLog) append(p []byte) {
 	if l.over || l.done {
 		return
 	}
-	if len(l.buf)+len(p) > l.max || !l.mem.take(int64(len(p))) {
-		l.dropLocked()
-		return
-	}
-	l.charged += int64(len(p))
-	start := len(l.buf)
-	l.buf = append(l.buf, p...)
 	ended := false
 	for pos := 0; pos < len(p); {
 		n, begins, lineEnded := l.lines.Next(p[pos:])
-		if begins && lineEnded && sse.IsLineEnd(p[pos:pos+n]) {
-			l.ends = append(l.ends, start+pos+n)
-			ended = true
+		if begins {
+			if lineEnded && sse.IsLineEnd(p[pos:pos+n]) {
+				if l.inEvent {
+					l.ends = append(l.ends, l.size+pos+n)
+					ended = true
+				}
+				l.inEvent = false
+			} else {
+				l.inEvent = true
+			}
 		}
 		pos += n
+	}
+	for len(p) > 0 {
+		off := l.size - l.base
+		i, within := off/logChunk, off%logChunk
+		if i == len(l.chunks) {
+			if !l.mem.take(logChunk) {
+				l.dropLocked()
+				return
+			}
+			l.chunks = append(l.chunks, logChunks.Get().(*[logChunk]byte))
+		}
+		n := copy(l.chunks[i][within:], p)
+		l.size += n
+		p = p[n:]
+	}
+	// Keep the last max bytes: an agent that resumes lost at most what was
+	// in flight to it.
+	for len(l.chunks) > 1 && l.size-l.base-logChunk >= l.max {
+		l.release(l.chunks[0])
+		l.chunks = l.chunks[1:]
+		l.base += logChunk
+	}
+	for len(l.ends) > 0 && l.ends[0] < l.base {
+		l.ends = l.ends[1:]
+		l.skipped++
 	}
 	if ended {
 		l.wakeLocked()
 	}
+}
+
+func (l *answerLog) release(c *[logChunk]byte) {
+	logChunks.Put(c)
+	l.mem.give(logChunk)
 }
 
 // isOver reports whether the log was dropped.
@@ -183,9 +229,10 @@ func (l *answerLog) isOver() bool {
 func (l *answerLog) dropLocked() {
 	if !l.over {
 		l.over = true
-		l.buf, l.ends = nil, nil
-		l.mem.give(l.charged)
-		l.charged = 0
+		for _, c := range l.chunks {
+			l.release(c)
+		}
+		l.chunks, l.ends = nil, nil
 		l.ls.forget(l)
 		l.wakeLocked()
 	}
@@ -278,23 +325,35 @@ func (l *answerLog) detach() {
 	}
 }
 
-// since returns the whole events after event seq that the log has, the
-// channel that is closed when there may be more, and whether the answer
-// has ended (nothing more will come).
-func (l *answerLog) since(seq int) (evs []byte, next int, wake <-chan struct{}, end bool) {
+// since appends to dst the whole events after event seq that the log has,
+// and returns the number of the last of them, the channel that is closed
+// when there may be more, and whether nothing more will come: the answer
+// ended, or the events after seq are no longer kept (lost).
+func (l *answerLog) since(dst []byte, seq int) (_ []byte, next int, wake <-chan struct{}, end, lost bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.over {
-		return nil, seq, nil, true
+	switch {
+	case l.over:
+		return dst, seq, nil, true, true
+	case seq < l.skipped || seq == 0 && l.base > 0:
+		return dst, seq, nil, true, true // fell out of the kept bytes
 	}
-	if seq < len(l.ends) {
+	last := l.skipped + len(l.ends)
+	if seq < last {
 		from := 0
 		if seq > 0 {
-			from = l.ends[seq-1]
+			from = l.ends[seq-l.skipped-1]
 		}
-		evs, seq = l.buf[from:l.ends[len(l.ends)-1]], len(l.ends)
+		to := l.ends[len(l.ends)-1]
+		for off := from; off < to; {
+			i, within := (off-l.base)/logChunk, (off-l.base)%logChunk
+			n := min(logChunk-within, to-off)
+			dst = append(dst, l.chunks[i][within:within+n]...)
+			off += n
+		}
+		seq = last
 	}
-	return evs, seq, l.wake, l.done
+	return dst, seq, l.wake, l.done, false
 }
 
 // serveLog answers an agent's GET whose Last-Event-ID names event seq of
@@ -318,12 +377,19 @@ func (s *Server) serveLog(ctx *fasthttp.RequestCtx, r *request, l *answerLog, se
 		t := time.NewTicker(s.cfg.StreamKeepalive)
 		defer t.Stop()
 		out := agentStream{s: s, w: w, conn: conn}
+		var evs []byte
 		for {
-			evs, next, wake, end := l.since(seq)
+			var wake <-chan struct{}
+			var end, lost bool
+			evs, seq, wake, end, lost = l.since(evs[:0], seq)
+			if lost {
+				s.log.Warn().Str(logSession, r.sess.ID.Short()).Int("resume_buffer", s.cfg.ResumeBuffer).
+					Msg("agent resumed an answer from further back than mcpheal kept; its stream ends")
+			}
 			if len(evs) > 0 && !out.write(evs) {
 				return
 			}
-			if seq = next; end {
+			if end {
 				return
 			}
 			select {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,52 @@ func TestAgentNeverResumes(t *testing.T) {
 	}
 	if n := st.posts.Load(); n != 1 {
 		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+}
+
+// TestAnswerLogKeepsTheTail: a log keeps the last resume_buffer bytes of an
+// answer, whatever the sizes of the pieces it is given: events that ended
+// within them are served whole from the one after the agent's, while a
+// resume from further back is lost; memory_budget is charged per chunk kept
+// and given back when the log is dropped.
+func TestAnswerLogKeepsTheTail(t *testing.T) {
+	t.Parallel()
+	var mem budget
+	mem.limit = 1 << 30
+	ls := &answerLogs{}
+	l := &answerLog{key: "m1", ls: ls, mem: &mem, max: 2 * logChunk, window: time.Minute, wake: make(chan struct{})}
+	ls.m = map[string]*answerLog{"m1": l}
+	event := func(i int) string { // about 20 KiB each, one ending in CRLFs
+		end := "\n\n"
+		if i%7 == 3 {
+			end = "\r\n\r\n"
+		}
+		return ": c\ndata: " + strings.Repeat(string(rune('a'+i%26)), 20<<10) + " " + strconv.Itoa(i) + end
+	}
+	var all strings.Builder
+	for i := 1; i <= 40; i++ {
+		all.WriteString(event(i))
+	}
+	in := all.String()
+	for pos, step := 0, 1; pos < len(in); pos, step = pos+step, step*3%9973+1 {
+		l.append([]byte(in[pos:min(pos+step, len(in))]))
+	}
+	if got := mem.used.Load(); got != int64(len(l.chunks))*logChunk || len(l.chunks) > 3 {
+		t.Fatalf("budget used %d for %d chunks (want at most 3, charged 64 KiB each)", got, len(l.chunks))
+	}
+	want := ""
+	for i := 37; i <= 40; i++ {
+		want += event(i)
+	}
+	got, next, _, _, lost := l.since(nil, 36)
+	if lost || next != 40 || string(got) != want {
+		t.Fatalf("since 36: %d bytes, next %d, lost %v; want events 37-40 (%d bytes)", len(got), next, lost, len(want))
+	}
+	if _, _, _, end, lost := l.since(nil, 5); !lost || !end {
+		t.Fatalf("since 5: lost %v, end %v; want it lost: the log keeps the last %d bytes", lost, end, l.max)
+	}
+	l.finish() // the agent never left: nothing to keep
+	if mem.used.Load() != 0 || len(ls.m) != 0 {
+		t.Fatalf("after finish: budget used %d, %d logs kept; want 0 and 0", mem.used.Load(), len(ls.m))
 	}
 }

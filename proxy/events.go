@@ -87,7 +87,7 @@ func (er *eventRewriter) event(out, ev []byte) []byte {
 	for len(ev) > 0 {
 		line, rest := sse.NextLine(ev)
 		ending := ev[len(line) : len(ev)-len(rest)]
-		out = append(out, er.startLine(len(line) == 0 && len(ending) > 0, len(line) > 0 && line[0] == ':')...)
+		out = append(out, er.startLine(len(line) == 0 && len(ending) > 0)...)
 		out = er.line(out, line)
 		out = append(out, ending...) // the line ending as it came
 		ev = rest
@@ -95,10 +95,11 @@ func (er *eventRewriter) event(out, ev []byte) []byte {
 	return out
 }
 
-// startLine notes that a line begins, a blank one (the end of an event) or
-// a comment, and returns what goes to the agent before it: mcpheal's own
-// id, for an event about to end without one.
-func (er *eventRewriter) startLine(blank, comment bool) []byte {
+// startLine notes that a line begins, blank or not, and returns what goes
+// to the agent before it: mcpheal's own id, for an event about to end
+// without one. An event is one or more lines ended by a blank line, as
+// answerLog counts them (comments included, so that the two agree).
+func (er *eventRewriter) startLine(blank bool) []byte {
 	switch {
 	case blank:
 		var id []byte
@@ -108,7 +109,7 @@ func (er *eventRewriter) startLine(blank, comment bool) []byte {
 		}
 		er.endEvent()
 		return id
-	case !comment && !er.inEvent:
+	case !er.inEvent:
 		er.inEvent, er.idOut, er.hasData = true, false, false
 		er.seq++
 	}

@@ -57,7 +57,7 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 		}
 		seg := p[pos : pos+n]
 		if start {
-			if id := er.startLine(ended && sse.IsLineEnd(seg), seg[0] == ':'); id != nil {
+			if id := er.startLine(ended && sse.IsLineEnd(seg)); id != nil {
 				e.bytes(id)
 			}
 		}
