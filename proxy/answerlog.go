@@ -147,6 +147,7 @@ type answerLog struct {
 	skipped int
 	lines   sse.Lines
 	inEvent bool
+	evStart int           // offset where the event in progress began
 	wake    chan struct{} // closed when events are added or the answer ends
 	done    bool          // the answer ended: nothing more comes
 	over    bool          // dropped (the budget, or forgotten): nothing can be resumed
@@ -169,32 +170,29 @@ func (l *answerLog) append(p []byte) {
 	ended := false
 	for pos := 0; pos < len(p); {
 		n, begins, lineEnded := l.lines.Next(p[pos:])
-		if begins {
-			if lineEnded && sse.IsLineEnd(p[pos:pos+n]) {
-				if l.inEvent {
-					l.ends = append(l.ends, l.size+pos+n)
-					ended = true
-				}
-				l.inEvent = false
-			} else {
-				l.inEvent = true
-			}
-		}
+		seg := p[pos : pos+n]
 		pos += n
-	}
-	for len(p) > 0 {
-		off := l.size - l.base
-		i, within := off/logChunk, off%logChunk
-		if i == len(l.chunks) {
-			if !l.mem.take(logChunk) {
-				l.dropLocked()
-				return
-			}
-			l.chunks = append(l.chunks, logChunks.Get().(*[logChunk]byte))
+		blank := begins && lineEnded && sse.IsLineEnd(seg)
+		if begins && !blank && !l.inEvent {
+			l.inEvent, l.evStart = true, l.size
 		}
-		n := copy(l.chunks[i][within:], p)
+		if l.inEvent && l.size+n-l.evStart > l.max {
+			// The event in progress outgrew what is kept: no resume can be
+			// served it whole, so none of it is copied (a 12 MB result
+			// costs no 12 MB copy).
+			l.releaseAll(l.size + n)
+		} else if !l.store(seg) {
+			l.dropLocked()
+			return
+		}
 		l.size += n
-		p = p[n:]
+		if blank {
+			if l.inEvent {
+				l.ends = append(l.ends, l.size)
+				ended = true
+			}
+			l.inEvent = false
+		}
 	}
 	// Keep the last max bytes: an agent that resumes lost at most what was
 	// in flight to it.
@@ -210,6 +208,32 @@ func (l *answerLog) append(p []byte) {
 	if ended {
 		l.wakeLocked()
 	}
+}
+
+// store copies seg, which goes at offset l.size, into the chunks; false
+// when memory_budget has no room for another chunk.
+func (l *answerLog) store(seg []byte) bool {
+	for off := l.size; len(seg) > 0; {
+		i, within := (off-l.base)/logChunk, (off-l.base)%logChunk
+		if i == len(l.chunks) {
+			if !l.mem.take(logChunk) {
+				return false
+			}
+			l.chunks = append(l.chunks, logChunks.Get().(*[logChunk]byte))
+		}
+		n := copy(l.chunks[i][within:], seg)
+		off += n
+		seg = seg[n:]
+	}
+	return true
+}
+
+// releaseAll gives back every chunk; what is kept starts again at off.
+func (l *answerLog) releaseAll(off int) {
+	for _, c := range l.chunks {
+		l.release(c)
+	}
+	l.chunks, l.base = l.chunks[:0], off
 }
 
 func (l *answerLog) release(c *[logChunk]byte) {
@@ -229,9 +253,7 @@ func (l *answerLog) isOver() bool {
 func (l *answerLog) dropLocked() {
 	if !l.over {
 		l.over = true
-		for _, c := range l.chunks {
-			l.release(c)
-		}
+		l.releaseAll(l.size)
 		l.chunks, l.ends = nil, nil
 		l.ls.forget(l)
 		l.wakeLocked()
@@ -335,8 +357,8 @@ func (l *answerLog) since(dst []byte, seq int) (_ []byte, next int, wake <-chan 
 	switch {
 	case l.over:
 		return dst, seq, nil, true, true
-	case seq < l.skipped || seq == 0 && l.base > 0:
-		return dst, seq, nil, true, true // fell out of the kept bytes
+	case seq < l.skipped || seq == l.skipped && (seq > 0 || l.base > 0):
+		return dst, seq, nil, true, true // where event seq ended fell out of the kept bytes
 	}
 	last := l.skipped + len(l.ends)
 	if seq < last {

@@ -183,6 +183,23 @@ func TestAnswerLogKeepsTheTail(t *testing.T) {
 	if _, _, _, end, lost := l.since(nil, 5); !lost || !end {
 		t.Fatalf("since 5: lost %v, end %v; want it lost: the log keeps the last %d bytes", lost, end, l.max)
 	}
+	// An event larger than what is kept is not copied at all; the events
+	// after it are kept as usual.
+	before := mem.used.Load()
+	big := "data: " + strings.Repeat("z", 5*logChunk) + "\n\n"
+	for i := 0; i < len(big); i += 1000 {
+		l.append([]byte(big[i:min(i+1000, len(big))]))
+		if used := mem.used.Load(); used > before {
+			t.Fatalf("at %d of a %d-byte event: budget used %d, was %d; want nothing copied", i, len(big), used, before)
+		}
+	}
+	l.append([]byte(event(42)))
+	if got, next, _, _, lost := l.since(nil, 41); lost || next != 42 || string(got) != event(42) {
+		t.Fatalf("since the large event: %d bytes, next %d, lost %v; want event 42", len(got), next, lost)
+	}
+	if _, _, _, _, lost := l.since(nil, 40); !lost {
+		t.Fatal("since 40: want it lost (the large event after it was not kept)")
+	}
 	l.finish() // the agent never left: nothing to keep
 	if mem.used.Load() != 0 || len(ls.m) != 0 {
 		t.Fatalf("after finish: budget used %d, %d logs kept; want 0 and 0", mem.used.Load(), len(ls.m))
