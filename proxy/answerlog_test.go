@@ -205,3 +205,43 @@ func TestAnswerLogKeepsTheTail(t *testing.T) {
 		t.Fatalf("after finish: budget used %d, %d logs kept; want 0 and 0", mem.used.Load(), len(ls.m))
 	}
 }
+
+// TestAgentResumeAtAnotherReplica: a log is its process's own. An agent
+// whose resume reaches another replica (the same session keys: it serves
+// the session) gets an empty event stream, as for a stream of a dead
+// session: its SDK then sees the call's stream end without an answer.
+// The replica that holds the log keeps the call going for the window.
+func TestAgentResumeAtAnotherReplica(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	release := make(chan struct{})
+	defer close(release)
+	up := agentResumeStub(t, &st, release)
+	keys := testKeys(1)
+	mod := func(c *Config) { c.SessionKeys = keys; c.StreamKeepalive = 20 * time.Millisecond }
+	_, urlA := startProxy(t, up, mod)
+	b, urlB := startProxy(t, up, mod)
+	sid := peerRawInitialize(t, urlA)
+	resp, err := peerRawClient.Do(peerPostRequest(t, urlA, sid, resumeCall))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := readFirstEvent(t, bufio.NewReader(resp.Body))
+	_ = resp.Body.Close()
+
+	req, _ := http.NewRequest(http.MethodGet, urlB, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Last-Event-ID", id)
+	got, body := peerRawDo(t, req)
+	if got.StatusCode != http.StatusOK || !strings.HasPrefix(got.Header.Get("Content-Type"), "text/event-stream") || len(body) != 0 {
+		t.Fatalf("resume at another replica: %d %q %q; want an empty event stream", got.StatusCode, got.Header.Get("Content-Type"), body)
+	}
+	if n := b.count.agentResumes[outcomeOK].Load(); n != 0 {
+		t.Errorf("the other replica served %d resumes from a log it does not have", n)
+	}
+	if n := st.posts.Load(); n != 1 {
+		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+}
