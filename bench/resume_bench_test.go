@@ -94,8 +94,10 @@ func dropAgent(hc *http.Client, url string) error {
 
 // dropRun sends agents agents through a proxy configured by mod, each
 // dropping mid-answer, and returns the peak Go heap in use while they do
-// and the answers finished, and how many answers the upstream completed.
-func dropRun(tb testing.TB, agents int, mod func(*proxy.Config)) (peakMB float64, completed int64) {
+// and the answers finished, how many answers the upstream completed, and
+// how many agents failed before their first event (a memory_budget too
+// small for their sessions).
+func dropRun(tb testing.TB, agents int, mod func(*proxy.Config)) (peakMB float64, completed, failed int64) {
 	up := &dropUpstream{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -133,11 +135,11 @@ func dropRun(tb testing.TB, agents int, mod func(*proxy.Config)) (peakMB float64
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: agents, MaxConnsPerHost: 0}}
 	defer hc.CloseIdleConnections()
 	var wg sync.WaitGroup
-	var failed atomic.Int64
+	var fails atomic.Int64
 	for range agents {
 		wg.Go(func() {
 			if err := dropAgent(hc, url); err != nil {
-				failed.Add(1)
+				fails.Add(1)
 			}
 		})
 	}
@@ -147,10 +149,10 @@ func dropRun(tb testing.TB, agents int, mod func(*proxy.Config)) (peakMB float64
 	time.Sleep(time.Second)
 	close(stop)
 	<-sampled
-	if n := failed.Load(); n > 0 {
-		tb.Fatalf("%d of %d agents failed", n, agents)
+	if n := fails.Load(); n == int64(agents) {
+		tb.Fatalf("all %d agents failed", n)
 	}
-	return float64(peak.Load()-base) / (1 << 20), up.completed.Load()
+	return float64(peak.Load()-base) / (1 << 20), up.completed.Load(), fails.Load()
 }
 
 // BenchmarkAgentsDropMidAnswer: 1 000 agents each call a tool whose answer
@@ -158,24 +160,29 @@ func dropRun(tb testing.TB, agents int, mod func(*proxy.Config)) (peakMB float64
 // its first event; none comes back. With resumption on (resume_buffer
 // 4 MiB, memory_budget 512 MiB, resume_window 500 ms here) the calls go on
 // and their answers are kept for the agents, within the budget; with it
-// off (resume_window off) each call is abandoned as its agent goes. It
+// off (resume_window off) each call is abandoned as its agent goes; with
+// memory_budget at 64 MiB the answers past it are not kept, and their calls
+// are abandoned as without resumption. It
 // reports the peak of the Go heap in use above where it started
-// (peak-heap-MB: client, upstream and proxy in one process) and how many
-// answers the upstream wrote to their end (completed).
+// (peak-heap-MB: client, upstream and proxy in one process), how many
+// answers the upstream wrote to their end (completed), and how many agents
+// mcpheal refused a session or an answer for lack of budget (refused).
 func BenchmarkAgentsDropMidAnswer(b *testing.B) {
 	for _, c := range []struct {
 		name   string
 		window time.Duration
-	}{{"resume", 500 * time.Millisecond}, {"off", -1}} {
+		budget int
+	}{{"resume", 500 * time.Millisecond, 0}, {"resume-budget-64MiB", 500 * time.Millisecond, 64 << 20}, {"off", -1, 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			var peak float64
-			var completed int64
+			var completed, failed int64
 			for range b.N {
-				p, n := dropRun(b, 1000, func(cfg *proxy.Config) { cfg.ResumeWindow = c.window })
-				peak, completed = max(peak, p), completed+n
+				p, n, f := dropRun(b, 1000, func(cfg *proxy.Config) { cfg.ResumeWindow, cfg.MemoryBudget = c.window, c.budget })
+				peak, completed, failed = max(peak, p), completed+n, failed+f
 			}
 			b.ReportMetric(peak, "peak-heap-MB")
 			b.ReportMetric(float64(completed)/float64(b.N), "completed")
+			b.ReportMetric(float64(failed)/float64(b.N), "refused")
 		})
 	}
 }
@@ -185,10 +192,10 @@ func BenchmarkAgentsDropMidAnswer(b *testing.B) {
 // to its end for its agent; off, they are abandoned.
 func TestAgentsDropMidAnswerSetup(t *testing.T) {
 	t.Parallel()
-	if _, n := dropRun(t, 20, nil); n != 20 {
-		t.Errorf("resumption on: the upstream completed %d of 20 answers, want 20", n)
+	if _, n, f := dropRun(t, 20, nil); n != 20 || f != 0 {
+		t.Errorf("resumption on: the upstream completed %d of 20 answers (%d agents refused), want 20", n, f)
 	}
-	if _, n := dropRun(t, 20, func(c *proxy.Config) { c.ResumeWindow = -1 }); n == 20 {
+	if _, n, _ := dropRun(t, 20, func(c *proxy.Config) { c.ResumeWindow = -1 }); n == 20 {
 		t.Errorf("resumption off: the upstream completed all 20 answers; want them abandoned as their agents went")
 	}
 }
