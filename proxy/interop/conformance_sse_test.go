@@ -23,29 +23,45 @@ import (
 	"github.com/mcpheal/mcpheal/proxy"
 )
 
-// The official conformance suite, run directly and through mcpheal, on
-// what the server and the client do with event streams: the server's SSE
-// polling (it closes a call's stream after its retry: field), and a client
-// that must come back with GET and Last-Event-ID after the retry interval.
-// Through mcpheal every scored check has the verdict it has directly.
+// The official conformance suite, run directly and through mcpheal
+// against the same software, for the session era (2025-11-25), in server
+// mode against a server with sessions and in client mode: every scored
+// check has the verdict it has directly, but for the scenarios listed in
+// clientKnown. It covers what the server and the client do with event
+// streams (server-sse-polling: the server closes a call's stream after its
+// retry: field; sse-retry: the client must come back with GET and
+// Last-Event-ID after the retry interval).
 
-// TestConformanceSSEPolling: server mode, server-sse-polling, against the
-// Go SDK's everything-server with sessions (its test_reconnection tool
-// closes the call's stream after a retry: field, and keeps no events).
-func TestConformanceSSEPolling(t *testing.T) {
+// TestConformanceServerSessions: server mode, every scenario of
+// 2025-11-25 and the ones not scored, against the Go SDK's everything-server
+// with sessions (its test_reconnection tool closes the call's stream after a
+// retry: field, and it keeps no events).
+func TestConformanceServerSessions(t *testing.T) {
 	skipUnlessNode22(t)
 	t.Parallel()
 	dir := installConformance(t)
 	upstream := startEverythingServer(t, "-stateless=false")
-	direct := runConformance(t, dir, upstream, "server-sse-polling")
-	through := runConformance(t, dir, startProxy(t, upstream), "server-sse-polling")
-	sameVerdicts(t, direct, through)
+	direct := runConformance(t, dir, upstream, "")
+	through := runConformance(t, dir, startProxy(t, upstream), "")
+	if _, ok := direct["server-sse-polling/server-sse-retry-field"]; !ok {
+		t.Fatalf("server-sse-polling did not run: %s", tally(direct))
+	}
+	sameVerdicts(t, direct, through, nil)
 }
 
-// TestConformanceClient: client mode, the Go SDK's everything-client
-// directly against the suite's scenario server, and through mcpheal (the
-// suite runs this test binary, which serves mcpheal in front of the
-// scenario server and runs the client against it: wrapClient).
+// clientKnown are the client-mode scenarios whose checks differ through
+// mcpheal for reasons of their own, each logged with its count: an agent's
+// own OAuth login does not pass through mcpheal yet (the protected-resource
+// metadata names the server, not mcpheal), and with era_bridge auto a Go SDK
+// client is offered 2026-07-28 and held, so a server's elicitation/create
+// outside a call is refused.
+var clientKnown = []string{"auth/", "elicitation-sep1034-client-defaults/"}
+
+// TestConformanceClient: client mode, every scenario of 2025-11-25, the Go
+// SDK's everything-client directly against the suite's scenario servers,
+// and through mcpheal (the suite runs this test binary, which serves
+// mcpheal in front of the scenario server and runs the client against it:
+// wrapClient).
 func TestConformanceClient(t *testing.T) {
 	skipUnlessNode22(t)
 	t.Parallel()
@@ -55,21 +71,21 @@ func TestConformanceClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, scenario := range []string{"initialize", "tools_call", "sse-retry"} {
-		t.Run(scenario, func(t *testing.T) {
-			t.Parallel()
-			direct := runConformanceClient(t, dir, client, nil, scenario)
-			logFile := filepath.Join(t.TempDir(), "mcpheal.log")
-			through := runConformanceClient(t, dir, self, []string{wrapClientEnv + "=" + client, wrapLogEnv + "=" + logFile}, scenario)
-			if n := countStatus(direct, "SUCCESS"); n == 0 {
-				t.Fatalf("directly no check passed: %s", tally(direct))
-			}
-			sameVerdicts(t, direct, through)
-			if t.Failed() {
-				b, _ := os.ReadFile(logFile)
-				t.Logf("mcpheal log:\n%s", b)
-			}
-		})
+	direct := runConformanceClient(t, dir, client, nil, "")
+	logFile := filepath.Join(t.TempDir(), "mcpheal.log")
+	through := runConformanceClient(t, dir, self, []string{wrapClientEnv + "=" + client, wrapLogEnv + "=" + logFile}, "")
+	if n := countStatus(direct, "SUCCESS"); n < 100 {
+		t.Fatalf("directly only %d checks passed: %s", n, tally(direct))
+	}
+	for _, id := range []string{"sse-retry/client-sse-retry-timing", "sse-retry/client-sse-last-event-id"} {
+		if direct[id].Status != "SUCCESS" {
+			t.Fatalf("directly %s is %s, want SUCCESS: the scenario did not run as it should", id, orMissing(direct[id].Status))
+		}
+	}
+	sameVerdicts(t, direct, through, clientKnown)
+	if t.Failed() {
+		b, _ := os.ReadFile(logFile)
+		t.Logf("mcpheal log (the last run's):\n%s", b)
 	}
 }
 
@@ -83,16 +99,31 @@ func skipUnlessNode22(t *testing.T) {
 
 // sameVerdicts fails t unless every check that is scored (not INFO) in
 // either run has the same status in both; a check id that repeats counts
-// with its worst status.
-func sameVerdicts(t *testing.T, direct, through map[string]check) {
+// with its worst status. Differences in the scenarios known names (by
+// prefix) are counted in the log, not failed.
+func sameVerdicts(t *testing.T, direct, through map[string]check, known []string) {
 	t.Helper()
 	d, th := verdicts(direct), verdicts(through)
 	var diff []string
+	knownDiff := map[string]int{}
 	all := maps.Clone(d)
 	maps.Copy(all, th)
+next:
 	for _, id := range slices.Sorted(maps.Keys(all)) {
-		if d[id].Status != th[id].Status {
-			diff = append(diff, fmt.Sprintf("%s: directly %s, through mcpheal %s (%s)", id, orMissing(d[id].Status), orMissing(th[id].Status), th[id].ErrorMessage))
+		if d[id].Status == th[id].Status {
+			continue
+		}
+		for _, k := range known {
+			if strings.HasPrefix(id, k) {
+				knownDiff[k]++
+				continue next
+			}
+		}
+		diff = append(diff, fmt.Sprintf("%s: directly %s, through mcpheal %s (%s)", id, orMissing(d[id].Status), orMissing(th[id].Status), th[id].ErrorMessage))
+	}
+	for _, k := range known {
+		if knownDiff[k] > 0 {
+			t.Logf("known difference: %d checks of %s* (see clientKnown)", knownDiff[k], k)
 		}
 	}
 	t.Logf("directly: %s; through mcpheal: %s", tally(direct), tally(through))

@@ -353,13 +353,19 @@ func runConformance(t *testing.T, dir, target, scenario string) map[string]check
 	return runSuite(t, dir, target, serverResultDir, nil, args...)
 }
 
-// runConformanceClient runs one client-mode scenario of the suite at the
-// legacy revision: the suite serves it and runs command (with env added)
-// with the server's URL as its last argument.
+// runConformanceClient runs the suite in client mode (one scenario, or
+// every scenario the legacy revision requires when scenario is ""): the
+// suite serves each scenario and runs command (with env added) with the
+// server's URL as its last argument.
 func runConformanceClient(t *testing.T, dir, command string, env []string, scenario string) map[string]check {
 	t.Helper()
-	return runSuite(t, dir, command, clientResultDir, env,
-		"client", "--command", command, "--spec-version", legacyRevision, "--scenario", scenario)
+	args := []string{"client", "--command", command}
+	if scenario == "" {
+		args = append(args, "--requirements", legacyRevision)
+	} else {
+		args = append(args, "--spec-version", legacyRevision, "--scenario", scenario)
+	}
+	return runSuite(t, dir, command, clientResultDir, env, args...)
 }
 
 // runSuite runs the pinned suite with args and returns the checks of the
@@ -398,38 +404,53 @@ var (
 )
 
 // readChecks reads every checks.json under out, in the directories that
-// resultDir matches.
+// resultDir matches, one level down too (the suite writes a scenario
+// "auth/x" in auth/x-<time>).
 func readChecks(out string, resultDir *regexp.Regexp) (map[string]check, error) {
-	entries, err := os.ReadDir(out)
-	if err != nil {
-		return nil, err
-	}
 	checks := map[string]check{}
+	err := readChecksIn(checks, out, "", resultDir, 1)
+	return checks, err
+}
+
+func readChecksIn(checks map[string]check, dir, prefix string, resultDir *regexp.Regexp, depth int) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
-		m := resultDir.FindStringSubmatch(e.Name())
-		if m == nil || !e.IsDir() {
+		if !e.IsDir() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(out, e.Name(), "checks.json"))
+		m := resultDir.FindStringSubmatch(e.Name())
+		if m == nil {
+			if depth > 0 {
+				if err := readChecksIn(checks, filepath.Join(dir, e.Name()), prefix+e.Name()+"/", resultDir, depth-1); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "checks.json"))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		var cs []check
 		if err := json.Unmarshal(b, &cs); err != nil {
-			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+			return fmt.Errorf("%s: %w", e.Name(), err)
 		}
+		scenario := prefix + m[1]
 		for _, c := range cs {
-			key := m[1] + "/" + c.ID
+			key := scenario + "/" + c.ID
 			for n := 2; ; n++ { // a check id may repeat within a scenario
 				if _, dup := checks[key]; !dup {
 					break
 				}
-				key = fmt.Sprintf("%s/%s#%d", m[1], c.ID, n)
+				key = fmt.Sprintf("%s/%s#%d", scenario, c.ID, n)
 			}
 			checks[key] = c
 		}
 	}
-	return checks, nil
+	return nil
 }
 
 func countStatus(checks map[string]check, status string) int {
