@@ -70,17 +70,20 @@ type attempt struct {
 	// resumed after, resumes the resumptions since it last changed,
 	// resumeBy the end of their budget; head, the head of the stream as the
 	// upstream began it, kept once a.resp holds a resuming GET's.
-	head *fasthttp.ResponseHeader
-	rerr error
-	// log keeps the streamed answer for its agent to resume (answerlog.go);
-	// draining: the agent's connection dropped and drain, not fasthttp,
-	// owns the attempt now.
-	log       *answerLog
-	draining  bool
+	head      *fasthttp.ResponseHeader
+	rerr      error
 	resumeWhy string
 	resumedAt string
 	resumes   int
 	resumeBy  time.Time
+	// quiet: the first event is being peeked at under a read deadline of
+	// stream_keepalive; its expiry ends the peek (errQuiet), not the stream.
+	quiet bool
+	// log keeps the streamed answer for its agent to resume (answerlog.go);
+	// draining: the agent's connection dropped and drain, not fasthttp,
+	// owns the attempt now.
+	log      *answerLog
+	draining bool
 	// watch notices the agent going away while it waits (gone.go); nil
 	// for attempts that are not pooled. It stays with the pooled attempt.
 	watch *agentWatch
@@ -281,7 +284,15 @@ func (a *attempt) judge(err error) facts {
 			a.rw.own = ownStreams.Add(1) // its agent may resume it (answerlog.go)
 		}
 		var ok bool
+		// A call that sends nothing for stream_keepalive is judged on its
+		// head and streamed, so that its agent gets keepalive comments
+		// (idle.go): a session error comes at once, never after that long.
+		a.quiet = a.msg.isRequest() && r.SetReadDeadline(time.Now().Add(a.s.cfg.StreamKeepalive)) == nil
 		a.out, a.first, a.firstWhole, ok = peekFirst((*upstreamStream)(a), &a.rw, a.out[:0], a.readBuf())
+		if a.quiet {
+			a.quiet = false
+			_ = r.SetReadDeadline(time.Time{})
+		}
 		if !ok {
 			// Cut, or ended unanswered: it may have run. Cut by the
 			// watch, it is the agent that went away.

@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestIdleAnswerKeptAlive: a call that sends one event and then nothing for
@@ -58,5 +61,50 @@ func TestIdleAnswerKeptAlive(t *testing.T) {
 				t.Errorf("the upstream got the call %d times, want 1", n)
 			}
 		})
+	}
+}
+
+// TestLongQuietCallBehindIdleTimeout: a Go SDK client calls a tool of a Go
+// SDK server (with an event store, so that its answer's stream opens at once
+// with a priming event) that works 90 s and sends nothing meanwhile, through
+// a relay in front of the client's server that closes connections idle for
+// 30 s (a load balancer's idle timeout). Through mcpheal, with
+// stream_keepalive at its 15 s default, the relay never finds the answer
+// idle and the call completes; directly it cuts it (the client may resume
+// it from the server's event store). A server that sends nothing at all,
+// not even its answer's head, cannot be kept alive by a proxy: the status is
+// not known yet.
+func TestLongQuietCallBehindIdleTimeout(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{EventStore: true})
+	_, url := startProxy(t, up.URL(), nil)
+	call := func(target string) (*mcp.CallToolResult, *tcpRelay, error) {
+		relay := newTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(target, "http://"), "/mcp"))
+		relay.CloseIdle(30 * time.Second)
+		cs := goSDKClient(t, relay.URL())
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: peerSlowIn{Steps: 1, DelayMs: 90_000}})
+		return res, relay, err
+	}
+	type outcome struct {
+		res   *mcp.CallToolResult
+		relay *tcpRelay
+		err   error
+	}
+	direct := make(chan outcome, 1)
+	go func() {
+		res, relay, err := call(up.URL())
+		direct <- outcome{res, relay, err}
+	}()
+	res, relay, err := call(url)
+	if err != nil || peerResultText(res) != "done" || relay.IdleClosed() != 0 {
+		t.Errorf("through mcpheal: %v, %s, the relay closed %d idle connections; want done, none closed", err, peerResultText(res), relay.IdleClosed())
+	}
+	if d := <-direct; d.relay.IdleClosed() == 0 {
+		t.Errorf("directly (%v, %s) the relay closed no idle connection; want it to cut the quiet call", d.err, peerResultText(d.res))
+	}
+	if n := up.ToolCalls("slow"); n != 2 {
+		t.Errorf("the server ran the tool %d times, want 2 (once directly, once through mcpheal)", n)
 	}
 }

@@ -26,6 +26,10 @@ import (
 // session died, the server has no GET or refuses) the answer ends as
 // before, with mcpheal's error.
 
+// errQuiet ends the peek at an answer's first event when the upstream sent
+// none for stream_keepalive: the answer is judged on its head and relayed.
+var errQuiet = errors.New("no event yet")
+
 // maxResumes bounds the resumptions of one answer stream that bring no new
 // event id: a server that closes every stream at once would otherwise be
 // asked for ever (the Go SDK's client counts the same way).
@@ -45,9 +49,16 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 		err := a.rerr
 		if err == nil {
 			var n int
-			if n, err = a.resp.Read(p); err == nil {
+			n, err = a.resp.Read(p)
+			switch {
+			case err == nil:
 				return n, nil
-			} else if n > 0 {
+			case a.quiet && upstream.IsTimeout(err):
+				if n > 0 {
+					return n, nil // the deadline has passed: the next read says so
+				}
+				return 0, errQuiet
+			case n > 0:
 				a.rerr = err
 				return n, nil
 			}

@@ -43,7 +43,9 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, readBuf); return &b
 // appending the rewritten events before it and itself to out. first is that
 // event, raw, valid until er is fed again; when the first event outgrows
 // peekLimit, first is the prefix read so far (whole false) and stays in
-// er's framer. ok is false when the stream ended or broke first.
+// er's framer; when r reports errQuiet (no event with data for
+// stream_keepalive), first is nil and the rest is streamed. ok is false
+// when the stream ended or broke first.
 func peekFirst(r io.Reader, er *eventRewriter, out, buf []byte) (_, first []byte, whole, ok bool) {
 	for {
 		for {
@@ -63,7 +65,12 @@ func peekFirst(r io.Reader, er *eventRewriter, out, buf []byte) (_, first []byte
 		}
 		n, err := r.Read(buf)
 		er.fr.Feed(buf[:n])
-		if err != nil && n == 0 {
+		switch {
+		case errors.Is(err, errQuiet):
+			// Nothing for a while (a long call): judge what came, stream
+			// the rest.
+			return out, nil, false, true
+		case err != nil && n == 0:
 			// Ended or cut before the answer: whatever came goes nowhere.
 			return out, nil, false, false
 		}
