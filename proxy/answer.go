@@ -176,21 +176,8 @@ func (a *attempt) cut() failure {
 		return failure{code: codeUpstreamDown, msg: "upstream connection lost before the answer; " + a.msg.method + " is safe to retry"}
 	}
 	a.s.count.replaysRefused.Add(1)
-	return failure{code: codeMaybeExecuted, msg: a.streamEnded() + ", after " + a.msg.method +
+	return failure{code: codeMaybeExecuted, msg: (*upstreamStream)(a).ended() + ", after " + a.msg.method +
 		" was sent; it may or may not have run and was not retried"}
-}
-
-// streamEnded says how the upstream's answer stream ended before its
-// response, and why mcpheal could not resume it (resume.go).
-func (a *attempt) streamEnded() string {
-	const ended = "the upstream's event stream ended before its answer"
-	switch {
-	case a.resumeWhy != "":
-		return ended + " (it could not be resumed: " + a.resumeWhy + ")"
-	case a.heals && a.rw.lastID == "":
-		return ended + " (no event id to resume it from)"
-	}
-	return ended
 }
 
 // errorText is err's message for an agent: the credential error's own
@@ -266,7 +253,7 @@ func (a *attempt) refusal(cls classify.Class, err error) failure {
 	case cls == classify.Timeout:
 		cause = "the upstream did not answer in time"
 	case err == nil && (a.resp.IsStream() || a.head != nil):
-		cause = a.streamEnded()
+		cause = (*upstreamStream)(a).ended()
 	case err == nil:
 		cause = "the upstream answered " + strconv.Itoa(a.resp.StatusCode()) + " (a gateway's error, not the server's refusal)"
 	}
@@ -578,7 +565,7 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 		return err
 	}
 	if err = write(a.out[a.outPos:]); err != nil {
-		return total, a.left(err)
+		return total, b.left(err)
 	}
 	a.outPos = len(a.out)
 	buf := a.readBuf()
@@ -592,7 +579,7 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 			a.log.append(res)
 		}
 		if err = write(res); err != nil {
-			return total, a.left(err)
+			return total, b.left(err)
 		}
 	}
 	return total, nil
@@ -601,7 +588,8 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 // left is what WriteTo does when the agent's connection dropped (err): an
 // answer its agent may resume goes on for it, read by drain into the log
 // (answerlog.go), unless it has ended or can no longer be resumed.
-func (a *attempt) left(err error) error {
+func (b *sseBody) left(err error) error {
+	a := (*attempt)(b)
 	if a.log == nil || a.eof || a.log.isOver() || !a.s.bg.Add(1) {
 		return err
 	}
@@ -614,7 +602,8 @@ func (a *attempt) left(err error) error {
 // its log, until the answer ends, the log is dropped, or the window passes
 // with nobody reading (answerLog.windowEnded abandons the exchange), then
 // releases the attempt.
-func (a *attempt) drain() {
+func (b *sseBody) drain() {
+	a := (*attempt)(b)
 	defer a.s.bg.Done()
 	quit, shut := make(chan struct{}), make(chan struct{})
 	go func() { // shutdown ends the call too
@@ -651,7 +640,7 @@ func (a *attempt) drain() {
 func (b *sseBody) Close() error {
 	a := (*attempt)(b)
 	if a.draining {
-		go a.drain() // it owns the attempt now
+		go b.drain() // it owns the attempt now
 		return nil
 	}
 	if a.log != nil {

@@ -275,25 +275,7 @@ func (a *attempt) judge(err error) facts {
 		// The standalone stream may stay quiet for minutes: judge the head.
 		f.class = classify.Classify(status, ct, nil)
 	case r.IsStream():
-		a.rw.gen, a.rw.max = a.gen, a.s.cfg.MaxSSELine
-		if !a.heals {
-			a.rw.gen = 1 // nothing to renumber: no session, or the bridge's own
-		}
-		a.rw.watch = a.msg.method == "tools/list" && a.sess != nil
-		if a.heals && a.msg.isRequest() && !a.msg.batch && a.s.cfg.ResumeBuffer > 0 {
-			a.rw.own = ownStreams.Add(1) // its agent may resume it (answerlog.go)
-		}
-		var ok bool
-		// A call that sends nothing for stream_keepalive is judged on its
-		// head and streamed, so that its agent gets keepalive comments
-		// (idle.go): a session error comes at once, never after that long.
-		a.quiet = a.msg.isRequest() && r.SetReadDeadline(time.Now().Add(a.s.cfg.StreamKeepalive)) == nil
-		a.out, a.first, a.firstWhole, ok = peekFirst((*upstreamStream)(a), &a.rw, a.out[:0], a.readBuf())
-		if a.quiet {
-			a.quiet = false
-			_ = r.SetReadDeadline(time.Time{})
-		}
-		if !ok {
+		if !a.peek() {
 			// Cut, or ended unanswered: it may have run. Cut by the
 			// watch, it is the agent that went away.
 			f.class, f.dispatched, f.agentGone = classify.TransportDead, true, a.agentGone()
@@ -319,6 +301,31 @@ func (a *attempt) judge(err error) facts {
 		f.dispatched = !classify.Refused(status, ct, body)
 	}
 	return f
+}
+
+// peek reads a POST's SSE answer up to its first event with data, through
+// the rewriter set up for it (peekFirst); false when the stream ended or
+// broke first.
+func (a *attempt) peek() bool {
+	a.rw.gen, a.rw.max = a.gen, a.s.cfg.MaxSSELine
+	if !a.heals {
+		a.rw.gen = 1 // nothing to renumber: no session, or the bridge's own
+	}
+	a.rw.watch = a.msg.method == "tools/list" && a.sess != nil
+	if a.heals && a.msg.isRequest() && !a.msg.batch && a.s.cfg.ResumeBuffer > 0 {
+		a.rw.own = ownStreams.Add(1) // its agent may resume it (answerlog.go)
+	}
+	// A call that sends nothing for stream_keepalive is judged on its head
+	// and streamed, so that its agent gets keepalive comments (idle.go): a
+	// session error comes at once, never after that long.
+	a.quiet = a.msg.isRequest() && a.resp.SetReadDeadline(time.Now().Add(a.s.cfg.StreamKeepalive)) == nil
+	var ok bool
+	a.out, a.first, a.firstWhole, ok = peekFirst((*upstreamStream)(a), &a.rw, a.out[:0], a.readBuf())
+	if a.quiet {
+		a.quiet = false
+		_ = a.resp.SetReadDeadline(time.Time{})
+	}
+	return ok
 }
 
 // readBuf returns the attempt's buffer for one upstream read.

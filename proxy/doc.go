@@ -22,7 +22,8 @@
 //     upstream that speaks only 2026-07-28 goes to the bridge (bridge.go);
 //     everything else passes through ([Server.forward]; a new session:
 //     [Server.initialize]; a GET stream: [Server.serveStream],
-//     getstream.go). New sessions are admitted by [sessions.admit], under
+//     getstream.go; a GET resuming an answer mcpheal keeps:
+//     [Server.serveLog], answerlog.go). New sessions are admitted by [sessions.admit], under
 //     the store's caps and the memory budget.
 //  3. attempt (attempt.go, decide.go): [attempt.loop] is send → judge →
 //     decide → act, for every route. [attempt.send] makes one exchange

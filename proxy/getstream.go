@@ -60,10 +60,6 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 	s.link.setOperatorHeaders(g.hdr)
 	_, gen := sess.Current()
 	agentLast := r.hdr.PeekBytes(hdrLastEventID)
-	if l, seq := s.answers.find(sess.ID, agentLast); l != nil {
-		s.serveLog(ctx, r, l, seq) // an answer of mcpheal's log (answerlog.go)
-		return
-	}
 	last := upstreamEventID(agentLast, gen)
 	if len(agentLast) > 0 && last == "" {
 		s.count.request(&message{get: true}, classify.OK)

@@ -62,8 +62,8 @@ func putRequest(r *request) {
 // "Across protocol eras"): a session-era agent of an upstream that speaks
 // only 2026-07-28 goes through the bridge, a 2026-07-28 agent of an
 // upstream of the session era only on the session mcpheal holds for it;
-// every other request passes through, its session id swapped for the
-// upstream's.
+// an agent resuming an answer mcpheal keeps is served from its log; every
+// other request passes through, its session id swapped for the upstream's.
 func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 	switch {
 	case r.del:
@@ -75,6 +75,10 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 	case r.msg.method == "initialize" && r.sess == nil:
 		s.initialize(ctx, r)
 	case r.msg.get && r.sess != nil:
+		if l, seq := s.answers.find(r.sess.ID, r.hdr.PeekBytes(hdrLastEventID)); l != nil {
+			s.serveLog(ctx, r, l, seq) // resuming an answer mcpheal keeps (answerlog.go)
+			return
+		}
 		s.serveStream(ctx, r)
 	default:
 		s.forward(ctx, r)

@@ -46,10 +46,8 @@ func (er *eventRewriter) startStream(out []byte) ([]byte, error) {
 // er.max; the stream is then to be cut.
 func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err error) {
 	e := emitter{p: p, out: out, aliased: true}
-	if er.cut != nil {
-		e.bytes(er.cut)
-		er.cut = nil
-	}
+	e.bytes(er.cut)
+	er.cut = nil
 	for pos := 0; pos < len(p); {
 		n, start, ended := er.lines.Next(p[pos:])
 		if start {
@@ -57,9 +55,7 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 		}
 		seg := p[pos : pos+n]
 		if start {
-			if id := er.startLine(ended && sse.IsLineEnd(seg)); id != nil {
-				e.bytes(id)
-			}
+			e.bytes(er.startLine(ended && sse.IsLineEnd(seg)))
 		}
 		if er.mode == lineDone {
 			e.raw(pos, pos+n)
@@ -92,14 +88,7 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 				return r, e.aliased, sse.ErrTooLarge
 			}
 			if ended {
-				line, _ := sse.NextLine(er.held)
-				if name, v, comment := sse.Field(line); !comment && string(name) == "data" && !er.answered {
-					er.answered = isResponse(v)
-				}
-				e.copyMode()
-				e.out = er.line(e.out, line)
-				e.out = append(e.out, er.held[len(line):]...) // its line ending
-				er.held = er.held[:0]
+				er.emitHeld(&e)
 			}
 		}
 		if ended {
@@ -112,6 +101,18 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 	}
 	r, _ := e.result()
 	return r, e.aliased, nil
+}
+
+// emitHeld emits the line held whole, now that it ended, rewritten.
+func (er *eventRewriter) emitHeld(e *emitter) {
+	line, _ := sse.NextLine(er.held)
+	if name, v, comment := sse.Field(line); !comment && string(name) == "data" && !er.answered {
+		er.answered = isResponse(v)
+	}
+	e.copyMode()
+	e.out = er.line(e.out, line)
+	e.out = append(e.out, er.held[len(line):]...) // its line ending
+	er.held = er.held[:0]
 }
 
 // endStream ends the relay of a stream that ended or broke. The bytes of a
@@ -190,8 +191,11 @@ func (e *emitter) raw(from, to int) {
 	e.out = append(e.out, e.p[from:to]...)
 }
 
-// bytes emits b, which is not in p.
+// bytes emits b, which is not in p (nothing, when b is empty).
 func (e *emitter) bytes(b []byte) {
+	if len(b) == 0 {
+		return
+	}
 	e.copyMode()
 	e.out = append(e.out, b...)
 }

@@ -64,7 +64,7 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 			}
 		}
 		a.rerr = err // what every later read returns, unless resumed
-		if !a.resumable() || !a.resume(err) {
+		if !us.resumable() || !us.resume(err) {
 			return 0, err
 		}
 		a.rerr = nil
@@ -74,7 +74,8 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 // resumable reports whether the answer stream may be resumed upstream: a
 // request's answer on a session mcpheal holds, whose response has not
 // passed, after an event id, and nobody has given up on it.
-func (a *attempt) resumable() bool {
+func (us *upstreamStream) resumable() bool {
+	a := (*attempt)(us)
 	return a.heals && a.resumeWhy == "" && !a.msg.get && !a.msg.batch && a.msg.isRequest() &&
 		!a.rw.answered && a.rw.lastID != "" && !a.agentGone()
 }
@@ -84,7 +85,8 @@ func (a *attempt) resumable() bool {
 // that ended, on the same upstream session, within the heal budget. It
 // reports false when the stream cannot be resumed (a.resumeWhy says why,
 // for the agent's error).
-func (a *attempt) resume(cause error) bool {
+func (us *upstreamStream) resume(cause error) bool {
+	a := (*attempt)(us)
 	id := a.rw.lastID
 	if id != a.resumedAt {
 		// Progress since the last resumption (or the first): a new budget.
@@ -97,16 +99,16 @@ func (a *attempt) resume(cause error) bool {
 	for {
 		a.resumes++
 		if a.resumes > maxResumes {
-			return a.noResume("the upstream ended it " + strconv.Itoa(maxResumes) + " times without a new event")
+			return us.noResume("the upstream ended it " + strconv.Itoa(maxResumes) + " times without a new event")
 		}
 		left := time.Until(a.resumeBy)
 		if delay >= left {
-			return a.noResume("the heal budget ran out before the upstream's retry interval")
+			return us.noResume("the heal budget ran out before the upstream's retry interval")
 		}
 		if delay > 0 && !sleepUnless(delay, nil, a.s.done) {
-			return a.noResume("mcpheal is shutting down")
+			return us.noResume("mcpheal is shutting down")
 		}
-		cls, status := a.reopen(id)
+		cls, status := us.reopen(id)
 		ev := a.s.log.Debug()
 		if !clean {
 			ev = a.s.log.Warn() // a break, not the server's own polling
@@ -121,20 +123,21 @@ func (a *attempt) resume(cause error) bool {
 			return true
 		case classify.TransportDead, classify.Timeout:
 			if a.agentGone() {
-				return a.noResume("the agent went away")
+				return us.noResume("the agent went away")
 			}
 			delay = wait.Next() // the upstream may be restarting: try again within the budget
 			continue
 		case classify.SessionGone:
-			return a.noResume("the upstream session ended (" + strconv.Itoa(status) + ")")
+			return us.noResume("the upstream session ended (" + strconv.Itoa(status) + ")")
 		}
-		return a.noResume("the upstream refused to resume it (" + strconv.Itoa(status) + ")")
+		return us.noResume("the upstream refused to resume it (" + strconv.Itoa(status) + ")")
 	}
 }
 
 // noResume records why the answer stream cannot be resumed, counts it and
 // reports false.
-func (a *attempt) noResume(why string) bool {
+func (us *upstreamStream) noResume(why string) bool {
+	a := (*attempt)(us)
 	a.s.count.resumes[outcomeFailed].Add(1)
 	a.resumeWhy = why
 	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Str("why", why).
@@ -146,7 +149,8 @@ func (a *attempt) noResume(why string) bool {
 // lastID, into a.resp, with the headers the request went with (its
 // credential, the operator's). It returns the class of the answer, OK only
 // for an event stream.
-func (a *attempt) reopen(lastID string) (classify.Class, int) {
+func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
+	a := (*attempt)(us)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	a.s.link.build(req, &upcall{hdr: &a.req.Header, method: fasthttp.MethodGet, session: a.up,
@@ -199,3 +203,17 @@ var (
 	endLineAndEvent = []byte("\n\n")
 	endEvent        = []byte("\n")
 )
+
+// ended says how the upstream's answer stream ended before its
+// response, and why mcpheal could not resume it (resume.go).
+func (us *upstreamStream) ended() string {
+	a := (*attempt)(us)
+	const ended = "the upstream's event stream ended before its answer"
+	switch {
+	case a.resumeWhy != "":
+		return ended + " (it could not be resumed: " + a.resumeWhy + ")"
+	case a.heals && a.rw.lastID == "":
+		return ended + " (no event id to resume it from)"
+	}
+	return ended
+}

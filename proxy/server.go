@@ -211,15 +211,7 @@ func (c *Config) normalize() error {
 	c.MaxSSELine = orInt(c.MaxSSELine, 8<<20)
 	c.MemoryBudget = orInt(c.MemoryBudget, 512<<20)
 	c.MaxJournal = orInt(c.MaxJournal, 64<<10)
-	if c.ResumeBuffer == 0 {
-		c.ResumeBuffer = 4 << 20
-	}
-	if c.ResumeWindow == 0 {
-		c.ResumeWindow = 30 * time.Second
-	}
-	if c.ResumeWindow < 0 {
-		c.ResumeBuffer = -1 // nothing is kept, so no answer can be resumed from mcpheal
-	}
+	c.normalizeResume()
 	c.SessionMaxAge = orDur(c.SessionMaxAge, 7*24*time.Hour)
 	c.StoreTimeout = orDur(c.StoreTimeout, 250*time.Millisecond)
 	switch c.EraBridge {
@@ -251,6 +243,20 @@ func (c *Config) normalize() error {
 		c.Keepalive = 120 * time.Second
 	}
 	return nil
+}
+
+// normalizeResume sets the answer log's defaults (answerlog.go): a
+// negative ResumeBuffer or ResumeWindow keeps nothing.
+func (c *Config) normalizeResume() {
+	if c.ResumeBuffer == 0 {
+		c.ResumeBuffer = 4 << 20
+	}
+	if c.ResumeWindow == 0 {
+		c.ResumeWindow = 30 * time.Second
+	}
+	if c.ResumeWindow < 0 {
+		c.ResumeBuffer = -1
+	}
 }
 
 // Server is the mcpheal proxy for one upstream. It serves agents through
