@@ -77,12 +77,7 @@ func TestAgentResumesFromLog(t *testing.T) {
 	})
 	close(release)
 
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
-	req.Header.Set("Last-Event-ID", id)
-	got, body := peerRawDo(t, req)
+	got, body := resumeGet(t, url, sid, id)
 	if got.StatusCode != http.StatusOK || !ownIDs(string(body), resumeResult+"\n\n") || strings.Contains(string(body), "started") {
 		t.Fatalf("resume: %d %q; want the result alone, with mcpheal's id", got.StatusCode, body)
 	}
@@ -128,12 +123,7 @@ func TestAgentNeverResumes(t *testing.T) {
 	})
 	peerWait(t, "the memory budget to be back", func() bool { return s.mem.used.Load() == before })
 	// A late resume finds nothing: an empty stream, as for a dead session's.
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
-	req.Header.Set("Last-Event-ID", "m1-1")
-	got, body := peerRawDo(t, req)
+	got, body := resumeGet(t, url, sid, "m1-1")
 	if got.StatusCode != http.StatusOK || len(body) != 0 {
 		t.Fatalf("late resume: %d %q; want an empty event stream", got.StatusCode, body)
 	}
@@ -229,12 +219,7 @@ func TestAgentResumeAtAnotherReplica(t *testing.T) {
 	id := readFirstEvent(t, bufio.NewReader(resp.Body))
 	_ = resp.Body.Close()
 
-	req, _ := http.NewRequest(http.MethodGet, urlB, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
-	req.Header.Set("Last-Event-ID", id)
-	got, body := peerRawDo(t, req)
+	got, body := resumeGet(t, urlB, sid, id)
 	if got.StatusCode != http.StatusOK || !strings.HasPrefix(got.Header.Get("Content-Type"), "text/event-stream") || len(body) != 0 {
 		t.Fatalf("resume at another replica: %d %q %q; want an empty event stream", got.StatusCode, got.Header.Get("Content-Type"), body)
 	}
@@ -244,4 +229,16 @@ func TestAgentResumeAtAnotherReplica(t *testing.T) {
 	if n := st.posts.Load(); n != 1 {
 		t.Errorf("the upstream got the call %d times, want 1", n)
 	}
+}
+
+// resumeGet sends the GET with which an agent resumes the answer whose
+// event lastEventID it got last, and returns the whole answer.
+func resumeGet(t *testing.T, url, sid, lastEventID string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Last-Event-ID", lastEventID)
+	return peerRawDo(t, req)
 }
