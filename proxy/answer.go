@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -595,6 +596,9 @@ func (b *sseBody) left(err error) error {
 	}
 	a.log.agentLeft()
 	a.draining = true // Close starts drain: fasthttp is done with the attempt then
+	// The message's members are views into the agent's request, which
+	// fasthttp reuses once the answer is done: drain keeps copies.
+	a.msg.id, a.msg.method, a.msg.tool = strings.Clone(a.msg.id), strings.Clone(a.msg.method), strings.Clone(a.msg.tool)
 	return err
 }
 
