@@ -27,14 +27,19 @@ func TestLargeEvent(t *testing.T) {
 	if err := ev.check(body, 4711); err != nil {
 		t.Fatal(err)
 	}
+	// Through mcpheal the event carries an id of mcpheal's own.
+	if err := ev.check(append(append([]byte(nil), body[:len(body)-1]...), "id: m1x-1\n\n"...), 4711); err != nil {
+		t.Errorf("with mcpheal's id line: %v", err)
+	}
 	if newLargeEvent(size).sum != ev.sum {
 		t.Error("the event is not deterministic: upstream and harness would disagree")
 	}
 	for name, bad := range map[string][]byte{
-		"other id":  append(appendPrefix(nil, "4712"), ev.tail...),
-		"short":     body[:len(body)-1],
-		"one byte":  func() []byte { b := append([]byte(nil), body...); b[len(b)/2] ^= 1; return b }(),
-		"duplicate": append(append([]byte(nil), body...), body[len(body)-3:]...),
+		"other id":      append(appendPrefix(nil, "4712"), ev.tail...),
+		"short":         body[:len(body)-1],
+		"one byte":      func() []byte { b := append([]byte(nil), body...); b[len(b)/2] ^= 1; return b }(),
+		"duplicate":     append(append([]byte(nil), body...), body[len(body)-3:]...),
+		"other id line": append(append([]byte(nil), body[:len(body)-1]...), "id: 7\n\n"...),
 	} {
 		if ev.check(bad, 4711) == nil {
 			t.Errorf("check accepted a %s answer", name)
