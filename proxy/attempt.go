@@ -248,6 +248,11 @@ func (a *attempt) send() error {
 // answer (peeking at the first event of a POST's SSE answer), and whether
 // the upstream may have run the request.
 func (a *attempt) judge(err error) facts {
+	if !a.replaySafe && a.msg.tool != "" {
+		// mcpheal may have learnt the tool's annotations since the request
+		// set out (its own tools/list of a held session, held.go).
+		a.replaySafe = replayable(&a.msg, a.sess, a.s.replayTools)
+	}
 	f := facts{replaySafe: a.replaySafe, session: a.heals, healed: a.healed}
 	if a.agentGone() {
 		// Interrupted, or answered as the agent left: either way nobody

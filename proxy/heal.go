@@ -66,7 +66,7 @@ func (h *healer) heal(ctx context.Context, sess *session.Session, seen uint64, r
 		defer ev.Msg("session healed")
 		h.streams.healed(sess.ID, gen)
 		if sess.ToolsSeen() && h.bg.Add(1) {
-			go h.checkTools(sess, recipeHeader(sess))
+			go h.refreshTools(sess, recipeHeader(sess), true)
 		}
 	case errors.Is(err, session.ErrClosed):
 		outcome = "ended"

@@ -383,6 +383,16 @@ func (h *held) hold(e *heldEntry, sess *session.Session, info *discovery) {
 	}
 	e.sess = sess
 	h.hub(sess)
+	h.learnTools(sess)
+}
+
+// learnTools has mcpheal list the held session's tools itself
+// (healer.refreshTools): a 2026-07-28 agent may call a tool it never
+// listed, and the replay rules read the tool's annotations.
+func (h *held) learnTools(sess *session.Session) {
+	if info, ok := h.infos.Load(sess); ok && gjson.GetBytes(info.(*discovery).capabilities, "tools").Exists() && h.s.bg.Add(1) {
+		go h.s.healer.refreshTools(sess, recipeHeader(sess), false)
+	}
 }
 
 // adopt takes over the held session id that the fleet's store keeps (this

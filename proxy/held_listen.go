@@ -247,7 +247,9 @@ func (hub *heldHub) deliver(h *held, msg []byte) {
 	}
 	uri := ""
 	switch method {
-	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
+	case "notifications/tools/list_changed":
+		h.learnTools(hub.g.sess) // what the new list says of its tools' annotations
+	case "notifications/prompts/list_changed", "notifications/resources/list_changed":
 	case "notifications/resources/updated":
 		uri = m.Get("params.uri").Str
 	default:

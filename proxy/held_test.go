@@ -13,6 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/session"
 )
 
 // The held route: an official Go SDK client speaking MCP 2026-07-28 (no
@@ -368,3 +370,72 @@ func TestHeldSessionReleasedWhileInUse(t *testing.T) {
 		t.Errorf("memory budget used %d after both sessions left, want %d", got, base)
 	}
 }
+
+// TestHeldLearnsTools: a 2026-07-28 client (Go SDK) through the held route
+// calls tools it never listed. mcpheal lists the held session's tools
+// itself, so a read-only tool whose exchange breaks after it was sent
+// (a relay resets the connection as the request goes upstream) is sent
+// again and runs once, while a tool without annotations gets -32011 and
+// never runs twice. A restart with the same tools brings the client no
+// tools/list_changed; one with another tool brings it exactly one.
+func TestHeldLearnsTools(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	relay := newTCPRelay(t, up.Addr())
+	s, url, logs := startProxyLog(t, relay.URL(), nil)
+	var changed atomic.Int64
+	cs := goSDK2026Client(t, url, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) },
+	})
+	var held []*session.Session
+	peerWait(t, "mcpheal to learn the held session's tools", func() bool {
+		held = s.sessions.store.Sessions()
+		return len(held) == 1 && held[0].Replayable("ro_counter")
+	})
+	if held[0].Replayable("counter") {
+		t.Fatal("a tool without annotations was learnt replay-safe")
+	}
+
+	relay.CutRequest(`"name":"ro_counter"`)
+	res, err := goSDKCall(t, cs, "ro_counter", map[string]any{})
+	if err != nil || peerResultText(res) != "1" || relay.Cuts() != 1 {
+		t.Fatalf("ro_counter cut on its way upstream: %v, %s, %d cuts; want it sent again and run once", err, peerResultText(res), relay.Cuts())
+	}
+	relay.CutRequest(`"name":"counter"`)
+	res, err = goSDKCall(t, cs, "counter", map[string]any{})
+	if err == nil && !res.IsError || relay.Cuts() != 2 {
+		t.Fatalf("counter cut on its way upstream: %v, %s, %d cuts; want -32011", err, peerResultText(res), relay.Cuts())
+	}
+	if n := up.Counter(); n != 1 {
+		t.Errorf("the server's counter is %d; want 1 (ro_counter once, counter never)", n)
+	}
+
+	// The agent lists tools now: the list mcpheal records from the answer
+	// it translated is the one it compares after a heal.
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Each of mcpheal's own tools/list ends with one log line: whether it
+	// told the agent the list changed, or not.
+	count := func(what string) int { return strings.Count(logs.String(), what) }
+	const notified, learnt = `"message":"tool list changed across the heal; agent notified"`, `"message":"tool list learnt"`
+	for i, extra := range [][]string{nil, {"extra"}} {
+		up.SetNextTools(extra, nil)
+		up.Restart()
+		// A read-only call heals the session (a call that is not could
+		// meet the dead connection and get -32011).
+		if res, err := goSDKCall(t, cs, "ro_counter", map[string]any{}); err != nil || peerResultText(res) != strconv.Itoa(2+i) {
+			t.Fatalf("ro_counter after restart %d: %v, %s", i+1, err, peerResultText(res))
+		}
+		// One tools/list when the session was held, one after each heal.
+		peerWait(t, "mcpheal's tools/list after the heal", func() bool { return count(notified)+count(learnt) == 2+i })
+		if n := count(notified); n != i {
+			t.Fatalf("after restart %d (the list changed: %v) mcpheal told the agent %d times; want %d", i+1, extra != nil, n, i)
+		}
+	}
+	peerWait(t, "the client to be told the list changed", func() bool { return changed.Load() == 1 })
+	noPanics(t, s)
+}
+

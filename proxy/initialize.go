@@ -80,11 +80,15 @@ func withID(body []byte, id string) []byte {
 
 // learnTools records which tools the upstream declares safe to run twice
 // (readOnlyHint or idempotentHint, MCP 2025-03-26+ tool annotations) from a
-// tools/list answer passing through: msg is its JSON-RPC message.
-func learnTools(sess *session.Session, msg []byte) {
+// tools/list answer, passing through or mcpheal's own: msg is its JSON-RPC
+// message. It reports whether the list differs from the one the session
+// saw before. The list is the result's tools array, as the server wrote it:
+// what a route adds around it for its agent (the held route's resultType,
+// ttlMs, cacheScope) is not the list.
+func learnTools(sess *session.Session, msg []byte) (changed bool) {
 	d := msg
 	if res := gjson.GetBytes(d, "result"); res.IsObject() && !gjson.Get(res.Raw, "nextCursor").Exists() {
-		sess.SeeTools([]byte(res.Raw)) // the first page of a paged list is not the list
+		changed = sess.SeeTools([]byte(gjson.Get(res.Raw, "tools").Raw)) // the first page of a paged list is not the list
 	}
 	gjson.GetBytes(d, "result.tools").ForEach(func(_, t gjson.Result) bool {
 		name := t.Get("name").String()
@@ -94,4 +98,5 @@ func learnTools(sess *session.Session, msg []byte) {
 		}
 		return true
 	})
+	return changed
 }

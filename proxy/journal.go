@@ -69,10 +69,16 @@ func (h *healer) sessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, s
 // (MCP server/tools: notifications/tools/list_changed).
 var listChanged = sse.AppendEvent(nil, "message", []byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
 
-// checkTools runs after a heal when the agent has listed tools: if the new
-// upstream session lists different tools (a server restarted with another
-// version), the agent is told on its GET stream.
-func (h *healer) checkTools(sess *session.Session, hdr *fasthttp.RequestHeader) {
+// refreshTools lists the session's tools upstream itself and learns them
+// (learnTools: the annotations the replay rules read, the list the next
+// check compares): after a heal when the agent has listed tools, so that
+// an agent whose new upstream session lists different tools (a server
+// restarted with another version) is told on its GET stream (notify); and
+// for a held session when it is held and when the upstream says its list
+// changed, so that a 2026-07-28 agent's call is judged on its tool's
+// annotations whether or not the agent listed tools (the upstream's own
+// notification reached the agent: notify false).
+func (h *healer) refreshTools(sess *session.Session, hdr *fasthttp.RequestHeader, notify bool) {
 	defer h.bg.Done()
 	defer func() {
 		if p := recover(); p != nil {
@@ -88,8 +94,12 @@ func (h *healer) checkTools(sess *session.Session, hdr *fasthttp.RequestHeader) 
 		h.log.Debug().Str(logSession, sess.ID.Short()).Stringer(logClass, cls).Err(err).Msg("tools/list after heal failed")
 		return
 	}
-	if sess.SeeTools(result) {
-		h.log.Info().Str(logSession, sess.ID.Short()).Msg("tool list changed across the heal; agent notified")
+	msg := append(append([]byte(`{"result":`), result...), '}')
+	changed := learnTools(sess, msg)
+	if changed && notify {
 		h.streams.inject(sess.ID, listChanged)
+		h.log.Info().Str(logSession, sess.ID.Short()).Msg("tool list changed across the heal; agent notified")
+		return
 	}
+	h.log.Debug().Str(logSession, sess.ID.Short()).Bool("changed", changed).Msg("tool list learnt")
 }

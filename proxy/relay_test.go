@@ -71,8 +71,11 @@ type tcpRelay struct {
 	idleClosed atomic.Int64
 
 	// cutAfter, set by CutAfter: the next bytes from the upstream that
-	// contain it are forwarded, then their connection is reset (once).
-	cutAfter atomic.Pointer[[]byte]
+	// contain it are forwarded, then their connection is reset (once);
+	// cutBefore, set by CutRequest: the next bytes from the proxy that
+	// contain it are dropped and their connection reset (once).
+	cutAfter  atomic.Pointer[[]byte]
+	cutBefore atomic.Pointer[[]byte]
 
 	mu       sync.Mutex // protects mode, limit, conns, attempts, closed
 	mode     relayMode
@@ -127,14 +130,22 @@ func (r *tcpRelay) CutAfter(pattern string) {
 	r.cutAfter.Store(&b)
 }
 
-// Cuts counts connections reset by CutAfter.
+// CutRequest resets, once, the connection on which the proxy next sends
+// bytes that contain pattern, without forwarding them: a request written
+// and lost on its way (the server never sees it, the proxy cannot know).
+func (r *tcpRelay) CutRequest(pattern string) {
+	b := []byte(pattern)
+	r.cutBefore.Store(&b)
+}
+
+// Cuts counts connections reset by CutAfter and CutRequest.
 func (r *tcpRelay) Cuts() int64 { return r.cuts.Load() }
 
-// cutNow reports whether bytes b from the upstream are the ones CutAfter
-// waits for; the first such bytes disarm it.
-func (r *tcpRelay) cutNow(b []byte) bool {
-	p := r.cutAfter.Load()
-	return p != nil && bytes.Contains(b, *p) && r.cutAfter.CompareAndSwap(p, nil)
+// cut reports whether bytes b are the ones a CutAfter or CutRequest
+// (which) waits for; the first such bytes disarm it.
+func (r *tcpRelay) cut(which *atomic.Pointer[[]byte], b []byte) bool {
+	p := which.Load()
+	return p != nil && bytes.Contains(b, *p) && which.CompareAndSwap(p, nil)
 }
 
 // CloseIdle closes, from now until the relay closes, every connection
@@ -355,6 +366,11 @@ func (c *relayConn) pump(from, to net.Conn, fromProxy bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := from.Read(buf)
+		if n > 0 && fromProxy && c.r.cut(&c.r.cutBefore, buf[:n]) {
+			c.r.cuts.Add(1)
+			c.close(true)
+			return
+		}
 		if n > 0 {
 			switch c.admit(fromProxy) {
 			case relayReset:
@@ -366,7 +382,7 @@ func (c *relayConn) pump(from, to net.Conn, fromProxy bool) {
 					c.close(false)
 					return
 				}
-				if !fromProxy && c.r.cutNow(buf[:n]) {
+				if !fromProxy && c.r.cut(&c.r.cutAfter, buf[:n]) {
 					c.r.cuts.Add(1)
 					c.close(true)
 					return
