@@ -438,4 +438,3 @@ func TestHeldLearnsTools(t *testing.T) {
 	peerWait(t, "the client to be told the list changed", func() bool { return changed.Load() == 1 })
 	noPanics(t, s)
 }
-
