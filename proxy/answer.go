@@ -131,7 +131,7 @@ func (a *attempt) fail(out outcome) failure {
 				"while re-creating the session (" + strconv.Itoa(he.status) + ")"}
 		}
 		return failure{status: he.status, code: codeUnauthorized, msg: "the upstream refused this request's credential while re-creating " +
-			"the session (" + strconv.Itoa(he.status) + "); the session stays valid", challenge: he.challenge}
+			"the session (" + strconv.Itoa(he.status) + "); the session stays valid", challenge: string(a.s.ownChallenge(a.r.hdr, []byte(he.challenge)))}
 	case outInvalid:
 		c.request(m, classify.Protocol)
 		return failure{status: fasthttp.StatusBadGateway, code: codeUpstreamInvalid, msg: "the upstream's answer to " + m.method +
@@ -390,6 +390,10 @@ func (a *attempt) respondHead() {
 		ctx.Response.Header.SetBytesK(hdrSessionID, string(a.sess.ID))
 	} else {
 		a.s.link.dropMinted(a.resp)
+	}
+	if c := h.Peek("WWW-Authenticate"); len(c) > 0 && !a.s.link.ownsAuthorization() {
+		// The agent logs in itself: through mcpheal (oauth.go).
+		ctx.Response.Header.SetBytesV("WWW-Authenticate", a.s.ownChallenge(&ctx.Request.Header, c))
 	}
 }
 

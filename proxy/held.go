@@ -466,7 +466,7 @@ func (h *held) open(r *request, id session.ClientID) (*session.Session, *discove
 	case a.sess != nil:
 		return a.sess, heldDiscovery(msg), failure{}
 	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
-		return nil, nil, failure{status: st, code: codeUnauthorized, challenge: string(a.resp.Header.Peek("WWW-Authenticate")),
+		return nil, nil, failure{status: st, code: codeUnauthorized, challenge: string(s.ownChallenge(r.hdr, a.resp.Header.Peek("WWW-Authenticate"))),
 			msg: "the upstream refused this request's credential (" + strconv.Itoa(st) + ")"}
 	case legacyRefused(st, msg):
 		s.eras.forget() // redeployed 2026-07-28-only: the next request asks again

@@ -288,16 +288,18 @@ func (r *Router) wellKnown(ctx *fasthttp.RequestCtx, t *routeTable, p string) {
 		if !ok {
 			continue
 		}
-		s := t.byPath[rest]
-		if s == nil && rest == "" && len(t.byPath) == 1 {
+		s, upPath := t.byPath[rest], ""
+		if s != nil {
+			upPath = s.link.up.Path()
+		} else if rest == "" && len(t.byPath) == 1 {
 			for _, only := range t.byPath {
-				s = only
+				s = only // the origin's own metadata: the upstream origin's
 			}
 		}
 		if s == nil || s.cfg.Credentials != nil {
 			break // unknown, or the proxy owns that upstream's credential
 		}
-		s.wellKnown(ctx, kind+s.link.up.Path())
+		s.wellKnown(ctx, kind+upPath)
 		return
 	}
 	ctx.Error("not found\n", fasthttp.StatusNotFound)

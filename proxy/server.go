@@ -279,7 +279,10 @@ type Server struct {
 	bridge   *bridge
 	held     *held
 	streams  streamSet
-	answers  answerLogs   // answers agents may resume (answerlog.go)
+	answers  answerLogs // answers agents may resume (answerlog.go)
+	// prm is the path of the upstream's protected resource metadata its
+	// last challenge named (oauth.go); nil: the RFC 9728 default.
+	prm      atomic.Pointer[string]
 	inflight atomic.Int64 // ServeMCP calls running
 
 	srvOnce sync.Once
@@ -614,6 +617,9 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	defer upstream.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Set("Accept", "application/json")
+	if p := s.prm.Load(); p != nil && path == prmPath+s.link.up.Path() {
+		path = *p // the server named another location in its challenge
+	}
 	if err := s.link.up.DoPath(req, resp, path, time.Now().Add(10*time.Second)); err != nil {
 		writeError(ctx, fasthttp.StatusBadGateway, codeUpstreamDown, "null", "upstream unreachable: "+s.link.up.Origin())
 		return
@@ -624,5 +630,9 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 		ctx.SetStatusCode(fasthttp.StatusBadGateway)
 		return
 	}
-	ctx.Response.SetBody(resp.Body())
+	body := resp.Body()
+	if strings.HasPrefix(path, prmPath) && resp.StatusCode() == fasthttp.StatusOK {
+		body = s.ownMetadata(&ctx.Request.Header, body) // mcpheal is the resource the agent reached (oauth.go)
+	}
+	ctx.Response.SetBody(body)
 }

@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+)
+
+// An agent's own OAuth login through mcpheal (README "OAuth"). An agent
+// that meets a 401 follows the server's WWW-Authenticate to its protected
+// resource metadata (RFC 9728) and checks that the metadata's resource is
+// the URL it connected to (RFC 9728 §3.3, the MCP authorization spec):
+// mcpheal's, not the server's. So mcpheal presents itself as the protected
+// resource: the challenge's resource_metadata points at mcpheal's own
+// well-known URL (which forwards to the server's, Router.wellKnown), and
+// the metadata's resource names mcpheal's URL. The authorization server is
+// the server's own, reached directly. The token the agent then gets names
+// mcpheal's URL as its resource (RFC 8707): a server that checks its tokens'
+// audience against its own URL refuses it, and such a server needs
+// mcpheal's own credential (credentials) instead.
+
+// prmPath is where RFC 9728 §3.1 puts a resource's metadata: this segment,
+// then the resource's path.
+const prmPath = "/.well-known/oauth-protected-resource"
+
+// ownOrigin is mcpheal's origin as the agent that sent h reached it:
+// https when a TLS terminator in front says so (X-Forwarded-Proto), the
+// agent's own Host.
+func ownOrigin(h *fasthttp.RequestHeader) string {
+	scheme := "http://"
+	if strings.EqualFold(string(h.Peek("X-Forwarded-Proto")), "https") {
+		scheme = "https://"
+	}
+	return scheme + string(h.Host())
+}
+
+// resourceMetadata matches the resource_metadata parameter of a
+// WWW-Authenticate challenge (RFC 9728 §5.1), its URL in group 1.
+var resourceMetadata = regexp.MustCompile(`(?i)\bresource_metadata="([^"]*)"`)
+
+// ownChallenge rewrites the upstream's challenge for the agent: a
+// resource_metadata on the upstream's origin becomes mcpheal's well-known
+// URL for this upstream. Any other challenge is returned as it is.
+func (s *Server) ownChallenge(h *fasthttp.RequestHeader, challenge []byte) []byte {
+	m := resourceMetadata.FindSubmatchIndex(challenge)
+	if m == nil {
+		return challenge
+	}
+	u := string(challenge[m[2]:m[3]])
+	path, ok := strings.CutPrefix(u, s.link.up.Origin())
+	if !ok || !strings.HasPrefix(path, "/") {
+		return challenge // another host's metadata: the agent reads it there
+	}
+	if cur := s.prm.Load(); cur == nil || *cur != path {
+		s.prm.Store(&path) // where Server.wellKnown fetches it, wherever the server keeps it
+	}
+	origin := ownOrigin(h)
+	out := make([]byte, 0, len(challenge)+len(origin)+len(prmPath)+len(s.cfg.Path))
+	out = append(out, challenge[:m[2]]...)
+	out = append(out, origin+prmPath+s.cfg.Path...)
+	return append(out, challenge[m[3]:]...)
+}
+
+// ownMetadata rewrites the upstream's protected resource metadata for the
+// agent: a resource on the upstream's origin moves to mcpheal's, the
+// upstream's URL becoming mcpheal's URL of this upstream and any other path
+// kept (the metadata at the origin's root names the origin). A body that
+// is not such a JSON object is returned as it is.
+func (s *Server) ownMetadata(h *fasthttp.RequestHeader, body []byte) []byte {
+	r := gjson.GetBytes(body, "resource")
+	if r.Type != gjson.String || r.Index <= 0 {
+		return body
+	}
+	rest, ok := strings.CutPrefix(r.Str, s.link.up.Origin())
+	if !ok || rest != "" && rest[0] != '/' {
+		return body // another resource: nothing of mcpheal's
+	}
+	own := ownOrigin(h) + rest
+	if rest == s.link.up.Path() {
+		own = ownOrigin(h) + s.cfg.Path // the upstream's URL: mcpheal's of it
+	}
+	v, _ := json.Marshal(own)
+	var b bytes.Buffer
+	b.Grow(len(body) + len(v))
+	b.Write(body[:r.Index])
+	b.Write(v)
+	b.Write(body[r.Index+len(r.Raw):])
+	return b.Bytes()
+}
