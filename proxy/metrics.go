@@ -47,6 +47,9 @@ var (
 		"Live client sessions.", []string{"upstream"}, nil)
 	descBreaker = prometheus.NewDesc("mcpheal_breaker_state",
 		"Circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"upstream"}, nil)
+	descAcceptErrors = prometheus.NewDesc("mcpheal_accept_errors_total",
+		"Errors accepting agents' connections (too many open files, aborted connections), waited out: mcpheal goes on accepting.",
+		nil, nil)
 	descMemory = prometheus.NewDesc("mcpheal_memory_budget_bytes",
 		"The memory budget: used = session state, journals and buffered answers counted now; limit = memory_budget.",
 		[]string{"upstream", "kind"}, nil)
@@ -62,6 +65,7 @@ func (c collector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect implements prometheus.Collector.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descAcceptErrors, prometheus.CounterValue, float64(c.r.acceptErrors.Load()))
 	t := c.r.routes.Load()
 	seen := map[string]bool{}
 	for _, s := range t.servers() {

@@ -39,6 +39,9 @@ type Router struct {
 	mu sync.Mutex // serializes Reload and Shutdown; protects closed
 	// closed is set by Shutdown; Reload then refuses.
 	closed bool
+	// acceptErrors counts the listeners' accept errors waited out
+	// (listener.go).
+	acceptErrors atomic.Uint64
 }
 
 // routeTable is immutable once published.
@@ -360,10 +363,14 @@ func (r *Router) ProbeUpstreams() {
 }
 
 // Serve answers agents on ln until Shutdown.
-func (r *Router) Serve(ln net.Listener) error { return r.srv.Serve(ln) }
+func (r *Router) Serve(ln net.Listener) error {
+	return r.srv.Serve(newPatientListener(ln, &r.log, &r.acceptErrors))
+}
 
 // ServeAdmin answers the operations endpoints on ln until Shutdown.
-func (r *Router) ServeAdmin(ln net.Listener) error { return r.adm.Serve(ln) }
+func (r *Router) ServeAdmin(ln net.Listener) error {
+	return r.adm.Serve(newPatientListener(ln, &r.log, &r.acceptErrors))
+}
 
 // AdminAddr is the admin listener's address, or "" when it is off.
 func (r *Router) AdminAddr() string {

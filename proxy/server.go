@@ -435,7 +435,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		l.add(&s.cfg)
 		s.srv = newFastHTTPServer(s.Handler, s.log, l)
 	})
-	return s.srv.Serve(ln)
+	var errs atomic.Uint64 // a Router counts them for /metrics
+	return s.srv.Serve(newPatientListener(ln, &s.log, &errs))
 }
 
 // ListenAndServe listens on Config.Listen and serves.
