@@ -76,8 +76,7 @@ type answerLogs struct {
 
 // open starts the log of a's answer, whose events carry a.rw.own.
 func (ls *answerLogs) open(a *attempt) *answerLog {
-	key := string(appendOwnID(nil, a.rw.own, 0))
-	key = key[:len(key)-2] // "m<own>"
+	key := "m" + strconv.FormatUint(a.rw.own, 36) // as appendOwnID writes it
 	l := &answerLog{key: key, sess: a.sess.ID, ls: ls, mem: &a.s.mem, max: a.s.cfg.ResumeBuffer,
 		window: a.s.cfg.ResumeWindow, a: a, wake: make(chan struct{})}
 	ls.mu.Lock()
