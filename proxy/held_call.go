@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"crypto/rand"
-	"crypto/sha256"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,7 +74,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	s.link.copyRequest(r.hdr, downgrade(r.body, c.upID), a.req)
 	stripStateless(&a.req.Header)
 	a.req.Header.SetBytesK(hdrProtocolVersion, r.sess.Recipe.ProtocolVersion)
-	h.track(c, r.auth)
+	h.track(c, r.auth, r.body)
 	a.watchAgent()
 	out := a.loop()
 	if out.kind == outUpstream && out.class == classify.SessionGone {
@@ -425,17 +424,19 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	c.agentID = strings.Clone(r.msg.id)
 	c.follow(r.body)
-	h.track(c, r.auth)
+	h.track(c, r.auth, r.body)
 	c.rewatch = true
 	c.streamTo(ctx)
 }
 
-// heldCallKey names an agent request in held.calls: by its credential
-// and id, since a notification of a 2026-07-28 agent need not carry the
-// client its requests name (the held key).
-func heldCallKey(auth []byte, rawID string) string {
-	h := sha256.Sum256(auth)
-	return string(h[:16]) + rawID
+// heldCallKey names an agent request in held.calls: by its agent (its
+// credential and the client its _meta names, the held key: heldKeyOf) and
+// its id. A notifications/cancelled names its call the same way, so that
+// another agent under the same credential (none, or a shared inbound
+// token) cannot end a call or a listen that is not its own.
+func heldCallKey(auth, body []byte, rawID string) string {
+	k := heldKeyOf(auth, body)
+	return string(k[:16]) + rawID
 }
 
 // answerInputs answers the upstream's requests for input with the retry's
@@ -475,12 +476,12 @@ func (c *heldCall) answerInputs(r *request, asks []heldAsk) bool {
 
 // track makes the call cancellable by its agent (notifications/cancelled
 // naming its id).
-func (h *held) track(c *heldCall, auth []byte) {
+func (h *held) track(c *heldCall, auth, body []byte) {
 	if c.agentID == "" {
 		return
 	}
 	c.mu.Lock()
-	c.key = heldCallKey(auth, c.agentID)
+	c.key = heldCallKey(auth, body, c.agentID)
 	c.mu.Unlock()
 	h.calls.Store(c.key, c)
 }
@@ -501,7 +502,7 @@ func (h *held) untrack(c *heldCall) {
 func (h *held) cancel(r *request) {
 	h.s.count.request(&r.msg, classify.OK)
 	id := gjson.GetBytes(r.body, "params.requestId").Raw
-	if v, ok := h.calls.Load(heldCallKey(r.auth, id)); ok {
+	if v, ok := h.calls.Load(heldCallKey(r.auth, r.body, id)); ok {
 		v.(heldCancel).cancelByAgent()
 	}
 }

@@ -87,7 +87,7 @@ func (h *held) listen(ctx *fasthttp.RequestCtx, r *request) {
 	hub.mu.Lock()
 	hub.listens[l] = struct{}{}
 	hub.mu.Unlock()
-	l.key = heldCallKey(r.auth, l.id)
+	l.key = heldCallKey(r.auth, r.body, l.id)
 	h.calls.Store(l.key, l)
 	s.count.request(&r.msg, classify.OK)
 	ctx.SetStatusCode(fasthttp.StatusOK)
