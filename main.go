@@ -224,6 +224,9 @@ type resolved struct {
 	shared              *redisstore.Store // the open store (serve), nil for memory
 	tracing             telemetry.Config  // the file's tracing section (config_tracing.go)
 	tracer              trace.TracerProvider
+	// bound is the agent listener's address once listening: the port
+	// --listen 127.0.0.1:0 got, which the start-up lines announce.
+	bound string
 }
 
 // resolve builds the effective configuration. Without --config it is the
@@ -450,6 +453,7 @@ func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log 
 		return errors.Join(first, err)
 	}
 	setMemoryLimit(rc.ups, log)
+	rc.bound = lns[0].Addr().String()
 	admin := ""
 	if len(lns) > 1 {
 		admin = lns[1].Addr().String()
@@ -598,8 +602,8 @@ func setMemoryLimit(ups []proxy.Config, log zerolog.Logger) {
 // admin listener is off), whether the runtime keeps sysmon awake (sysmon.go)
 // and, per upstream, the URL agents use.
 func announce(log zerolog.Logger, rc *resolved, admin string) {
-	ev := log.Info().Str("listen", "http://"+rc.listen).Int("upstreams", len(rc.ups)).
-		Str("health", agentURL(rc.listen, "/healthz")).Bool("sysmon_awake", sysmonAwake(os.Getenv("GODEBUG")))
+	ev := log.Info().Str("listen", "http://"+rc.listenAddr()).Int("upstreams", len(rc.ups)).
+		Str("health", agentURL(rc.listenAddr(), "/healthz")).Bool("sysmon_awake", sysmonAwake(os.Getenv("GODEBUG")))
 	if admin != "" {
 		ev = ev.Str("metrics", agentURL(admin, "/metrics")).Str("ready", agentURL(admin, "/readyz"))
 	} else {
@@ -609,10 +613,19 @@ func announce(log zerolog.Logger, rc *resolved, admin string) {
 	announceUpstreams(log, rc)
 }
 
+// listenAddr is the agent listener's address: where it is bound, once it
+// is.
+func (rc *resolved) listenAddr() string {
+	if rc.bound != "" {
+		return rc.bound
+	}
+	return rc.listen
+}
+
 // announceUpstreams logs, per upstream, the URL agents use.
 func announceUpstreams(log zerolog.Logger, rc *resolved) {
 	for _, c := range rc.ups {
-		u := agentURL(rc.listen, c.Path)
+		u := agentURL(rc.listenAddr(), c.Path)
 		log.Info().Str("upstream", c.Name).Str("url", u).Str("server", redact(c.Upstream)).
 			Msg("agents use " + u)
 	}

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -334,5 +335,32 @@ func TestEmptyGOMEMLIMITIsUnset(t *testing.T) {
 	setMemoryLimit([]proxy.Config{{MemoryBudget: 64 << 20}}, zerolog.Nop())
 	if got, want := debug.SetMemoryLimit(-1), int64(64<<20+memoryHeadroom); got != want {
 		t.Fatalf("memory limit with GOMEMLIMIT empty = %d; want %d (the budget plus headroom)", got, want)
+	}
+}
+
+// TestListenPortZeroAnnouncesItsPort: with --listen 127.0.0.1:0 the
+// start-up lines name the port the kernel gave, and it serves there.
+func TestListenPortZeroAnnouncesItsPort(t *testing.T) {
+	t.Parallel()
+	up := startCountingServer(t)
+	bin := buildBinary(t)
+	c := &child{cmd: exec.Command(bin, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin-listen", "off", "--log-format", "json"),
+		stderr: &syncBuf{}, exited: make(chan struct{})}
+	c.cmd.Stdout, c.cmd.Stderr = c.stderr, c.stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() { c.kill(t) })
+	fields := startupLine(t, c)
+	listen, _ := fields["listen"].(string)
+	if listen == "" || strings.HasSuffix(listen, ":0") {
+		t.Fatalf("start-up line names %q; want the port it listens on", listen)
+	}
+	if st, body := getBody(t, listen+"/healthz"); st != 200 {
+		t.Fatalf("GET %s/healthz: %d %s", listen, st, body)
+	}
+	if !strings.Contains(c.stderr.String(), `"agents use `+listen+`/mcp"`) {
+		t.Errorf("the upstream's line does not name %s/mcp:\n%s", listen, c.stderr)
 	}
 }
