@@ -146,6 +146,24 @@ func (l *heldListen) cancelByAgent() { l.stop() }
 
 func (l *heldListen) stop() { l.once.Do(func() { close(l.quit) }) }
 
+// stopListens ends every agent's listen (shutdown): a listen stays open
+// until its agent leaves, and would hold the drain for its whole timeout.
+func (h *held) stopListens() {
+	h.mu.Lock()
+	hubs := make([]*heldHub, 0, len(h.hubs))
+	for _, hub := range h.hubs {
+		hubs = append(hubs, hub)
+	}
+	h.mu.Unlock()
+	for _, hub := range hubs {
+		hub.mu.Lock()
+		for l := range hub.listens {
+			l.stop()
+		}
+		hub.mu.Unlock()
+	}
+}
+
 // unlisten ends a listen: its resources no other listen wants are
 // unsubscribed.
 func (h *held) unlisten(l *heldListen) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -500,4 +501,51 @@ func TestHeldCancelOnlyByItsAgent(t *testing.T) {
 	if m := <-second; m.Get("result.content.0.text").Str == "done" {
 		t.Fatalf("a call its own client cancelled: %s; want it ended", m.Raw)
 	}
+}
+
+// TestShutdownEndsHeldListens: a 2026-07-28 agent's subscriptions/listen
+// stays open until its agent leaves; a shutdown ends it at once instead of
+// waiting its whole drain timeout for it (it took the full 20 s, and the
+// process exited 2).
+func TestShutdownEndsHeldListens(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{State: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	r, err := NewRouter(addr, []Config{{Upstream: up.URL(), Listen: addr, AdminListen: adminOff}}, nopLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(ln) }()
+	body := `{"jsonrpc":"2.0","id":9,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"l","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 256)
+	if n, err := resp.Body.Read(first); err != nil || !strings.Contains(string(first[:n]), "subscriptions/acknowledged") {
+		t.Fatalf("listen: %d %q %v; want its acknowledgment", resp.StatusCode, first[:n], err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Shutdown took %v with a listen open; want it ended at once", took)
+	}
+	<-served
 }

@@ -412,6 +412,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	for _, s := range t.servers() {
 		s.streams.stopAll() // held-open GET streams would stall the drain
 		s.bridge.stopListens()
+		s.held.stopListens()
 	}
 	err := errors.Join(r.srv.ShutdownWithContext(ctx), r.adm.ShutdownWithContext(ctx))
 	var wg sync.WaitGroup
