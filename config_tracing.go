@@ -9,9 +9,11 @@ import (
 	"context"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.yaml.in/yaml/v3"
 
@@ -57,6 +59,7 @@ func startTracing(ctx context.Context, rc *resolved, log zerolog.Logger) (func()
 	}
 	setTracer(rc.ups, tp)
 	rc.tracer = tp
+	otel.SetErrorHandler(exportErrors(log))
 	log.Info().Msg("traces: exporting spans by OTLP over HTTP (README \"Traces\")")
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -65,6 +68,20 @@ func startTracing(ctx context.Context, rc *resolved, log zerolog.Logger) (func()
 			log.Warn().Err(err).Msg("traces: the last spans were not exported")
 		}
 	}, nil
+}
+
+// exportErrors logs the OpenTelemetry SDK's errors (a collector that does
+// not answer, a refused export) as mcpheal's own log lines, one a second
+// at most: the SDK's default handler prints plain text, which breaks a
+// JSON log.
+func exportErrors(log zerolog.Logger) otel.ErrorHandlerFunc {
+	var last atomic.Int64
+	return func(err error) {
+		if now := time.Now().UnixNano(); now-last.Load() >= int64(time.Second) {
+			last.Store(now)
+			log.Warn().Err(err).Msg("traces: export failed; spans are dropped, mcpheal goes on")
+		}
+	}
 }
 
 // setTracer gives every upstream the tracer provider (nil: none).

@@ -364,3 +364,29 @@ func TestListenPortZeroAnnouncesItsPort(t *testing.T) {
 		t.Errorf("the upstream's line does not name %s/mcp:\n%s", listen, c.stderr)
 	}
 }
+
+// TestExportErrorsAreJSON: with traces sent to a collector that refuses
+// connections, mcpheal says so in its own JSON log lines (the SDK's own
+// handler printed plain text into a JSON log).
+func TestExportErrorsAreJSON(t *testing.T) {
+	t.Parallel()
+	up := startCountingServer(t)
+	bin := buildBinary(t)
+	addr := fixedAddr(t)
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	collector := "http://" + refused.Addr().String()
+	_ = refused.Close() // nothing listens there now: every export is refused
+	c := startChild(t, bin, addr, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector, "OTEL_BSP_SCHEDULE_DELAY=50",
+		"OTEL_EXPORTER_OTLP_TIMEOUT=500"}, "--upstream", up.URL, "--listen", addr, "--admin-listen", "off", "--log-format", "json")
+	initSession(t, "http://"+addr+"/mcp") // spans to export
+	waitFor(t, "the export error's log line", func() bool { return strings.Contains(c.stderr.String(), "traces: export failed") })
+	for _, line := range strings.Split(strings.TrimSpace(c.stderr.String()), "\n") {
+		var fields map[string]any
+		if err := json.Unmarshal([]byte(line), &fields); err != nil {
+			t.Errorf("a log line is not JSON: %q", line)
+		}
+	}
+}
