@@ -137,6 +137,11 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *request) {
 	out := a.loop()
 	if out.kind == outUpstream {
 		out = a.create()
+	} else {
+		// An answer mcpheal cannot carry (past max_answer or the memory
+		// budget) or an agent gone: a session the upstream opened with it
+		// is nobody's, and a server without idle expiry would keep it.
+		s.link.dropMinted(a.resp)
 	}
 	if !a.answer(out) {
 		a.unwatch()
