@@ -40,7 +40,7 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"big","version":"1"},"instructions":"%s"}}`, big)
 			}))
 			t.Cleanup(up.Close)
-			s, url := startProxy(t, up.URL+"/mcp", func(cfg *Config) { c.mod(cfg); cfg.Keepalive = -1; cfg.EraBridge = "off" })
+			_, url := startProxy(t, up.URL+"/mcp", func(cfg *Config) { c.mod(cfg); cfg.Keepalive = -1; cfg.EraBridge = "off" })
 			for range 4 {
 				resp, body := peerRawPost(t, url, "",
 					`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
@@ -48,7 +48,12 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 					t.Fatalf("initialize answered 200 %.80s; want mcpheal's refusal", body)
 				}
 			}
-			s.Close() // waits for the DELETEs in the background
+			// The DELETEs go in the background, each at once.
+			peerWait(t, "a DELETE of every upstream session", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(deleted) >= len(created)
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			for id := range created {
