@@ -7,13 +7,16 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // patientListener keeps accepting through the errors an overloaded host
 // gives (too many open files, a connection aborted before it was
 // accepted): fasthttp's Serve returns on them, and the process would end
 // (README "Under attack"). It waits as net/http's Server does, 5 ms doubling
-// to 1 s, counts each error and logs one line a second at most. A closed
+// to 1 s (the one backoff, upstream.Backoff), counts each error and logs one
+// line a second at most. A closed
 // listener's error still ends Serve.
 type patientListener struct {
 	net.Listener
@@ -30,7 +33,7 @@ func newPatientListener(ln net.Listener, log *zerolog.Logger, errs *atomic.Uint6
 
 // Accept returns the next connection, waiting out temporary errors.
 func (l *patientListener) Accept() (net.Conn, error) {
-	var delay time.Duration
+	wait := upstream.Backoff{Min: 5 * time.Millisecond, Max: time.Second}
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
@@ -41,7 +44,7 @@ func (l *patientListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		l.errs.Add(1)
-		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+		delay := wait.Next()
 		if now := time.Now().UnixNano(); now-l.logged.Load() >= int64(time.Second) {
 			l.logged.Store(now)
 			l.log.Error().Err(err).Dur("retry_in", delay).
