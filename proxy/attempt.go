@@ -76,9 +76,11 @@ type attempt struct {
 	resumedAt string
 	resumes   int
 	resumeBy  time.Time
-	// quiet: the first event is being peeked at under a read deadline of
-	// stream_keepalive; its expiry ends the peek (errQuiet), not the stream.
-	quiet bool
+	// quiet: the first event is being peeked at; the first read that would
+	// wait for it arms a read deadline of stream_keepalive (quietArmed),
+	// whose expiry ends the peek (errQuiet), not the stream. An answer
+	// whose events came with its head (the usual short one) sets none.
+	quiet, quietArmed bool
 	// log keeps the streamed answer for its agent to resume (answerlog.go);
 	// draining: the agent's connection dropped and drain, not fasthttp,
 	// owns the attempt now.
@@ -323,13 +325,13 @@ func (a *attempt) peek() bool {
 	// A call that sends nothing for stream_keepalive is judged on its head
 	// and streamed, so that its agent gets keepalive comments (idle.go): a
 	// session error comes at once, never after that long.
-	a.quiet = a.msg.isRequest() && a.resp.SetReadDeadline(time.Now().Add(a.s.cfg.StreamKeepalive)) == nil
+	a.quiet = a.msg.isRequest()
 	var ok bool
 	a.out, a.first, a.firstWhole, ok = peekFirst((*upstreamStream)(a), &a.rw, a.out[:0], a.readBuf())
-	if a.quiet {
-		a.quiet = false
+	if a.quietArmed {
 		_ = a.resp.SetReadDeadline(time.Time{})
 	}
+	a.quiet, a.quietArmed = false, false
 	return ok
 }
 

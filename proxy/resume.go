@@ -48,12 +48,15 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 	for {
 		err := a.rerr
 		if err == nil {
+			if a.quiet && !a.quietArmed && a.resp.Buffered() == 0 {
+				a.quietArmed = a.resp.SetReadDeadline(time.Now().Add(a.s.cfg.StreamKeepalive)) == nil
+			}
 			var n int
 			n, err = a.resp.Read(p)
 			switch {
 			case err == nil:
 				return n, nil
-			case a.quiet && upstream.IsTimeout(err):
+			case a.quietArmed && upstream.IsTimeout(err):
 				if n > 0 {
 					return n, nil // the deadline has passed: the next read says so
 				}
@@ -115,11 +118,12 @@ func (us *upstreamStream) resume(cause error) bool {
 		}
 		ev.Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Str(logSession, a.sess.ID.Short()).
 			AnErr("cut", cause).Int("retry_ms", a.rw.retryMs).Stringer(logClass, cls).Int("status", status).
-			Msg("answer stream ended before its response; resumed upstream with Last-Event-ID")
+			Msg("answer stream ended before its response; asked the upstream for the rest with Last-Event-ID")
 		switch cls {
 		case classify.OK:
 			a.s.count.resumes[outcomeOK].Add(1)
 			a.rw.resumed()
+			a.quietArmed = false // a peek's deadline was the old connection's
 			return true
 		case classify.TransportDead, classify.Timeout:
 			if a.agentGone() {
@@ -162,7 +166,8 @@ func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
 	}
 	a.resp.Close()
 	a.resp.Response.Reset()
-	err := a.s.link.do(req, a.resp, time.Now().Add(a.s.cfg.ResponseTimeout))
+	// Its head is due within the heal budget, like every try of a heal.
+	err := a.s.link.do(req, a.resp, a.resumeBy)
 	if err != nil {
 		cls := failClass(err)
 		a.s.link.recordHealth(cls)
