@@ -575,19 +575,27 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 	a.outPos = len(a.out)
 	buf := a.readBuf()
 	for !a.eof {
-		n, rerr := (*upstreamStream)(a).Read(buf)
-		res, aliased := a.relay(a.out[:0], buf[:n], rerr)
-		if !aliased {
-			a.out = res[:0] // keep a grown buffer
-		}
-		if a.log != nil {
-			a.log.append(res)
-		}
-		if err = write(res); err != nil {
+		if err = write(b.pull(buf)); err != nil {
 			return total, b.left(err)
 		}
 	}
 	return total, nil
+}
+
+// pull reads the upstream's stream once into buf and returns what of it
+// goes to the agent, kept in the answer's log if it has one; valid until
+// the next pull.
+func (b *sseBody) pull(buf []byte) []byte {
+	a := (*attempt)(b)
+	n, rerr := (*upstreamStream)(a).Read(buf)
+	res, aliased := a.relay(a.out[:0], buf[:n], rerr)
+	if !aliased {
+		a.out = res[:0] // keep a grown buffer
+	}
+	if a.log != nil {
+		a.log.append(res)
+	}
+	return res
 }
 
 // left is what WriteTo does when the agent's connection dropped (err): an
@@ -634,12 +642,7 @@ func (b *sseBody) drain() {
 	}()
 	buf := a.readBuf()
 	for !a.eof && !a.log.isOver() {
-		n, rerr := (*upstreamStream)(a).Read(buf)
-		res, aliased := a.relay(a.out[:0], buf[:n], rerr)
-		if !aliased {
-			a.out = res[:0]
-		}
-		a.log.append(res)
+		b.pull(buf)
 	}
 }
 

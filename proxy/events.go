@@ -39,13 +39,12 @@ type eventRewriter struct {
 	inEvent bool   // a line of an event that has not ended has passed
 	cut     []byte // what ends a line or event a resumption cut (resumed), written first
 	retryMs int    // the last retry: field, 0 if none
-	// own, when not 0, gives every event mcpheal's own id instead of the
-	// upstream's, "m<own>-<seq>" (answerlog.go), on every event that has
-	// an id or carries data (not on one that only sets retry:, with empty
-	// data or none, which an agent would take for a priming event if it
-	// had an id); seq counts the
-	// events of the answer, idOut says the event in progress has had its
-	// id.
+	// own, when not 0, gives every event that has an id or carries data
+	// mcpheal's own id instead of the upstream's, "m<own>-<seq>"
+	// (answerlog.go); not an event that only sets retry: (with empty data
+	// or none), which an agent would take for a priming event if it had an
+	// id. seq counts the events of the answer; idOut says the event in
+	// progress has had its id.
 	own     uint64
 	seq     uint64
 	idOut   bool
@@ -158,7 +157,7 @@ func (er *eventRewriter) line(out, line []byte) []byte {
 			er.retryMs = ms
 		}
 	case "data":
-		er.hasData = er.hasData || nonBlank(v)
+		er.hasData = er.hasData || len(bytes.TrimSpace(v)) > 0
 		if er.watch && isResponse(v) {
 			er.response, er.watch = append(er.response[:0], v...), false
 		}
@@ -248,15 +247,4 @@ func upstreamEventID(agentID []byte, gen uint64) string {
 		return ""
 	}
 	return rest
-}
-
-// nonBlank reports whether b has a byte other than spaces, tabs and line
-// endings.
-func nonBlank(b []byte) bool {
-	for _, c := range b {
-		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-			return true
-		}
-	}
-	return false
 }

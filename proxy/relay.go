@@ -228,7 +228,7 @@ func (er *eventRewriter) startHead() {
 	er.headN = 0
 	if er.data {
 		_, v, _ := sse.Field(er.held)
-		er.hasData = er.hasData || nonBlank(v)
+		er.hasData = er.hasData || len(bytes.TrimSpace(v)) > 0
 		er.headN = copy(er.head[:], er.held)
 	}
 }
@@ -236,7 +236,7 @@ func (er *eventRewriter) startHead() {
 // addHead keeps the head of a data line that passes through.
 func (er *eventRewriter) addHead(seg []byte) {
 	if er.data && !er.hasData {
-		er.hasData = nonBlank(seg)
+		er.hasData = len(bytes.TrimSpace(seg)) > 0
 	}
 	if er.data && er.headN < headLen {
 		er.headN += copy(er.head[er.headN:], seg)
