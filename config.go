@@ -317,6 +317,7 @@ type fileShadow struct {
 				ClientSecret string `yaml:"client_secret"`
 				RefreshToken string `yaml:"refresh_token"`
 				Scopes       any    `yaml:"scopes"`
+				TokenFile    string `yaml:"token_file"`
 			} `yaml:"oauth"`
 		} `yaml:"credentials"`
 		shadowSettings `yaml:",inline"`

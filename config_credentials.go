@@ -14,8 +14,9 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// credSpec is an upstream credential the proxy owns: a static header, or
-// an OAuth 2.0 client credentials or refresh token grant.
+// credSpec is an upstream credential the proxy owns: a static header, an
+// OAuth 2.0 client credentials or refresh token grant, or the login of
+// `mcpheal login`.
 type credSpec struct {
 	Header, Value string // static; Header defaults to Authorization
 	OAuth         *oauthSpec
@@ -24,6 +25,9 @@ type credSpec struct {
 type oauthSpec struct {
 	TokenURL, ClientID, ClientSecret, RefreshToken string
 	Scopes                                         []string
+	// TokenFile is a login `mcpheal login` made (docs/oauth.md); it
+	// stands alone: the client and the token endpoint are in the file.
+	TokenFile string
 }
 
 // credentials parses an upstream's credentials entry.
@@ -70,10 +74,15 @@ func (p *parser) oauth(n *yaml.Node, path string) *oauthSpec {
 			o.RefreshToken = p.secret(v, kp, `"${REFRESH_TOKEN}"`)
 		case "scopes":
 			o.Scopes = p.strs(v, kp)
+		case "token_file":
+			o.TokenFile = p.expand(v, kp, p.str(v, kp))
 		}
 	})
-	if o.TokenURL == "" || o.ClientID == "" {
-		p.errorf(n, path, "needs token_url and client_id")
+	switch {
+	case o.TokenFile != "" && (o.TokenURL != "" || o.ClientID != "" || o.ClientSecret != "" || o.RefreshToken != "" || len(o.Scopes) > 0):
+		p.errorf(n, path, "token_file stands alone: the login it holds names its client and token endpoint")
+	case o.TokenFile == "" && (o.TokenURL == "" || o.ClientID == ""):
+		p.errorf(n, path, "needs token_url and client_id (or token_file, from mcpheal login)")
 	}
 	return o
 }
@@ -88,7 +97,7 @@ type credCache struct {
 }
 
 type credKey struct {
-	header, value, tokenURL, clientID, clientSecret, refreshToken, scopes string
+	header, value, tokenURL, clientID, clientSecret, refreshToken, scopes, tokenFile string
 }
 
 func newCredCache() *credCache { return &credCache{m: map[credKey]upstream.Credentials{}} }
@@ -98,7 +107,7 @@ func (c *credCache) get(spec *credSpec) upstream.Credentials {
 	k := credKey{header: spec.Header, value: spec.Value}
 	if o := spec.OAuth; o != nil {
 		k = credKey{tokenURL: o.TokenURL, clientID: o.ClientID, clientSecret: o.ClientSecret,
-			refreshToken: o.RefreshToken, scopes: strings.Join(o.Scopes, " ")}
+			refreshToken: o.RefreshToken, scopes: strings.Join(o.Scopes, " "), tokenFile: o.TokenFile}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -109,6 +118,8 @@ func (c *credCache) get(spec *credSpec) upstream.Credentials {
 	switch o := spec.OAuth; {
 	case o == nil:
 		cr = upstream.StaticHeader(spec.Header, spec.Value)
+	case o.TokenFile != "":
+		cr = upstream.LoginCredentials(o.TokenFile)
 	case o.RefreshToken != "":
 		cr = upstream.RefreshToken(&oauth2.Config{ClientID: o.ClientID, ClientSecret: o.ClientSecret,
 			Endpoint: oauth2.Endpoint{TokenURL: o.TokenURL}, Scopes: o.Scopes}, o.RefreshToken)

@@ -101,7 +101,7 @@ var (
 		"max_sse_line", "write_timeout", "memory_budget", "max_journal", "resume_buffer", "resume_window", "session_keys", "session_max_age", "era_bridge"}
 	upstreamKeys = append([]string{"url", "path", "headers", "credentials", "auth_tokens", "replay_tools"}, settingKeys...)
 	credKeys     = []string{"header", "value", "oauth"}
-	oauthKeys    = []string{"token_url", "client_id", "client_secret", "refresh_token", "scopes"}
+	oauthKeys    = []string{"token_url", "client_id", "client_secret", "refresh_token", "scopes", "token_file"}
 	nameRE       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 )
 

@@ -58,12 +58,14 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) > 0 && args[0] == "doctor":
 		err = runDoctor(ctx, args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "login":
+		err = runLogin(ctx, args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "healthcheck":
 		err = runHealthcheck(ctx, args[1:], stderr)
 	default:
 		err = run(ctx, args, stdout, stderr)
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	fmt.Fprintln(stderr, "mcpheal:", err)
@@ -95,6 +97,7 @@ type options struct {
 	s                   settings
 	hosts, tools        listFlag
 	tokenEnvs           listFlag
+	loginFile           string
 	store               storeSpec
 	set                 map[string]bool // flags given on the command line
 }
@@ -128,6 +131,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	storeFlags(fs, o)
 	fs.Var(&o.hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
 	fs.Var(&o.tools, "replay-tool", "tool safe to run twice although not annotated so (repeatable)")
+	fs.StringVar(&o.loginFile, "upstream-login", "", "`FILE` written by mcpheal login: mcpheal logs in to the upstream with it, and agents need no OAuth (docs/oauth.md)")
 	fs.Var(&o.tokenEnvs, "auth-token-env", "environment variable holding a bearer token agents must present (repeatable; ≥ 16 characters)")
 	fs.BoolVar(&o.insecureListen, "insecure-listen", false, "allow a non-loopback --listen address without inbound auth")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -145,6 +149,7 @@ const usage = `usage:
   mcpheal --config FILE [flags]        several servers from a YAML file, /<name>/mcp each; SIGHUP reloads
   mcpheal --check-config FILE          validate a config file: exit 0, or 1 with file:line: key: problem
   mcpheal doctor [-H 'K: V']... URL    probe an MCP server: can mcpheal heal it? (exit 0 yes, 1 no)
+  mcpheal login -token-file F URL      log in to an OAuth-protected server once, for every agent (docs/oauth.md)
   mcpheal healthcheck [URL]            exit 0 if the proxy's /healthz answers 200 (container HEALTHCHECK)
 
 flags:
@@ -161,7 +166,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (subcommands: doctor, healthcheck)", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q (subcommands: doctor, login, healthcheck)", fs.Arg(0))
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
@@ -259,6 +264,9 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 			// From the environment, never a flag: the process table is public.
 			SessionKeys: os.Getenv("MCPHEAL_SESSION_KEYS"),
 		}}}
+		if o.loginFile != "" {
+			rc.ups[0].Credentials = creds.get(&credSpec{Header: "Authorization", OAuth: &oauthSpec{TokenFile: o.loginFile}})
+		}
 		if rc.store, err = resolveStore(o, nil, lookup); err != nil {
 			return nil, err
 		}
@@ -268,8 +276,8 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 	if err != nil {
 		return nil, err
 	}
-	if (o.set["upstream"] || o.set["path"]) && len(f.Upstreams) != 1 {
-		return nil, fmt.Errorf("--upstream and --path need a config file with exactly one upstream; %s has %d", o.config, len(f.Upstreams))
+	if (o.set["upstream"] || o.set["path"] || o.loginFile != "") && len(f.Upstreams) != 1 {
+		return nil, fmt.Errorf("--upstream, --path and --upstream-login need a config file with exactly one upstream; %s has %d", o.config, len(f.Upstreams))
 	}
 	rc := &resolved{listen: f.Listen, admin: f.AdminListen, logLevel: orDefault(f.LogLevel, "info"), logFormat: orDefault(f.LogFormat, "auto"),
 		tracing: f.Tracing}
@@ -292,6 +300,9 @@ func resolve(o *options, lookup func(string) (string, bool), creds *credCache) (
 		}
 		if o.set["auth-token-env"] {
 			c.AuthTokens = tokens
+		}
+		if o.loginFile != "" {
+			c.Credentials = creds.get(&credSpec{Header: "Authorization", OAuth: &oauthSpec{TokenFile: o.loginFile}})
 		}
 		if o.set["insecure-listen"] {
 			c.InsecureListen = o.insecureListen

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -334,5 +336,35 @@ func TestDoctorCLI(t *testing.T) {
 	}
 	if code := cli(context.Background(), []string{"doctor"}, io.Discard, io.Discard); code != 2 {
 		t.Errorf("doctor without URL: exit %d, want 2", code)
+	}
+}
+
+// TestLoginCLI: `mcpheal login` needs a token file and one URL; against a
+// server that asks for no login it says so and writes nothing. The full
+// login runs against a real authorization server in proxy/interop.
+func TestLoginCLI(t *testing.T) {
+	t.Parallel()
+	var errb bytes.Buffer
+	if code := cli(context.Background(), []string{"login", "http://127.0.0.1:1/mcp"}, io.Discard, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "-token-file") {
+		t.Errorf("login without -token-file: exit %d, %s", code, errb.String())
+	}
+	up := startCountingServer(t)
+	file := filepath.Join(t.TempDir(), "login.json")
+	errb.Reset()
+	if code := cli(context.Background(), []string{"login", "-token-file", file, up.URL}, io.Discard, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "nothing to log in to") {
+		t.Errorf("login to a server without OAuth: exit %d, %s", code, errb.String())
+	}
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a token file was written: %v", err)
+	}
+	// --upstream-login makes the login the upstream's credential.
+	o := &options{upstream: up.URL, listen: "127.0.0.1:0", loginFile: file, set: map[string]bool{}}
+	creds := newCredCache()
+	defer creds.Close()
+	rc, err := resolve(o, func(string) (string, bool) { return "", false }, creds)
+	if err != nil || rc.ups[0].Credentials == nil {
+		t.Fatalf("--upstream-login: %v, credentials %v", err, rc.ups[0].Credentials)
 	}
 }

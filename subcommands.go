@@ -1,6 +1,6 @@
 package main
 
-// Subcommands other than the proxy itself: doctor and healthcheck.
+// Subcommands other than the proxy itself: doctor, login and healthcheck.
 
 import (
 	"context"
@@ -9,11 +9,106 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/mcpheal/mcpheal/proxy/doctor"
+	"github.com/mcpheal/mcpheal/upstream/login"
 )
+
+// runLogin is `mcpheal login -token-file FILE URL`: log in to an
+// OAuth-protected MCP server once, for every agent of that upstream
+// (docs/oauth.md), and keep the tokens in FILE (0600), which the upstream's
+// credentials then name.
+func runLogin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var hdrs, scopes listFlag
+	fs := flag.NewFlagSet("mcpheal login", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("token-file", "", "where to keep the tokens (created 0600); the upstream's credentials name it (required)")
+	clientID := fs.String("client-id", "", "a client registered with the authorization server beforehand (default: register dynamically)")
+	secretEnv := fs.String("client-secret-env", "", "environment variable holding that client's secret, if it has one")
+	redirect := fs.String("redirect-listen", "127.0.0.1:0", "loopback address for the redirect back (http://ADDR/callback); fix the port for a pre-registered client")
+	fs.Var(&scopes, "scope", "scope to ask for (repeatable; default: those the server names)")
+	fs.Var(&hdrs, "H", "header sent with the probe of the MCP server, e.g. a gateway's key (repeatable)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up if the login is not completed within this")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: mcpheal login -token-file FILE [-client-id ID [-client-secret-env VAR]] [-scope S]... URL")
+		fs.PrintDefaults()
+	}
+	urls, err := parseInterleaved(fs, args)
+	if err != nil || len(urls) != 1 || *file == "" {
+		if err == nil {
+			fs.Usage()
+			err = errors.New("login needs -token-file and exactly one URL, the MCP endpoint")
+		}
+		return err
+	}
+	h, err := headerFlags(hdrs)
+	if err != nil {
+		return err
+	}
+	cfg := login.Config{Server: urls[0], Header: h, ClientID: *clientID, Scopes: scopes}
+	if *secretEnv != "" {
+		if cfg.ClientSecret = os.Getenv(*secretEnv); cfg.ClientSecret == "" {
+			return fmt.Errorf("-client-secret-env %s: not set", *secretEnv)
+		}
+	}
+	lb, err := login.NewLoopback(*redirect, stdout)
+	if err != nil {
+		return fmt.Errorf("-redirect-listen: %w", err)
+	}
+	defer lb.Close()
+	cfg.RedirectURL, cfg.Authorize = lb.RedirectURL, lb.Authorize
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	l, err := login.Login(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := login.Write(*file, l); err != nil {
+		return err
+	}
+	refresh := "no refresh token: log in again when it expires"
+	if l.RefreshToken != "" {
+		refresh = "mcpheal refreshes it"
+	}
+	expires := "no stated expiry"
+	if !l.Expiry.IsZero() {
+		expires = "expires " + l.Expiry.Format(time.RFC3339)
+	}
+	fmt.Fprintf(stdout, "Logged in to %s (authorization server %s, client %s).\nTokens in %s (0600): %s; %s.\n",
+		l.Server, l.Issuer, l.ClientID, *file, expires, refresh)
+	return nil
+}
+
+// parseInterleaved parses fs from args, flags before or after the
+// positional arguments, which it returns.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+}
+
+// headerFlags parses -H 'Name: value' flags.
+func headerFlags(hdrs []string) (http.Header, error) {
+	h := http.Header{}
+	for _, kv := range hdrs {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok {
+			return nil, fmt.Errorf("-H %q: want 'Name: value'", kv)
+		}
+		h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	return h, nil
+}
 
 // runDoctor is `mcpheal doctor [-H 'Name: value']... URL`: exit 0 if the
 // proxy can keep sessions with that server alive, 1 if not.
@@ -28,30 +123,17 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after the URL.
-	var urls []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		urls, args = append(urls, fs.Arg(0)), fs.Args()[1:]
+	urls, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(urls) != 1 {
 		fs.Usage()
 		return errors.New("doctor needs exactly one URL, the MCP endpoint (e.g. http://127.0.0.1:3000/mcp)")
 	}
-	h := http.Header{}
-	for _, kv := range hdrs {
-		k, v, ok := strings.Cut(kv, ":")
-		if !ok {
-			return fmt.Errorf("-H %q: want 'Name: value'", kv)
-		}
-		h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	h, err := headerFlags(hdrs)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -122,12 +122,10 @@ type credentialError struct{ err error }
 func (e *credentialError) Error() string { return "upstream credential: " + e.err.Error() }
 func (e *credentialError) Unwrap() error { return e.err }
 
-// refused reports a token endpoint's refusal (a 4xx: invalid_client, …),
-// which only the operator can mend, as opposed to its outage.
-func (e *credentialError) refused() bool {
-	var te *upstream.TokenError
-	return errors.As(e.err, &te) && te.Refused()
-}
+// refused reports a token endpoint's refusal (a 4xx: invalid_client, …)
+// or a missing login, which only the operator can mend, as opposed to an
+// outage.
+func (e *credentialError) refused() bool { return upstream.Refused(e.err) }
 
 // credentialFailed logs a failed credential fetch, at most once a second
 // (the token endpoint's status and error code, never a secret), and

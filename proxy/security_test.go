@@ -10,6 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,9 +21,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/mcpheal/mcpheal/upstream"
+	"github.com/mcpheal/mcpheal/upstream/login"
 )
 
 // authServer is a Go SDK server behind the SDK's bearer-token middleware,
@@ -33,7 +39,8 @@ type authServer struct {
 	mu     sync.Mutex
 	tokens map[string]string
 	inits  atomic.Int64
-	seen   []string // Authorization headers received
+	echoes atomic.Int64 // executions of echo
+	seen   []string     // Authorization headers received
 }
 
 func startAuthServer(t *testing.T, tokens map[string]string) *authServer {
@@ -41,6 +48,7 @@ func startAuthServer(t *testing.T, tokens map[string]string) *authServer {
 	a := &authServer{tokens: tokens}
 	a.srv = mcp.NewServer(&mcp.Implementation{Name: "auth-peer", Version: "1"}, nil)
 	mcp.AddTool(a.srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
+		a.echoes.Add(1)
 		return peerText(in.Text), nil, nil
 	})
 	verify := func(_ context.Context, tok string, _ *http.Request) (*auth.TokenInfo, error) {
@@ -225,6 +233,129 @@ func TestOwnedOAuthCredential(t *testing.T) {
 	resp, body := authPost(t, url, sid, "agent-own-token-1", echoCall)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || te.calls.Load() != 2 {
 		t.Fatalf("after revocation: %d %q, %d token fetches; want success after one refresh", resp.StatusCode, body, te.calls.Load())
+	}
+}
+
+// TestLoginRefreshedMidHeal: mcpheal's own login (a token file of `mcpheal
+// login`). The upstream revokes the access token and ends the session at
+// once; the next call meets the 401 first, mcpheal refreshes the login
+// (refresh token grant with the RFC 8707 resource) and writes it back to
+// the file, then meets the dead session and heals: the re-initialize and
+// the replay carry the new token, and the call runs once.
+func TestLoginRefreshedMidHeal(t *testing.T) {
+	t.Parallel()
+	up := startAuthServer(t, map[string]string{"login-token-A": "svc"})
+	var refreshes atomic.Int32
+	var mu sync.Mutex
+	var forms []string
+	te := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		mu.Lock()
+		forms = append(forms, r.PostForm.Encode())
+		mu.Unlock()
+		n := refreshes.Add(1)
+		if r.PostForm.Get("grant_type") != "refresh_token" || r.PostForm.Get("refresh_token") != fmt.Sprintf("refresh-%d", n-1) {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"error":"invalid_grant"}`)
+			return
+		}
+		tok := fmt.Sprintf("login-token-%d", n)
+		up.setToken(tok, "svc")
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"access_token":%q,"token_type":"bearer","expires_in":3600,"refresh_token":"refresh-%d"}`, tok, n)
+	}))
+	t.Cleanup(te.Close)
+	file := filepath.Join(t.TempDir(), "login.json")
+	if err := login.Write(file, &login.File{Server: up.url, Resource: up.url, TokenURL: te.URL, ClientID: "mcpheal",
+		TokenAuth: "none", AccessToken: "login-token-A", TokenType: "Bearer", Expiry: time.Now().Add(time.Hour),
+		RefreshToken: "refresh-0"}); err != nil {
+		t.Fatal(err)
+	}
+	creds := upstream.LoginCredentials(file)
+	t.Cleanup(creds.Close)
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	_, url, logs := startProxyLog(t, up.url, func(c *Config) { c.Credentials = creds; c.Tracer = tp })
+	sid := authInit(t, url, "")
+	if resp, body := authPost(t, url, sid, "", echoCall); resp.StatusCode != 200 || refreshes.Load() != 0 {
+		t.Fatalf("call with the file's token: %d %q, %d refreshes", resp.StatusCode, body, refreshes.Load())
+	}
+
+	up.mu.Lock()
+	delete(up.tokens, "login-token-A")
+	up.mu.Unlock()
+	up.expireAll()
+	before := up.echoes.Load()
+	resp, body := authPost(t, url, sid, "", echoCall)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") {
+		t.Fatalf("call after revocation and expiry: %d %q", resp.StatusCode, body)
+	}
+	if n := up.echoes.Load() - before; n != 1 {
+		t.Errorf("echo ran %d times for one call, want 1", n)
+	}
+	if n := refreshes.Load(); n != 1 {
+		t.Errorf("%d refreshes, want 1", n)
+	}
+	mu.Lock()
+	if len(forms) == 0 || !strings.Contains(forms[0], "resource="+neturl.QueryEscape(up.url)) {
+		t.Errorf("refresh request %q lacks the resource %s", forms, up.url)
+	}
+	mu.Unlock()
+	up.mu.Lock()
+	last := up.seen[len(up.seen)-1]
+	up.mu.Unlock()
+	if last != "Bearer login-token-1" || up.inits.Load() != 2 {
+		t.Errorf("after the heal: last Authorization %q, %d initializes; want the refreshed token and 2", last, up.inits.Load())
+	}
+	f, err := login.Read(file)
+	if err != nil || f.AccessToken != "login-token-1" || f.RefreshToken != "refresh-1" {
+		t.Fatalf("token file after the refresh: %+v, %v", f, err)
+	}
+	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token file mode: %v %v", st.Mode(), err)
+	}
+	// No token in the log or any span (name, attribute or event).
+	var seen strings.Builder
+	seen.WriteString(logs.String())
+	for _, sp := range spans.Ended() {
+		fmt.Fprintln(&seen, sp.Name(), sp.Attributes(), sp.Events(), sp.Status())
+	}
+	if len(spans.Ended()) == 0 {
+		t.Fatal("no span recorded")
+	}
+	for _, secret := range []string{"login-token-", "refresh-0", "refresh-1"} {
+		if strings.Contains(seen.String(), secret) {
+			t.Errorf("%q appears in mcpheal's log or spans", secret)
+		}
+	}
+}
+
+// TestLoginMissingNamesTheWayOut: an upstream whose token file does not
+// exist yet: the agent gets -32018 naming the command that logs in, and
+// once the operator has run it, the next request succeeds without a restart.
+func TestLoginMissingNamesTheWayOut(t *testing.T) {
+	t.Parallel()
+	up := startAuthServer(t, map[string]string{"login-token-A": "svc"})
+	file := filepath.Join(t.TempDir(), "login.json")
+	creds := upstream.LoginCredentials(file)
+	t.Cleanup(creds.Close)
+	_, url := startProxy(t, up.url, func(c *Config) { c.Credentials = creds })
+	resp, body := authPost(t, url, "", "", secInitBody)
+	if code, msg, _ := rpcError(t, body); resp.StatusCode != http.StatusBadGateway || code != codeCredential ||
+		!strings.Contains(msg, "mcpheal login -token-file "+file) {
+		t.Fatalf("without a login: %d %s", resp.StatusCode, body)
+	}
+	if err := login.Write(file, &login.File{Server: up.url, Resource: up.url, TokenURL: "http://127.0.0.1:1/token",
+		ClientID: "mcpheal", AccessToken: "login-token-A", Expiry: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	// The file is looked at once a second at most; the hold-down after the
+	// refusal does not outlast a new login.
+	if !waitFor(5*time.Second, func() bool {
+		resp, body = authPost(t, url, "", "", secInitBody)
+		return resp.StatusCode == 200
+	}) {
+		t.Fatalf("after the login: %d %s", resp.StatusCode, body)
 	}
 }
 

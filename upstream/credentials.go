@@ -148,14 +148,14 @@ type tokenCredentials struct {
 	now    func() time.Time
 	wg     sync.WaitGroup // fetch goroutines
 
-	mu        sync.Mutex  // protects value, refreshAt, staleAt, retryAt, refusal, heldUntil, hold, flight, closed
-	value     string      // header value in use; "" when none
-	refreshAt time.Time   // start a background refresh from here; zero: never
-	staleAt   time.Time   // stop sending value from here; zero: never
-	retryAt   time.Time   // no background refresh before this
-	refusal   *TokenError // the last fetch's error if it was a refusal, else nil
-	heldUntil time.Time   // no fetch before this, while refusal is set
-	hold      Backoff     // hold-downs of consecutive refusals; a token resets it
+	mu        sync.Mutex // protects value, refreshAt, staleAt, retryAt, refusal, heldUntil, hold, flight, closed
+	value     string     // header value in use; "" when none
+	refreshAt time.Time  // start a background refresh from here; zero: never
+	staleAt   time.Time  // stop sending value from here; zero: never
+	retryAt   time.Time  // no background refresh before this
+	refusal   error      // the last fetch's error if it was a refusal (Refused), else nil
+	heldUntil time.Time  // no fetch before this, while refusal is set
+	hold      Backoff    // hold-downs of consecutive refusals; a token resets it
 	flight    *tokenFlight
 	closed    bool
 }
@@ -250,9 +250,8 @@ func (c *tokenCredentials) run(f *tokenFlight) {
 		f.err = tokenErr(err)
 		now := c.now()
 		c.retryAt = now.Add(refreshRetry)
-		var te *TokenError
-		if errors.As(f.err, &te) && te.Refused() {
-			c.refusal = te
+		if Refused(f.err) {
+			c.refusal = f.err
 			c.heldUntil = now.Add(c.hold.Next())
 		} else {
 			// An outage says nothing about the credential: the hold-down

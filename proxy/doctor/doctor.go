@@ -39,7 +39,7 @@ type prober struct {
 
 // Run probes the MCP server at url (a Streamable HTTP endpoint) and reports
 // how the proxy would fare with it. hdr is added to every request
-// (Authorization, for one). The error is set only when the server could not
+// (Authorization, for one; the auth probe goes without it). The error is set only when the server could not
 // be reached at all; everything else is in the Report. Sessions it opens are
 // DELETEd before it returns.
 func Run(ctx context.Context, url string, hdr http.Header) (*Report, error) {
@@ -51,6 +51,9 @@ func Run(ctx context.Context, url string, hdr http.Header) (*Report, error) {
 		return nil, err
 	}
 	r.Discover = d.discover(ctx)
+	if d.needsAuthProbe(r) {
+		r.Auth = d.auth(ctx)
+	}
 	if r.Protocol == "" {
 		conclude(r)
 		return r, nil
@@ -263,6 +266,10 @@ func conclude(r *Report) {
 	case r.Protocol == "" && r.Discover.Accepted:
 		r.Verdict = VerdictStateless
 		r.Notes = append(r.Notes, "speaks only 2026-07-28 (no sessions): mcpheal passes it through and retries transport failures only")
+	case r.Protocol == "" && r.Auth != nil && r.Auth.Required:
+		r.Verdict = VerdictNotHealable
+		r.Notes = append(r.Notes, "the server asks for a login (auth above): run the doctor again with "+
+			"-H 'Authorization: Bearer …' to probe its sessions")
 	case r.Protocol == "":
 		r.Verdict = VerdictNotHealable
 		r.Notes = append(r.Notes, "accepted no initialize of "+strings.Join(sessionVersions, ", ")+

@@ -125,6 +125,9 @@ type Report struct {
 	Pong   bool
 	Tools  ToolSummary
 	Delete Answer
+	// Auth is how the server authenticates, when it asked for a login (a
+	// 401) or the doctor was given an Authorization header; nil otherwise.
+	Auth *AuthProbe
 	// Verdict is the conclusion; Notes explain it and anything odd.
 	Verdict Verdict
 	Notes   []string
@@ -178,6 +181,9 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	}
 	if r.Stateful {
 		line("DELETE", "%s", r.Delete.describe())
+	}
+	if r.Auth != nil {
+		r.Auth.describe(line, r.URL)
 	}
 	fmt.Fprintf(&b, "verdict: %s\n", r.Verdict)
 	for _, n := range r.Notes {

@@ -404,16 +404,25 @@ func startProxy(t testing.TB, upstream string) string {
 // counters.
 func startProxyServer(t testing.TB, upstream string) (*proxy.Server, string) {
 	t.Helper()
+	return startProxyConfig(t, proxy.Config{Upstream: upstream}, &tail{max: 64 << 10})
+}
+
+// startProxyConfig is startProxyServer for the config c (its Listen and,
+// if zero, HealTimeout are set here), logging at debug level to logs.
+func startProxyConfig(t testing.TB, c proxy.Config, logs interface {
+	io.Writer
+	fmt.Stringer
+}) (*proxy.Server, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &tail{max: 64 << 10}
-	s, err := proxy.New(proxy.Config{
-		Upstream:    upstream,
-		Listen:      ln.Addr().String(),
-		HealTimeout: 5 * time.Second,
-	}, zerolog.New(logs).Level(zerolog.DebugLevel))
+	c.Listen = ln.Addr().String()
+	if c.HealTimeout == 0 {
+		c.HealTimeout = 5 * time.Second
+	}
+	s, err := proxy.New(c, zerolog.New(logs).Level(zerolog.DebugLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +440,7 @@ func startProxyServer(t testing.TB, upstream string) (*proxy.Server, string) {
 		<-done
 		checkNoUnsafeResends(t, s)
 		if t.Failed() {
-			t.Logf("mcpheal log (tail):\n%s", logs.String())
+			t.Logf("mcpheal log (tail):\n%s", logs)
 		}
 	})
 	return s, "http://" + ln.Addr().String() + "/mcp"
