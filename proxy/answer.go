@@ -196,7 +196,7 @@ func errorText(err error) string {
 func (a *attempt) answer(out outcome) bool {
 	switch out.kind {
 	case outUpstream:
-		if a.heals && a.eraRefused() && a.s.eras.bridged() {
+		if a.heals && a.eraRefused() && a.s.eras.bridged(a.r.hdr.PeekBytes(hdrAuthorization)) {
 			// The upstream now speaks only 2026-07-28 (a deploy changed
 			// its era) and refused the request before running it: the
 			// session goes on through the bridge.
@@ -391,10 +391,7 @@ func (a *attempt) respondHead() {
 	} else {
 		a.s.link.dropMinted(a.resp)
 	}
-	if c := h.Peek("WWW-Authenticate"); len(c) > 0 && !a.s.link.ownsAuthorization() {
-		// The agent logs in itself: through mcpheal (oauth.go).
-		ctx.Response.Header.SetBytesV("WWW-Authenticate", a.s.ownChallenge(&ctx.Request.Header, c))
-	}
+	a.s.passChallenge(ctx, h)
 }
 
 // learn learns the tools of a tools/list answer whose response event has

@@ -47,20 +47,33 @@ type eraState struct {
 
 	v          atomic.Int32
 	info       atomic.Pointer[discovery]
-	mu         sync.Mutex  // one probe at a time
+	mu         sync.Mutex  // one probe at a time; protects refused
 	rechecking atomic.Bool // a background recheck runs
+	// refused holds when a probe was last refused (401, 403) under each
+	// credential (an Authorization value, "" for none), for probeHoldOff:
+	// such an answer says nothing of the era, and the same credential is
+	// not sent to ask again before then.
+	refused   map[string]time.Time
 }
+
+// probeHoldOff spaces probes that a credential the upstream refused would
+// send again: an agent that has not logged in yet costs the upstream one
+// probe, not one per request.
+const probeHoldOff = 10 * time.Second
 
 // eraProbeTimeout bounds one server/discover probe.
 const eraProbeTimeout = 5 * time.Second
 
-// era returns the upstream's era, asking it first when unknown. A probe
-// that gets no answer leaves it unknown (the request goes on as legacy and
+// era returns the upstream's era, asking it first when unknown, with the
+// agent's credential auth (its Authorization, or nil): an upstream that
+// wants one answers the probe without it 401, which tells nothing of the
+// era. A probe that gets no answer, or is refused, leaves it unknown, and
+// the request passes through as it would directly (a session-era agent
 // meets the outage there).
-func (e *eraState) era() int { return e.detect(true) }
+func (e *eraState) era(auth []byte) int { return e.detect(true, auth) }
 
 // detect is era; log says whether to log the era it detects.
-func (e *eraState) detect(log bool) int {
+func (e *eraState) detect(log bool, auth []byte) int {
 	if e.cfg.EraBridge == "off" {
 		return eraBoth // as if: nothing is bridged
 	}
@@ -72,7 +85,7 @@ func (e *eraState) detect(log bool) int {
 	if v := e.v.Load(); v != eraUnknown {
 		return int(v)
 	}
-	v, d := e.probe()
+	v, d := e.ask(auth)
 	e.keep(d)
 	if v != eraUnknown {
 		e.v.Store(int32(v))
@@ -126,7 +139,7 @@ func (e *eraState) recheck() {
 		defer e.rechecking.Store(false)
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		v, d := e.probe()
+		v, d, _ := e.probe(nil)
 		if v == eraUnknown {
 			return
 		}
@@ -139,14 +152,14 @@ func (e *eraState) recheck() {
 
 // bridged reports whether legacy agents of this upstream go through the
 // bridge.
-func (e *eraState) bridged() bool {
-	return e.cfg.EraBridge != eraBridge2026 && e.era() == eraModern
+func (e *eraState) bridged(auth []byte) bool {
+	return e.cfg.EraBridge != eraBridge2026 && e.era(auth) == eraModern
 }
 
 // holds reports whether 2026-07-28 agents of this upstream go through the
 // held route (held.go).
-func (e *eraState) holds() bool {
-	return e.cfg.EraBridge != eraBridgeLegacy && e.era() == eraLegacy
+func (e *eraState) holds(auth []byte) bool {
+	return e.cfg.EraBridge != eraBridgeLegacy && e.era(auth) == eraLegacy
 }
 
 // The era_bridge settings besides auto (both directions) and off.
@@ -155,34 +168,80 @@ const (
 	eraBridge2026   = "2026-agents"   // 2026-07-28 agents of session-era upstreams only
 )
 
-// probeEra asks the upstream server/discover. A 2026-07-28 server that
-// lists no session-era version is eraModern; one that lists one serves
-// legacy agents itself. A session-era server refuses the probe (400
-// "Server not initialized", a missing session id): eraLegacy.
-func (e *eraState) probe() (int, *discovery) {
+// ask probes without the agent's credential first (the upstream's 401
+// then tells that it judges credentials itself), then with it, skipping
+// a credential refused within probeHoldOff. e.mu is held.
+func (e *eraState) ask(auth []byte) (int, *discovery) {
+	now := time.Now()
+	for k, at := range e.refused {
+		if now.Sub(at) >= probeHoldOff {
+			delete(e.refused, k)
+		}
+	}
+	for i, cred := range [][]byte{nil, auth} {
+		if i == 1 && (len(cred) == 0 || len(e.refused) >= maxRefused) {
+			break // no credential; or many refused: not one probe per stranger
+		}
+		if _, held := e.refused[string(cred)]; held {
+			continue
+		}
+		if v, d, refused := e.probe(cred); !refused {
+			return v, d
+		}
+	}
+	return eraUnknown, nil
+}
+
+// maxRefused bounds the credentials remembered as refused.
+const maxRefused = 1024
+
+// probe asks the upstream server/discover, under the agent's credential
+// auth if any (mcpheal's own, if it owns the upstream's). A 2026-07-28
+// server that lists no session-era version is eraModern; one that lists
+// one serves legacy agents itself. A session-era server refuses the probe
+// (400 "Server not initialized", a missing session id): eraLegacy. A 401,
+// a 403 or a -32022 is no answer: eraUnknown, and that credential is not
+// sent again for probeHoldOff. e.mu is held.
+func (e *eraState) probe(auth []byte) (_ int, d *discovery, refused bool) {
+	var hdr *fasthttp.RequestHeader
+	if len(auth) > 0 {
+		hdr = &fasthttp.RequestHeader{}
+		hdr.SetBytesKV(hdrAuthorization, auth)
+	}
 	body := `{"jsonrpc":"2.0","id":` + e.link.upcallID("discover") + `,"method":"server/discover","params":{"_meta":{` +
 		`"io.modelcontextprotocol/protocolVersion":"` + statelessVersion + `",` +
 		`"io.modelcontextprotocol/clientInfo":{"name":"mcpheal","version":"1"},` +
 		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
-	rep, err := e.link.call(&upcall{body: []byte(body), version: statelessVersion, mcpMethod: "server/discover",
+	rep, err := e.link.call(&upcall{hdr: hdr, body: []byte(body), version: statelessVersion, mcpMethod: "server/discover",
 		deadline: time.Now().Add(min(eraProbeTimeout, e.cfg.ResponseTimeout))})
 	if err != nil {
-		return eraUnknown, nil
+		return eraUnknown, nil, false
 	}
 	if rep.session != "" {
 		e.link.deleteLater(rep.session, nil, true) // a session-era server opened one for the probe
 	}
 	if rep.status == fasthttp.StatusUnauthorized {
-		// Asked without a credential, the upstream wants one: it judges
-		// credentials itself (binding.go).
+		// The upstream wants a credential: it judges credentials itself
+		// (binding.go).
 		e.link.judgesCredentials.Store(true)
 	}
+	// A 401 or 403, or -32022 (this version unsupported: a server may
+	// refuse the first request it sees so, to test its clients' retry),
+	// says nothing of the era.
+	if rep.status == fasthttp.StatusUnauthorized || rep.status == fasthttp.StatusForbidden ||
+		gjson.GetBytes(rep.msg, "error.code").Int() == -32022 {
+		if e.refused == nil {
+			e.refused = map[string]time.Time{}
+		}
+		e.refused[string(auth)] = time.Now()
+		return eraUnknown, nil, true
+	}
 	if rep.status >= 500 {
-		return eraUnknown, nil
+		return eraUnknown, nil, false
 	}
 	res := gjson.GetBytes(rep.msg, "result")
 	if rep.status != fasthttp.StatusOK || !res.IsObject() {
-		return eraLegacy, nil
+		return eraLegacy, nil, false
 	}
 	modern, legacy := false, false
 	for _, v := range res.Get("supportedVersions").Array() {
@@ -194,11 +253,11 @@ func (e *eraState) probe() (int, *discovery) {
 	}
 	switch {
 	case !modern:
-		return eraLegacy, nil
+		return eraLegacy, nil, false
 	case legacy:
-		return eraBoth, nil
+		return eraBoth, nil, false
 	}
-	d := &discovery{capabilities: []byte(res.Get("capabilities").Raw)}
+	d = &discovery{capabilities: []byte(res.Get("capabilities").Raw)}
 	if len(d.capabilities) == 0 {
 		d.capabilities = []byte("{}")
 	}
@@ -210,7 +269,7 @@ func (e *eraState) probe() (int, *discovery) {
 	if ins := res.Get("instructions"); ins.Type == gjson.String {
 		d.instructions = []byte(ins.Raw)
 	}
-	return eraModern, d
+	return eraModern, d, false
 }
 
 // legacyRefused reports an answer by which a 2026-07-28-only server refuses

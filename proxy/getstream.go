@@ -242,6 +242,10 @@ func (g *getStream) reopen(lastID string, retryMs int) bool {
 			g.resp, g.gen = resp, gen
 			g.mu.Unlock()
 			return true
+		case cls == classify.SessionGone && up == "":
+			// A server without sessions has none to lose: its 404 says
+			// it has no GET stream, and a heal would only ask again.
+			return false
 		case cls == classify.SessionGone:
 			if !g.heal(gen) {
 				continue // budget spent; keep trying while the agent listens

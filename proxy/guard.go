@@ -122,7 +122,7 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *request) bool {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, r.msg.idOrNull(),
 			"initialize body larger than "+strconv.Itoa(g.cfg.MaxInitBody)+" bytes (max_init_body)")
 		return false
-	case r.stateless && !r.del && g.eras.holds():
+	case r.stateless && !r.del && g.eras.holds(r.auth):
 		// No session id: the session mcpheal holds for the agent's
 		// credential and client, if there is one yet (held.go).
 		r.holds = true

@@ -96,6 +96,9 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 		c.finish()
 	case !a.resp.IsStream():
 		msg, status := c.modernAnswer(a.resp.StatusCode(), a.resp.Body())
+		if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
+			s.passChallenge(ctx, &a.resp.Header) // the agent logs in, or asks for more scope
+		}
 		if len(msg) == 0 {
 			ctx.SetStatusCode(status)
 		} else if writeJSONAnswer(ctx, status, msg, nil, &s.mem) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -548,4 +549,120 @@ func TestShutdownEndsHeldListens(t *testing.T) {
 		t.Errorf("Shutdown took %v with a listen open; want it ended at once", took)
 	}
 	<-served
+}
+
+// stepUpServer is the conformance suite's auth/scope-step-up server as
+// mcpheal meets it: stateless (no Mcp-Session-Id), POST only (a GET gets
+// Express's 404), initialize and notifications open to all, every other
+// request needing a bearer token: none gets 401 asking for mcp:basic, the
+// token "basic" gets 403 insufficient_scope asking for mcp:write, the token
+// "full" an answer (an empty tool list; server/discover: method not found,
+// as a session-era server says).
+type stepUpServer struct {
+	url          string
+	inits, gets  atomic.Int64
+	getSeen      chan struct{} // one value per GET
+	challengeFor string        // the resource_metadata it names
+}
+
+func startStepUpServer(t *testing.T) *stepUpServer {
+	t.Helper()
+	s := &stepUpServer{getSeen: make(chan struct{}, 64)}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			s.gets.Add(1)
+			s.getSeen <- struct{}{}
+			http.Error(w, "Cannot GET /mcp", http.StatusNotFound)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		m := gjson.ParseBytes(body)
+		switch method := m.Get("method").Str; {
+		case method == "initialize":
+			s.inits.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+m.Get("id").Raw+`,"result":{"protocolVersion":"2025-11-25",`+
+				`"capabilities":{"tools":{}},"serverInfo":{"name":"step-up","version":"1"}}}`)
+		case strings.HasPrefix(method, "notifications/"):
+			w.WriteHeader(http.StatusAccepted)
+		case r.Header.Get("Authorization") == "Bearer full":
+			w.Header().Set("Content-Type", "application/json")
+			if method == "server/discover" {
+				_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+m.Get("id").Raw+`,"error":{"code":-32601,"message":"Method not found"}}`)
+				return
+			}
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+m.Get("id").Raw+`,"result":{"tools":[]}}`)
+		case r.Header.Get("Authorization") == "":
+			w.Header().Set("WWW-Authenticate", `Bearer scope="mcp:basic", resource_metadata="`+s.challengeFor+`"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":"invalid_token","error_description":"Missing Authorization header"}`)
+		default:
+			w.Header().Set("WWW-Authenticate", `Bearer scope="mcp:write", resource_metadata="`+s.challengeFor+`", error="insufficient_scope"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"error":"insufficient_scope","error_description":"Token has insufficient scope"}`)
+		}
+	}))
+	t.Cleanup(hs.Close)
+	s.url = hs.URL + "/mcp"
+	s.challengeFor = hs.URL + "/.well-known/oauth-protected-resource/mcp"
+	return s
+}
+
+// TestHeldPassesChallenges: a 2026-07-28 agent on the held route meets
+// the server's 401 and then its 403 insufficient_scope: each comes with
+// the server's challenge (scope included, resource_metadata pointing at
+// mcpheal), so the agent can log in and step up its scope; they came
+// without one, and the client logged in for the wrong scope and never
+// stepped up (conformance auth/scope-step-up). And a stateless server's
+// 404 to the held session's GET stream is not a dead session: it was
+// healed, and the GET sent again, without end.
+func TestHeldPassesChallenges(t *testing.T) {
+	t.Parallel()
+	up := startStepUpServer(t)
+	_, url := startProxy(t, up.url, nil)
+	own := strings.TrimSuffix(url, "/mcp") + "/.well-known/oauth-protected-resource/mcp"
+	for _, c := range []struct {
+		auth   string
+		status int
+		want   string
+	}{
+		{"full", http.StatusOK, ""},
+		{"", http.StatusUnauthorized, `Bearer scope="mcp:basic", resource_metadata="` + own + `"`},
+		{"basic", http.StatusForbidden, `Bearer scope="mcp:write", resource_metadata="` + own + `", error="insufficient_scope"`},
+	} {
+		body := `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+			`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/list")
+		if c.auth != "" {
+			req.Header.Set("Authorization", "Bearer "+c.auth)
+		}
+		resp, b := peerRawDo(t, req)
+		if resp.StatusCode != c.status || resp.Header.Get("WWW-Authenticate") != c.want {
+			t.Errorf("token %q: %d %q %s; want %d %q", c.auth, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), b, c.status, c.want)
+		}
+	}
+	// Each held session (one per credential) opens its GET once; a heal
+	// would initialize again and open another at once.
+	for range 3 {
+		select {
+		case <-up.getSeen:
+		case <-time.After(peerTimeout):
+			t.Fatal("the held sessions opened no GET stream")
+		}
+	}
+	select {
+	case <-up.getSeen:
+		t.Errorf("a GET stream was opened again after the server's 404 (%d GETs, %d initializes): a stateless server was healed",
+			up.gets.Load(), up.inits.Load())
+	case <-time.After(time.Second):
+	}
+	if n := up.inits.Load(); n != 3 {
+		t.Errorf("%d initializes for three held sessions, want 3", n)
+	}
 }

@@ -91,7 +91,7 @@ func (h *healer) refreshTools(sess *session.Session, hdr *fasthttp.RequestHeader
 	up, _ := sess.Current()
 	var result []byte
 	if cls, err := h.sessionCall(ctx, hdr, sess, up, `{"jsonrpc":"2.0","id":`+h.link.upcallID("tools")+`,"method":"tools/list"}`, &result); err != nil {
-		h.log.Debug().Str(logSession, sess.ID.Short()).Stringer(logClass, cls).Err(err).Msg("tools/list after heal failed")
+		h.log.Debug().Str(logSession, sess.ID.Short()).Stringer(logClass, cls).Err(err).Msg("tools/list to learn the session's tools failed")
 		return
 	}
 	msg := append(append([]byte(`{"result":`), result...), '}')

@@ -37,7 +37,7 @@ func (s *Server) probeAtStart() {
 			Msg("upstream unreachable at start: agents' requests wait for it up to heal_timeout, then get 503 -32010")
 		return
 	}
-	v := s.eras.detect(false)
+	v := s.eras.detect(false, nil)
 	s.log.Info().Str("server", origin).Str("era", eraNames[v]).Msg("upstream reachable")
 }
 

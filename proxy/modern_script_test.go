@@ -25,6 +25,9 @@ type scriptedModern struct {
 	discover string // the result of server/discover, raw JSON
 	tools    string // the result of tools/list, raw JSON
 	handle   func(w http.ResponseWriter, r *http.Request, c scriptedCall)
+	// needsAuth, if set, is the only Authorization it accepts: any other
+	// POST, server/discover included, gets 401 with a challenge.
+	needsAuth string
 
 	mu    sync.Mutex // protects calls
 	calls []scriptedCall
@@ -72,6 +75,10 @@ func startScriptedModern(t testing.TB, s *scriptedModern) *scriptedModern {
 		s.calls = append(s.calls, c)
 		s.mu.Unlock()
 		switch {
+		case s.needsAuth != "" && c.auth != s.needsAuth:
+			w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+s.url[:len(s.url)-len("/mcp")]+
+				`/.well-known/oauth-protected-resource/mcp"`)
+			scriptedJSON(w, http.StatusUnauthorized, `{"error":"invalid_token"}`)
 		case c.method == "server/discover":
 			scriptedResult(w, msg.Get("id").Raw, s.discover)
 		case c.method == "tools/list" && s.tools != "":

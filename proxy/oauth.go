@@ -65,6 +65,15 @@ func (s *Server) ownChallenge(h *fasthttp.RequestHeader, challenge []byte) []byt
 	return append(out, challenge[m[3]:]...)
 }
 
+// passChallenge gives the agent the upstream's challenge (in h), as
+// mcpheal's (ownChallenge), unless mcpheal owns the upstream's credential:
+// the agent then has nothing to log in to.
+func (s *Server) passChallenge(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader) {
+	if c := h.Peek("WWW-Authenticate"); len(c) > 0 && !s.link.ownsAuthorization() {
+		ctx.Response.Header.SetBytesV("WWW-Authenticate", s.ownChallenge(&ctx.Request.Header, c))
+	}
+}
+
 // ownMetadata rewrites the upstream's protected resource metadata for the
 // agent: a resource on the upstream's origin moves to mcpheal's, the
 // upstream's URL becoming mcpheal's URL of this upstream and any other path

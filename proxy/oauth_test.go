@@ -1,6 +1,13 @@
 package proxy
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -48,5 +55,58 @@ func TestOwnDiscovery(t *testing.T) {
 		if got := string(s.ownMetadata(&h, []byte(c.in))); got != c.want {
 			t.Errorf("%s: ownMetadata(%s) = %s, want %s", c.name, c.in, got, c.want)
 		}
+	}
+}
+
+// TestOwnMetadataAtCustomLocation: a server whose challenge names its
+// metadata at a location of its own (not RFC 9728's): the agent, sent to
+// mcpheal's well-known URL, gets that document with mcpheal's URL as its
+// resource (it got the server's, and the client then refused it and fell
+// back to mcpheal's origin as the authorization server).
+func TestOwnMetadataAtCustomLocation(t *testing.T) {
+	t.Parallel()
+	var base string
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/mcp":
+			w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+base+`/custom/metadata/location.json"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		case "/custom/metadata/location.json":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"resource":"%s/mcp","authorization_servers":["https://as.example/tenant1"]}`, base)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(hs.Close)
+	base = hs.URL
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRouter(ln.Addr().String(), []Config{{Upstream: base + "/mcp", Listen: ln.Addr().String(), AdminListen: "off"}}, nopLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.Serve(ln) }()
+	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	own := "http://" + ln.Addr().String()
+	resp, err := http.Post(own+"/mcp", "application/json", strings.NewReader(secInitBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	want := `Bearer resource_metadata="` + own + `/.well-known/oauth-protected-resource/mcp"`
+	if got := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != http.StatusUnauthorized || got != want {
+		t.Fatalf("challenge: %d %q, want %q", resp.StatusCode, got, want)
+	}
+	resp, err = http.Get(own + "/.well-known/oauth-protected-resource/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `{"resource":"` + own + `/mcp","authorization_servers":["https://as.example/tenant1"]}`; string(b) != want {
+		t.Errorf("metadata: %d %s, want %s", resp.StatusCode, b, want)
 	}
 }

@@ -68,7 +68,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 	switch {
 	case r.del:
 		s.endSession(ctx, r)
-	case !r.stateless && s.eras.bridged():
+	case !r.stateless && s.eras.bridged(r.auth):
 		s.bridge.serve(ctx, r)
 	case r.stateless && r.holds:
 		s.held.serve(ctx, r)

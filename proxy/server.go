@@ -618,6 +618,7 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	defer upstream.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Set("Accept", "application/json")
+	isPRM := strings.HasPrefix(path, prmPath)
 	if p := s.prm.Load(); p != nil && path == prmPath+s.link.up.Path() {
 		path = *p // the server named another location in its challenge
 	}
@@ -632,7 +633,7 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 		return
 	}
 	body := resp.Body()
-	if strings.HasPrefix(path, prmPath) && resp.StatusCode() == fasthttp.StatusOK {
+	if isPRM && resp.StatusCode() == fasthttp.StatusOK {
 		body = s.ownMetadata(&ctx.Request.Header, body) // mcpheal is the resource the agent reached (oauth.go)
 	}
 	ctx.Response.SetBody(body)

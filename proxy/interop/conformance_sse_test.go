@@ -56,15 +56,10 @@ func TestConformanceServerSessions(t *testing.T) {
 //   - */resource-parameter-matches-prm: by design, the agent logs in with
 //     mcpheal as the protected resource, so its resource parameter names
 //     mcpheal's URL, not the one the server published;
-//   - auth/metadata-var3/ (metadata at a custom location on another path,
-//     and its authorization server's metadata under a tenant path) and
-//     auth/scope-step-up/ (a 403 asking for more scope mid-session): not
-//     carried yet;
 //   - elicitation-sep1034-client-defaults/: with era_bridge auto the Go SDK
 //     client is offered 2026-07-28 and held, and a server's
 //     elicitation/create outside a call is refused.
-var clientKnown = []string{"*/resource-parameter-matches-prm", "auth/metadata-var3/", "auth/scope-step-up/",
-	"elicitation-sep1034-client-defaults/"}
+var clientKnown = []string{"*/resource-parameter-matches-prm", "elicitation-sep1034-client-defaults/"}
 
 // TestConformanceClient: client mode, every scenario of 2025-11-25, the Go
 // SDK's everything-client directly against the suite's scenario servers,
@@ -92,6 +87,35 @@ func TestConformanceClient(t *testing.T) {
 		}
 	}
 	sameVerdicts(t, direct, through, clientKnown)
+	if t.Failed() {
+		b, _ := os.ReadFile(logFile)
+		t.Logf("mcpheal log (the last run's):\n%s", b)
+	}
+}
+
+// TestConformanceClient2026: client mode, every 2026-07-28 scenario, the
+// Go SDK's everything-client directly and through mcpheal, as
+// TestConformanceClient. The auth scenarios' servers want a credential
+// for everything, server/discover included, and one tests a client's
+// retry by refusing the first request it sees with -32022: mcpheal learns
+// the era under the agent's credential and from an answer that tells it,
+// never from a refusal (era.go).
+func TestConformanceClient2026(t *testing.T) {
+	skipUnlessNode22(t)
+	t.Parallel()
+	dir := installConformance(t)
+	client := buildGoSDK(t, "everything-client")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := runConformanceClientAt(t, dir, revision2026, client, nil, "")
+	logFile := filepath.Join(t.TempDir(), "mcpheal.log")
+	through := runConformanceClientAt(t, dir, revision2026, self, []string{wrapClientEnv + "=" + client, wrapLogEnv + "=" + logFile}, "")
+	if n := countStatus(direct, "SUCCESS"); n < 100 {
+		t.Fatalf("directly only %d checks passed: %s", n, tally(direct))
+	}
+	sameVerdicts(t, direct, through, []string{"*/resource-parameter-matches-prm"})
 	if t.Failed() {
 		b, _ := os.ReadFile(logFile)
 		t.Logf("mcpheal log (the last run's):\n%s", b)

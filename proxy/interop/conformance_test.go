@@ -359,11 +359,17 @@ func runConformance(t *testing.T, dir, target, scenario string) map[string]check
 // server's URL as its last argument.
 func runConformanceClient(t *testing.T, dir, command string, env []string, scenario string) map[string]check {
 	t.Helper()
+	return runConformanceClientAt(t, dir, legacyRevision, command, env, scenario)
+}
+
+// runConformanceClientAt is runConformanceClient at the spec revision rev.
+func runConformanceClientAt(t *testing.T, dir, rev, command string, env []string, scenario string) map[string]check {
+	t.Helper()
 	args := []string{"client", "--command", command}
 	if scenario == "" {
-		args = append(args, "--requirements", legacyRevision)
+		args = append(args, "--requirements", rev)
 	} else {
-		args = append(args, "--spec-version", legacyRevision, "--scenario", scenario)
+		args = append(args, "--spec-version", rev, "--scenario", scenario)
 	}
 	return runSuite(t, dir, command, clientResultDir, env, args...)
 }
