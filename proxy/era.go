@@ -53,7 +53,7 @@ type eraState struct {
 	// credential (an Authorization value, "" for none), for probeHoldOff:
 	// such an answer says nothing of the era, and the same credential is
 	// not sent to ask again before then.
-	refused   map[string]time.Time
+	refused map[string]time.Time
 }
 
 // probeHoldOff spaces probes that a credential the upstream refused would
