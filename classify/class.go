@@ -27,9 +27,15 @@ const (
 	// Timeout is no answer within the deadline. Only the upstream package
 	// sets it: without an answer there is nothing to classify.
 	Timeout
-	// Protocol is any other non-2xx answer (405, 406, 409, 415, 429, 500, a
-	// 400 that names no session, 1xx, 3xx): pass through, never heal.
+	// Protocol is any other non-2xx answer (405, 406, 409, 415, 500, a 400
+	// that names no session, 1xx, 3xx): pass through, never heal.
 	Protocol
+	// Busy is the server itself turning a request away for now: 429, or a
+	// 503 in its own words (a JSON-RPC error, or a known capacity
+	// message such as the Python SDK's "Too many open sessions"). It is at
+	// capacity or rate-limits this client; it is not down. Wait its
+	// Retry-After, or pass its answer on; never count it as an outage.
+	Busy
 )
 
 // String returns the name of c as written in the constant list, or
@@ -52,6 +58,8 @@ func (c Class) String() string {
 		return "Timeout"
 	case Protocol:
 		return "Protocol"
+	case Busy:
+		return "Busy"
 	default:
 		return "Class(" + strconv.Itoa(int(c)) + ")"
 	}

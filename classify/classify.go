@@ -1,5 +1,7 @@
 package classify
 
+import "strings"
+
 // badRequestMarkers name the session in a 400 body: a server that answers 400
 // instead of 404 for an unknown or missing session. They are matched anywhere
 // in the body, ignoring ASCII case, whatever the content type (JSON-RPC error
@@ -27,7 +29,9 @@ var badRequestMarkers = newFoldSet(
 //	401, 403         Auth
 //	404              SessionGone, unless the body is a JSON-RPC error with one of notFoundCodes
 //	400              SessionGone if the body names the session (badRequestMarkers), else Protocol
-//	502, 503, 504    TransportDead
+//	429              Busy
+//	503              Busy in the server's own words (busy), else TransportDead
+//	502, 504         TransportDead
 //	2xx              the first JSON-RPC message decides (classifyMessage)
 //	anything else    Protocol
 func Classify(status int, contentType, body []byte) Class {
@@ -44,13 +48,43 @@ func Classify(status int, contentType, body []byte) Class {
 			return SessionGone
 		}
 		return Protocol
-	case 502, 503, 504:
+	case 429:
+		return Busy
+	case 503:
+		if busy(b2s(contentType), b2s(body)) {
+			return Busy
+		}
+		return TransportDead
+	case 502, 504:
 		return TransportDead
 	}
 	if status >= 200 && status <= 299 {
 		return classifyMessage(payload(b2s(contentType), b2s(body)))
 	}
 	return Protocol
+}
+
+// busyMessages are whole 503 bodies with which an MCP server says it is at
+// capacity, as text: the Python SDK ≥1.30 at max_sessions (its JSON-RPC
+// form is a JSON-RPC error, busy on its own). Lower case.
+var busyMessages = newWholeSet("too many open sessions")
+
+// busy reports a 503 written by the MCP server itself: a JSON-RPC error (a
+// gateway's error page is never one), or a known capacity message. A 503
+// that only a gateway could have written (nginx's page, Envoy's reset,
+// supergateway's "Gateway is shutting down" while it stops) is not: it is
+// an outage to wait out.
+func busy(contentType, body string) bool {
+	p := trimLeft(payload(contentType, body))
+	if strings.HasPrefix(p, "{") || strings.HasPrefix(p, "[") {
+		msg, ok := firstMessage(p)
+		if !ok {
+			return false
+		}
+		_, ok = member(msg, "error")
+		return ok
+	}
+	return busyMessages.is(p)
 }
 
 // payload returns the JSON-RPC text of an answer: the data of the first

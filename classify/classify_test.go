@@ -100,7 +100,7 @@ func loadGoldens(tb testing.TB) []golden {
 
 // classNamed returns the Class whose String is name.
 func classNamed(name string) (Class, bool) {
-	for c := Unknown; c <= Protocol; c++ {
+	for c := Unknown; c <= Busy; c++ {
 		if c.String() == name {
 			return c, true
 		}
@@ -242,9 +242,14 @@ var tableCases = []tableCase{
 	{"415 with marker", 415, ctText, "Session not found", Protocol},
 	{"500 with marker", 500, ctJSON, errSessionNotFound, Protocol},
 	{"502", 502, "", "", TransportDead},
-	{"503 with marker", 503, ctJSON, errSessionNotFound, TransportDead},
+	{"503 with marker", 503, ctJSON, errSessionNotFound, Busy}, // the server's own words: not a heal, not an outage
+	{"503 JSON, no error", 503, ctJSON, `{"jsonrpc":"2.0","id":1,"result":{}}`, TransportDead},
+	{"503 text", 503, ctText, "Service Unavailable", TransportDead},
+	{"503 too many open sessions", 503, ctText, "Too many open sessions.", Busy},
+	{"503 too many open sessions in SSE", 503, ctSSE, "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32603,\"message\":\"Too many open sessions\"}}\n\n", Busy},
 	{"504", 504, "text/html", "<h1>504 Gateway Time-out</h1>", TransportDead},
-	{"429", 429, ctText, "slow down", Protocol},
+	{"429", 429, ctText, "slow down", Busy},
+	{"429 empty", 429, "", "", Busy},
 	{"100", 100, "", "", Protocol},
 	{"304", 304, "", "", Protocol},
 	{"status 0", 0, "", "", Protocol},
@@ -455,13 +460,13 @@ func TestClassifyKeepsInput(t *testing.T) {
 
 func TestClassString(t *testing.T) {
 	t.Parallel()
-	want := []string{"Unknown", "OK", "ToolError", "Auth", "SessionGone", "TransportDead", "Timeout", "Protocol"}
+	want := []string{"Unknown", "OK", "ToolError", "Auth", "SessionGone", "TransportDead", "Timeout", "Protocol", "Busy"}
 	for i, w := range want {
 		if got := Class(i).String(); got != w {
 			t.Errorf("Class(%d).String() = %q, want %q", i, got, w)
 		}
 	}
-	if got := Class(len(want)).String(); got != "Class(8)" {
-		t.Errorf("Class(8).String() = %q, want %q", got, "Class(8)")
+	if got := Class(len(want)).String(); got != "Class(9)" {
+		t.Errorf("Class(9).String() = %q, want %q", got, "Class(9)")
 	}
 }

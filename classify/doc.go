@@ -1,6 +1,7 @@
 // Package classify decides what one upstream answer means for the proxy: pass
 // it through (OK, ToolError, Auth, Protocol), heal the upstream session and
-// replay (SessionGone), or treat the upstream as unreachable (TransportDead).
+// replay (SessionGone), treat the upstream as unreachable (TransportDead),
+// or as at capacity (Busy: wait its Retry-After or pass its answer on).
 //
 // Its API is [Classify], a pure function of the HTTP status, the
 // Content-Type header and the first bytes of the body, the [Class] it

@@ -36,14 +36,14 @@ func FuzzClassify(f *testing.F) {
 		if again := Classify(status, contentType, body); again != got {
 			t.Fatalf("Classify(%d, %q, %q) = %v, then %v", status, contentType, body, got, again)
 		}
-		if got == Unknown || got == Timeout || got > Protocol {
+		if got == Unknown || got == Timeout || got > Busy {
 			t.Fatalf("Classify(%d, %q, %q) = %v, which it never returns", status, contentType, body, got)
 		}
 		refused := Refused(status, contentType, body)
 		if !bytes.Equal(before, body) {
 			t.Fatalf("Refused(%d, %q, %q) modified its body", status, contentType, before)
 		}
-		if refused && (status != 503 || got != TransportDead) {
+		if refused && (status != 503 || (got != TransportDead && got != Busy)) {
 			t.Fatalf("Refused(%d, %q, %q) = true, but Classify = %v", status, contentType, body, got)
 		}
 		for _, prefix := range []string{bom, "\n  "} {

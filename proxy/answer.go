@@ -67,6 +67,10 @@ const (
 	// recorded initialize under this request's credential; the session
 	// stays.
 	outHealAuth
+	// outBusy: the upstream's 429 or 503 at capacity to the recorded
+	// initialize, after waiting out its Retry-After once if that fit: its
+	// status, words and Retry-After; the session stays.
+	outBusy
 )
 
 // failure is mcpheal's own answer for an outcome that is not the
@@ -132,6 +136,19 @@ func (a *attempt) fail(out outcome) failure {
 		}
 		return failure{status: he.status, code: codeUnauthorized, msg: "the upstream refused this request's credential while re-creating " +
 			"the session (" + strconv.Itoa(he.status) + "); the session stays valid", challenge: string(a.s.ownChallenge(a.r.hdr, []byte(he.challenge)))}
+	case outBusy:
+		c.request(m, classify.Busy)
+		be := out.err.(*busyError)
+		code, words := codeUpstreamDown, "it gave no reason"
+		if e := gjson.GetBytes(be.msg, "error"); e.IsObject() {
+			words = strconv.Quote(e.Get("message").Str)
+			if c := e.Get("code").Int(); c != 0 {
+				code = int(c)
+			}
+		}
+		return failure{status: be.status, code: code, msg: "the upstream is at capacity and did not re-create the session (" +
+			strconv.Itoa(be.status) + ", " + words + "); " + m.method + " was not sent; the session stays valid; retry later",
+			retryAfter: max(int((be.wait+time.Second-1)/time.Second), 1)}
 	case outInvalid:
 		c.request(m, classify.Protocol)
 		return failure{status: fasthttp.StatusBadGateway, code: codeUpstreamInvalid, msg: "the upstream's answer to " + m.method +
@@ -208,6 +225,13 @@ func (a *attempt) answer(out outcome) bool {
 		a.r.outcome(outUpstream, out.class, 0)
 		if out.class == classify.OK && a.sess != nil {
 			a.accepted()
+		}
+		if out.class == classify.Busy && a.resp.IsStream() {
+			// A busy server's words as an event stream it may hold open:
+			// they are its first event, given as the JSON answer they are.
+			a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(retryAfter(&a.resp.Header, time.Now())/time.Second), 1)))
+			writeJSONAnswer(a.ctx, a.resp.StatusCode(), sse.Data(nil, a.first), a.sess, &a.s.mem)
+			return false
 		}
 		return a.respond()
 	case outAccepted:
@@ -392,6 +416,9 @@ func (a *attempt) respondHead() {
 		a.s.link.dropMinted(a.resp)
 	}
 	a.s.passChallenge(ctx, h)
+	if st := h.StatusCode(); (st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusServiceUnavailable) && len(h.Peek("Retry-After")) == 0 {
+		ctx.Response.Header.Set("Retry-After", "1") // a busy upstream's answer (decide), said when to come back
+	}
 }
 
 // learn learns the tools of a tools/list answer whose response event has

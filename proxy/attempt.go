@@ -46,6 +46,7 @@ type attempt struct {
 	// upstream's dispatcher (see facts.dispatched).
 	mayHaveRun bool
 	budget     time.Time // end of the heal budget; zero until the first failure
+	waited     bool      // waited out a busy upstream's Retry-After once (actWait)
 	wait       upstream.Backoff
 	// probing: this request is its session's probe of an outage (see
 	// session.Probe); it must end the probe before it answers.
@@ -190,7 +191,11 @@ func (a *attempt) loop() outcome {
 			a.s.count.class(f.class)
 			a.s.link.recordHealth(f.class)
 		}
-		switch decide(f) {
+		act := decide(f)
+		if f.class == classify.Busy {
+			a.s.link.noteBusy(a.resp.StatusCode(), act == actWait)
+		}
+		switch act {
 		case actAbandon:
 			return outcome{kind: outAgentGone}
 		case actPass:
@@ -206,6 +211,14 @@ func (a *attempt) loop() outcome {
 		case actRetry:
 			if !a.backoff() {
 				return outcome{kind: outDown, why: "upstream unreachable"}
+			}
+		case actWait:
+			a.waited = true
+			if !a.s.link.sleep(retryAfter(&a.resp.Header, time.Now())) {
+				return outcome{kind: outDown, why: "mcpheal is shutting down"}
+			}
+			if a.agentGone() {
+				return outcome{kind: outAgentGone}
 			}
 		case actHeal:
 			if out, ok := a.heal(reasonSessionGone); !ok {
@@ -298,14 +311,25 @@ func (a *attempt) judge(err error) facts {
 	case classify.SessionGone:
 		// Rejected before dispatch (README "Replay rules"): never ran.
 		f.mayHeal = a.heals && !a.healed && a.r.standing == bound
-	case classify.TransportDead:
+	case classify.TransportDead, classify.Busy:
 		// A 502/503/504. Proof of no harm only if the body is a known
-		// refusal by the server itself; a gateway's error page is not.
+		// refusal by the server itself; a gateway's error page is not. A
+		// rate limit (429) turns requests away before they run.
 		body := a.first // a streamed answer: its first event (Body would drain it)
 		if !r.IsStream() {
 			body = r.Body()
 		}
-		f.dispatched = !classify.Refused(status, ct, body)
+		f.dispatched = status != fasthttp.StatusTooManyRequests && !classify.Refused(status, ct, body)
+		if status == fasthttp.StatusServiceUnavailable && len(r.Header.Peek("Retry-After")) > 0 {
+			f.class = classify.Busy // it says when to come back: a wait, not an outage
+		}
+		if f.class == classify.Busy {
+			if a.budget.IsZero() {
+				a.budget = time.Now().Add(a.s.cfg.HealTimeout)
+			}
+			now := time.Now()
+			f.waited, f.waitFits = a.waited, now.Add(retryAfter(&r.Header, now)).Before(a.budget)
+		}
 	}
 	return f
 }
@@ -359,6 +383,7 @@ func (a *attempt) heal(reason int) (out outcome, ok bool) {
 			bo *breakerOpenError
 			ce *credentialError
 			he *healAuthError
+			be *busyError
 		)
 		switch {
 		case errors.As(err, &bo):
@@ -367,6 +392,8 @@ func (a *attempt) heal(reason int) (out outcome, ok bool) {
 			return outcome{kind: outCredential, err: err}, false
 		case errors.As(err, &he):
 			return outcome{kind: outHealAuth, err: he}, false
+		case errors.As(err, &be):
+			return outcome{kind: outBusy, err: be}, false
 		case errors.Is(err, errClosing):
 			return outcome{kind: outDown, why: "mcpheal is shutting down"}, false
 		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):

@@ -121,6 +121,8 @@ type reply struct {
 	sessionErr error
 	// challenge is the upstream's WWW-Authenticate, if any.
 	challenge string
+	// wait is a Busy answer's Retry-After (retryAfter).
+	wait time.Duration
 }
 
 // call sends c and reads and classifies its answer. An error means no
@@ -156,6 +158,12 @@ func (l *link) call(c *upcall) (reply, error) {
 		ct = mimeJSON // msg is the answering event's data
 	}
 	rep.class = classify.Classify(rep.status, ct, msg)
+	if rep.status == fasthttp.StatusServiceUnavailable && len(resp.Header.Peek("Retry-After")) > 0 {
+		rep.class = classify.Busy // it says when to come back (attempt.judge)
+	}
+	if rep.class == classify.Busy {
+		rep.wait = retryAfter(&resp.Header, time.Now())
+	}
 	l.count.class(rep.class)
 	rep.msg = append([]byte(nil), msg...)
 	return rep, nil

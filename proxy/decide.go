@@ -34,9 +34,12 @@ const (
 	// credential it owns, so nothing was sent. Trying again would only ask
 	// the token endpoint again (it holds its own retry schedule).
 	actCredential
+	// actWait waits out a busy upstream's Retry-After, then sends the
+	// request once more.
+	actWait
 )
 
-var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too large", "abandon", "credential"}
+var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too large", "abandon", "credential", "wait"}
 
 func (a action) String() string { return actionNames[a] }
 
@@ -72,6 +75,10 @@ type facts struct {
 	// credential: the exchange never started: mcpheal could not get the
 	// upstream credential it owns.
 	credential bool
+	// waitFits: a Busy answer's Retry-After (1 s if it gave none) ends
+	// within the request's heal budget; waited: the request already waited
+	// one out.
+	waitFits, waited bool
 }
 
 // decide is the README's "What it does with each answer" and "Replay
@@ -107,6 +114,13 @@ func decide(f facts) action {
 			return actRefuse
 		}
 		return actRetry
+	case classify.Busy:
+		// At capacity, not down: once, and only when it is harmless and
+		// the server's wait fits; else its own answer, Retry-After and all.
+		if f.waited || !f.waitFits || (f.dispatched && !f.replaySafe) {
+			return actPass
+		}
+		return actWait
 	}
 	return actPass // OK, ToolError, Auth, Protocol: the upstream's own answer
 }

@@ -66,6 +66,14 @@ func TestDecide(t *testing.T) {
 		{"session-less traffic retries when not dispatched", facts{class: classify.TransportDead}, actRetry},
 		{"session-less tools/call refused when it may have run", facts{class: classify.TransportDead, dispatched: true}, actRefuse},
 
+		// A busy upstream (429, a 503 in its own words): one wait of its
+		// Retry-After, only when harmless and within the budget.
+		{"busy, refused unseen, wait fits", facts{class: classify.Busy, waitFits: true}, actWait},
+		{"busy, replay-safe, wait fits", facts{class: classify.Busy, dispatched: true, replaySafe: true, waitFits: true}, actWait},
+		{"busy, may have run", facts{class: classify.Busy, dispatched: true, waitFits: true}, actPass},
+		{"busy, wait past the budget", facts{class: classify.Busy, waitFits: false}, actPass},
+		{"busy again after the wait", facts{class: classify.Busy, waitFits: true, waited: true}, actPass},
+
 		// An answer past max_answer: mcpheal's 502, never a retry.
 		{"answer too large, replay-safe", with(sess, func(f *facts) {
 			f.class, f.tooLarge, f.replaySafe, f.dispatched = classify.Protocol, true, true, true
@@ -85,12 +93,13 @@ func TestDecide(t *testing.T) {
 // only on a session rejection, which is proof it did not run.
 func TestDecideNeverRunsTwice(t *testing.T) {
 	t.Parallel()
-	for c := classify.Class(0); c <= classify.Protocol+1; c++ {
-		for bits := 0; bits < 64; bits++ {
+	for c := classify.Class(0); c <= classify.Busy+1; c++ {
+		for bits := 0; bits < 256; bits++ {
 			f := facts{class: c, dispatched: bits&1 != 0, replaySafe: bits&2 != 0,
-				session: bits&4 != 0, mayHeal: bits&8 != 0, healed: bits&16 != 0, tooLarge: bits&32 != 0}
+				session: bits&4 != 0, mayHeal: bits&8 != 0, healed: bits&16 != 0, tooLarge: bits&32 != 0,
+				waitFits: bits&64 != 0, waited: bits&128 != 0}
 			got := decide(f)
-			if got == actRetry && f.dispatched && !f.replaySafe {
+			if (got == actRetry || got == actWait) && f.dispatched && !f.replaySafe {
 				t.Errorf("decide(%+v) = retry: a request that may have run would run twice", f)
 			}
 			if got == actHeal && c != classify.SessionGone {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
 )
@@ -128,6 +129,20 @@ func (e *healAuthError) Error() string {
 	return "upstream refused the credential: initialize answered " + strconv.Itoa(e.status)
 }
 
+// busyError: the upstream turned the recorded initialize away as at
+// capacity or rate-limited (classify.Busy). The session stays; the request
+// is answered with the upstream's status, words and Retry-After, and
+// nothing counts it as an outage.
+type busyError struct {
+	status int
+	wait   time.Duration
+	msg    []byte // the upstream's JSON-RPC message, if it wrote one
+}
+
+func (e *busyError) Error() string {
+	return "upstream busy: initialize answered " + strconv.Itoa(e.status)
+}
+
 // errClosing: mcpheal is shutting down; work in flight is abandoned.
 var errClosing = errors.New("mcpheal is shutting down")
 
@@ -157,6 +172,7 @@ func (h *healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 			return "", 0, err
 		}
 		wait := upstream.Backoff{Min: 25 * time.Millisecond, Max: time.Second}
+		busyWaited := false
 		for try := 1; ; try++ {
 			if ok, w := h.link.breaker.Allow(); !ok {
 				// Open while this heal waits out the outage: it waits on
@@ -176,7 +192,18 @@ func (h *healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 			var (
 				ce *credentialError
 				he *healAuthError
+				be *busyError
 			)
+			if errors.As(err, &be) {
+				// At capacity, not down: wait its Retry-After once if the
+				// budget allows, never counted against the breaker.
+				dl, _ := ctx.Deadline()
+				if busyWaited || !time.Now().Add(be.wait).Before(dl) || !h.link.sleep(be.wait) {
+					return "", 0, err
+				}
+				busyWaited = true
+				continue
+			}
 			if errors.Is(err, errRecipeRefused) || errors.As(err, &ce) || errors.As(err, &he) {
 				return "", 0, err
 			}
@@ -239,7 +266,10 @@ func (h *healer) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 		// another, rotated one still uses).
 		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
 		return "", &healAuthError{status: st, challenge: rep.challenge}
-	case st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusRequestTimeout || st >= 500:
+	case rep.class == classify.Busy:
+		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
+		return "", &busyError{status: st, wait: rep.wait, msg: rep.msg}
+	case st == fasthttp.StatusRequestTimeout || st >= 500:
 		h.link.deleteLater(rep.session, agent.PeekBytes(hdrAuthorization), true)
 		return "", fmt.Errorf("initialize answered %d", st)
 	case st/100 != 2:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,9 @@ type link struct {
 	// credLogged: unix nanoseconds of the last log line about a refused
 	// upstream credential (one per second at most).
 	credLogged atomic.Int64
+	// busyLogged: unix nanoseconds of the last log line about a busy
+	// upstream (noteBusy).
+	busyLogged atomic.Int64
 	// onRecover runs when the upstream answers again after failures (the
 	// era is asked again: a restart may have changed it).
 	onRecover func()
@@ -259,6 +263,35 @@ func (l *link) dropMinted(r *upstream.Response) {
 
 // recordHealth feeds the breaker: a transport failure is an infrastructure
 // failure; any HTTP answer shows the upstream is up.
+// noteBusy logs a busy upstream's answer (classify.Busy), at most once a
+// second: at capacity or rate-limited, which the operator should know
+// of, and which is not an outage (the breaker does not count it).
+func (l *link) noteBusy(status int, waiting bool) {
+	now := time.Now().UnixNano()
+	if last := l.busyLogged.Load(); now-last <= int64(time.Second) || !l.busyLogged.CompareAndSwap(last, now) {
+		return
+	}
+	msg := "upstream busy (at capacity or rate-limited): its answer goes to the agent, with Retry-After"
+	if waiting {
+		msg = "upstream busy (at capacity or rate-limited): waiting its Retry-After, then sending once more"
+	}
+	l.log.Warn().Int("status", status).Msg(msg)
+}
+
+// retryAfter is how long a busy upstream asked to be left alone
+// (Retry-After: seconds or an HTTP date), at most a minute; 1 s when it
+// did not say.
+func retryAfter(h *fasthttp.ResponseHeader, now time.Time) time.Duration {
+	v := strings.TrimSpace(string(h.Peek("Retry-After")))
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return min(time.Duration(n)*time.Second, time.Minute)
+	}
+	if t, err := fasthttp.ParseHTTPDate([]byte(v)); err == nil {
+		return min(max(t.Sub(now), 0), time.Minute)
+	}
+	return time.Second
+}
+
 func (l *link) recordHealth(cls classify.Class) {
 	if cls == classify.TransportDead || cls == classify.Timeout {
 		l.failure()

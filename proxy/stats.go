@@ -16,7 +16,7 @@ var methodNames = [...]string{
 	"response", "GET", "DELETE",
 }
 
-const numClasses = int(classify.Protocol) + 1
+const numClasses = int(classify.Busy) + 1
 
 // methodIndex maps a request to its slot in methodNames.
 func methodIndex(m *message) int {

@@ -179,7 +179,10 @@ func TestGetRefusalGivesBudgetBack(t *testing.T) {
 
 // TestStreamed503Judged: a 503 whose body is an event stream that stays
 // open is judged on its first event; reading its body whole (as a JSON
-// answer's) once hung the request until the upstream gave up.
+// answer's) once hung the request until the upstream gave up. Its first
+// event is the server's own JSON-RPC error (classify.Busy), which may have
+// run the call: the agent gets it at once, as a JSON answer with
+// Retry-After, and the call is not sent again.
 func TestStreamed503Judged(t *testing.T) {
 	t.Parallel()
 	up := startStub(t, nil, func(w http.ResponseWriter, r *http.Request, _ string) {
@@ -192,8 +195,9 @@ func TestStreamed503Judged(t *testing.T) {
 	_, url := startProxy(t, up, func(c *Config) { c.HealTimeout = time.Second })
 	sid := peerRawInitialize(t, url)
 	start := time.Now()
-	_, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)
-	if code, _, _ := rpcError(t, raw); code != codeMaybeExecuted || time.Since(start) > 3*time.Second {
-		t.Fatalf("after %v: %s; want -32011 at once (a gateway's 503 proves nothing)", time.Since(start), raw)
+	resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)
+	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusServiceUnavailable || code != -32000 || msg != "busy" ||
+		resp.Header.Get("Retry-After") == "" || time.Since(start) > 3*time.Second {
+		t.Fatalf("after %v: %d %s; want the server's 503 and words at once", time.Since(start), resp.StatusCode, raw)
 	}
 }
