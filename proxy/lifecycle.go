@@ -57,9 +57,18 @@ func (s *Server) drain(timeout time.Duration) {
 }
 
 // closeSessions DELETEs every upstream session the server holds (bounded by
-// ctx, a few seconds at most) and closes the server.
+// ctx, a few seconds at most) and closes the server. With a fleet (a
+// shared store) it DELETEs none: a stop is not the end of a session, and
+// the other processes, or this one restarted, go on with them (README
+// "Replicas"); only a session that ends is DELETEd, by the process that
+// ends it.
 func (s *Server) closeSessions(ctx context.Context) {
 	sessions := s.sessions.store.Sessions()
+	if s.sessions.fleet != nil {
+		s.log.Info().Int("sessions", len(sessions)).Msg("stopping: upstream sessions left to the fleet")
+		s.Close()
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	sem := make(chan struct{}, 16)

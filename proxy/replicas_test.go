@@ -722,3 +722,47 @@ func TestFleetHeldSession(t *testing.T) {
 		f.check()
 	})
 }
+
+// TestStoppedReplicaLeavesSessions: a replica stopped gracefully (SIGTERM:
+// an upgrade, a scale-down) DELETEs none of the upstream sessions it
+// holds; they belong to the fleet. The other replica serves the session
+// on, with its state (the log level set through the stopped one), without
+// an initialize, and so does the replica restarted. It DELETEd them all:
+// live upstream sessions 2 → 0, every agent's state lost.
+func TestStoppedReplicaLeavesSessions(t *testing.T) {
+	t.Parallel()
+	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
+		up := startGoSDK(t, goSDKOpts{State: true})
+		f := startFleet(t, 2, up.URL(), sh)
+		a, b := f.replica(0), f.replica(1)
+		sid := peerRawInitialize(t, a)
+		if resp, body := peerRawPost(t, a, sid, `{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("setLevel: %d %s", resp.StatusCode, body)
+		}
+		inits := up.Inits()
+
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := f.procs[0].s.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.procs[0].kill() // the process exits
+		for _, r := range up.Requests() {
+			if r.HTTPMethod == http.MethodDelete {
+				t.Fatalf("the stopped replica DELETEd upstream session %s", r.SessionID)
+			}
+		}
+		resp, body := peerRawPost(t, b, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"log","arguments":{"level":"debug","text":"still-debug"}}}`)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "still-debug") {
+			t.Fatalf("the other replica, on the session: %d %s; want the debug message the session's level lets through", resp.StatusCode, body)
+		}
+		f.procs[0] = f.start(strings.TrimSuffix(strings.TrimPrefix(a, "http://"), "/mcp"))
+		if resp, body := peerRawPost(t, a, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"back"}}}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("the restarted replica: %d %s", resp.StatusCode, body)
+		}
+		if n := up.Inits() - inits; n != 0 {
+			t.Errorf("%d upstream initializes after the stop, want 0:%s", n, f.initsByReplica())
+		}
+		f.check()
+	})
+}
