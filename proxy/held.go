@@ -435,6 +435,12 @@ func (h *held) adopt(r *request, e *heldEntry, id session.ClientID) bool {
 func (h *held) open(r *request, id session.ClientID) (*session.Session, *discovery, failure) {
 	s := h.s
 	body := heldInitialize(r.body, s.link.upcallID("init"))
+	if len(body) > s.cfg.MaxInitBody {
+		// The initialize a session-era agent would send is kept for the
+		// session's life, as an agent's own is (guard.check).
+		return nil, nil, failure{status: fasthttp.StatusRequestEntityTooLarge, code: codeInvalidRequest,
+			msg: "_meta clientInfo and clientCapabilities larger than " + strconv.Itoa(s.cfg.MaxInitBody) + " bytes (max_init_body)"}
+	}
 	ir := &request{msg: message{method: "initialize", id: gjson.GetBytes(body, "id").Raw}, body: body, hdr: r.hdr,
 		auth: r.auth, tctx: r.tctx, heldAs: id, heldGen: r.heldGen}
 	a := newAttempt(s, nil, ir)
@@ -489,7 +495,9 @@ func heldFailure(f failure) failure {
 		f.code = codeUpstreamInvalid
 		f.msg = "the upstream refused the session mcpheal holds for this agent"
 	}
-	if f.status != fasthttp.StatusUnauthorized && f.status != fasthttp.StatusForbidden {
+	switch f.status {
+	case fasthttp.StatusUnauthorized, fasthttp.StatusForbidden, fasthttp.StatusRequestEntityTooLarge:
+	default:
 		f.status = fasthttp.StatusOK
 	}
 	return f

@@ -48,7 +48,16 @@ type heldListen struct {
 	quit               chan struct{}
 	once               sync.Once
 	st                 agentStream
+	charged            bool // listenCost taken from the memory budget, given back by unlisten
 }
+
+// A listen holds a goroutine, its agent's connection and buffers: about
+// listenCost bytes, counted in the memory budget while it is open, and at
+// most maxListens of them per held session.
+const (
+	listenCost = 40 << 10
+	maxListens = 32
+)
 
 // listenFilter is what a listen asks for (params.notifications), and what
 // mcpheal honours of it: what the upstream's capabilities offer.
@@ -78,6 +87,22 @@ func (h *held) listen(ctx *fasthttp.RequestCtx, r *request) {
 	caps := gjson.ParseBytes(h.capabilities(r.sess))
 	l := h.listenFilter(r, caps)
 	hub := h.hub(r.sess)
+	hub.mu.Lock()
+	n := len(hub.listens)
+	hub.mu.Unlock()
+	switch {
+	case n >= maxListens:
+		s.count.request(&r.msg, classify.OK)
+		writeFailure(ctx, r.msg.idOrNull(), heldFailure(failure{code: codeTooMany, retryAfter: 10,
+			msg: "too many subscriptions/listen open on this agent's session (" + strconv.Itoa(maxListens) + "); close one first"}))
+		return
+	case !s.mem.take(listenCost):
+		s.count.request(&r.msg, classify.OK)
+		writeFailure(ctx, r.msg.idOrNull(), heldFailure(failure{code: codeBudget, retryAfter: 1,
+			msg: "subscriptions/listen not opened: mcpheal's memory_budget is reached; retry later"}))
+		return
+	}
+	l.charged = true
 	for uri := range l.uris {
 		if err := hub.want(h, r, uri); err != nil {
 			delete(l.uris, uri)
@@ -169,6 +194,12 @@ func (h *held) stopListens() {
 func (h *held) unlisten(l *heldListen) {
 	l.stop()
 	h.calls.CompareAndDelete(l.key, l)
+	h.mu.Lock()
+	if l.charged {
+		l.charged = false
+		h.s.mem.give(listenCost)
+	}
+	h.mu.Unlock()
 	h.mu.Lock()
 	hub := h.hubs[l.sess]
 	h.mu.Unlock()

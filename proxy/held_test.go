@@ -666,3 +666,109 @@ func TestHeldPassesChallenges(t *testing.T) {
 		t.Errorf("%d initializes for three held sessions, want 3", n)
 	}
 }
+
+// TestHeldMaxInitBody: a 2026-07-28 agent whose _meta would make the held
+// session's initialize larger than max_init_body gets 413 and the
+// upstream no initialize; the held route made a 3.84 MB initialize of a
+// 3.84 MB clientCapabilities, kept for the session's life.
+func TestHeldMaxInitBody(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxInitBody = 4096; c.MaxBody = 1 << 20 })
+	big := `"x":"` + strings.Repeat("a", 8192) + `"`
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{` + big + `}}}}`
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/list")
+	resp, b := peerRawDo(t, req)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "max_init_body") {
+		t.Fatalf("%d %s; want 413 naming max_init_body", resp.StatusCode, b)
+	}
+	if n := up.Inits(); n != 0 {
+		t.Errorf("the upstream got %d initialize", n)
+	}
+	// A small one is held as before.
+	if st, res := heldPost(t, url, "", "tools/list", "", 2); st != http.StatusOK || !res.Get("result.tools").IsArray() {
+		t.Fatalf("a small _meta: %d %s", st, res.Raw)
+	}
+}
+
+// openListen opens a subscriptions/listen on the held route and returns
+// the open answer, or the error answer's body.
+func openListen(t *testing.T, url string, id int) (*http.Response, string) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"l","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 512)
+	n, _ := resp.Body.Read(first)
+	if strings.Contains(string(first[:n]), "subscriptions/acknowledged") {
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp, ""
+	}
+	resp.Body.Close()
+	return nil, string(first[:n])
+}
+
+// TestHeldListensBounded: a held session takes at most maxListens
+// subscriptions/listen, each counted in the memory budget while open and
+// given back when it ends; past either limit the agent is told which. They
+// had neither: 12 000 listens took 470 MB at a 64 MiB budget.
+func TestHeldListensBounded(t *testing.T) {
+	t.Parallel()
+	t.Run("per session", func(t *testing.T) {
+		t.Parallel()
+		up := startGoSDK(t, goSDKOpts{State: true})
+		// A closed listen is noticed at its next write: a keepalive.
+		s, url := startProxy(t, up.URL(), func(c *Config) { c.StreamKeepalive = 50 * time.Millisecond })
+		before := s.mem.used.Load()
+		var open []*http.Response
+		for i := range maxListens {
+			resp, errBody := openListen(t, url, 100+i)
+			if resp == nil {
+				t.Fatalf("listen %d: %s", i, errBody)
+			}
+			open = append(open, resp)
+		}
+		if _, errBody := openListen(t, url, 999); !strings.Contains(errBody, strconv.Itoa(codeTooMany)) {
+			t.Fatalf("listen past maxListens: %q; want -32015", errBody)
+		}
+		held := s.mem.used.Load() - before
+		if held < maxListens*listenCost {
+			t.Errorf("%d bytes counted for %d listens, want at least %d", held, maxListens, maxListens*listenCost)
+		}
+		for _, resp := range open {
+			resp.Body.Close()
+		}
+		if !waitFor(5*time.Second, func() bool { return s.mem.used.Load()-before < listenCost }) {
+			t.Errorf("budget after the listens closed: %d bytes above the start, want < %d", s.mem.used.Load()-before, listenCost)
+		}
+	})
+	t.Run("memory budget", func(t *testing.T) {
+		t.Parallel()
+		up := startGoSDK(t, goSDKOpts{State: true})
+		_, url := startProxy(t, up.URL(), func(c *Config) { c.MemoryBudget = 6 * listenCost })
+		refused := ""
+		for i := range 10 {
+			if resp, errBody := openListen(t, url, 200+i); resp == nil {
+				refused = errBody
+				break
+			}
+		}
+		if !strings.Contains(refused, strconv.Itoa(codeBudget)) {
+			t.Fatalf("listens past a budget of %d bytes: refusal %q; want -32017", 6*listenCost, refused)
+		}
+	})
+}

@@ -455,6 +455,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.srvOnce.Do(func() {}) // a Serve racing with Shutdown gets no server
 	s.streams.stopAll()     // held-open GET streams would stall the drain
 	s.bridge.stopListens()
+	s.held.stopListens()
 	if s.srv != nil {
 		err = s.srv.ShutdownWithContext(ctx)
 	}
