@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -472,11 +471,11 @@ func (a *attempt) spanName() string {
 	case a.msg.get:
 		return "GET stream"
 	case a.msg.tool != "":
-		return a.msg.method + " " + a.msg.tool
+		return spanText(a.msg.method) + " " + spanText(a.msg.tool)
 	case a.msg.method == "":
 		return "response"
 	}
-	return strings.Clone(a.msg.method)
+	return spanText(a.msg.method)
 }
 
 // awaitProbe waits, within the heal budget, for the request probing the

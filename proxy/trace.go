@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -85,8 +86,7 @@ func (tr *tracing) start(r *request) {
 	// The message's members are views into the agent's body, which
 	// fasthttp reuses once the handler returns; a span keeps its strings
 	// until it is exported: they are copied.
-	m := message{method: strings.Clone(r.msg.method), id: strings.Clone(r.msg.id), tool: strings.Clone(r.msg.tool),
-		get: r.msg.get}
+	m := message{method: spanText(r.msg.method), id: spanText(r.msg.id), tool: spanText(r.msg.tool), get: r.msg.get}
 	name, method := m.method, m.method
 	switch {
 	case m.get:
@@ -111,6 +111,24 @@ func (tr *tracing) start(r *request) {
 			attribute.String("mcp.protocol.version", r.sess.Recipe.ProtocolVersion))
 	}
 	r.tctx, r.span = tr.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+// maxSpanText bounds what a span copies of an agent's request (method,
+// id, tool name): the agent chooses them, and a span lives until it is
+// exported, a slow collector's queue included.
+const maxSpanText = 128
+
+// spanText is a copy of s of at most maxSpanText bytes, cut at a rune
+// boundary and marked with "…" when cut.
+func spanText(s string) string {
+	if len(s) <= maxSpanText {
+		return strings.Clone(s)
+	}
+	cut := maxSpanText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…" // a new string: the agent's body is not kept
 }
 
 // end ends a request's span with its outcome: the class of the answer the

@@ -11,8 +11,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -306,6 +309,39 @@ func TestTraceOfBridgeRounds(t *testing.T) {
 		}
 		if under != 1 {
 			t.Errorf("round %s: %d upstream exchanges beneath it; want 1", n, under)
+		}
+	}
+}
+
+// TestSpanCopiesBounded: a span copies at most maxSpanText bytes of what
+// the agent chose (method, id, tool name), whatever their size: a span
+// lives until it is exported, and 150 requests naming a 3.9 MB tool held
+// 1.2 GB behind a slow collector.
+func TestSpanCopiesBounded(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.Tracer = tp; c.MaxBody = 4 << 20 })
+	sid := peerRawInitialize(t, url)
+	huge := strings.Repeat("é", 1<<20) // 2 MiB, two bytes a rune
+	peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":"`+huge+`","method":"tools/call","params":{"name":"`+huge+`","arguments":{}}}`)
+	peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"`+huge+`"}`)
+	ended := spans.Ended()
+	if len(ended) < 2 {
+		t.Fatalf("%d spans", len(ended))
+	}
+	for _, sp := range ended {
+		if n := len(sp.Name()); n > 2*maxSpanText+8 {
+			t.Errorf("span name of %d bytes", n)
+		}
+		if !utf8.ValidString(sp.Name()) {
+			t.Errorf("span name cut inside a rune: %q", sp.Name())
+		}
+		for _, kv := range sp.Attributes() {
+			if n := len(kv.Value.Emit()); n > maxSpanText+8 {
+				t.Errorf("span %.40q: attribute %s of %d bytes", sp.Name(), kv.Key, n)
+			}
 		}
 	}
 }

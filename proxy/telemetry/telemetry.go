@@ -105,7 +105,15 @@ func New(ctx context.Context, cfg Config, version string, lookup func(string) (s
 	if err != nil {
 		return nil, nil, fmt.Errorf("tracing resource: %w", err)
 	}
-	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	// The queue is bounded (spans dropped when full, as the SDK does) and
+	// so is each span: mcpheal copies at most 128 bytes of what an agent
+	// sent into one (proxy/trace.go), and attribute values are cut at 256.
+	limits := sdktrace.NewSpanLimits()
+	if env(lookup, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") == "" && env(lookup, "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") == "" {
+		limits.AttributeValueLengthLimit = 256
+	}
+	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp, sdktrace.WithMaxQueueSize(2048)),
+		sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(limits)}
 	if env(lookup, "OTEL_TRACES_SAMPLER") == "" && cfg.Sampler != "" {
 		s, err := sampler(cfg.Sampler, cfg.SamplerArg)
 		if err != nil {
