@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -55,6 +56,8 @@ type held struct {
 	calls  sync.Map // callKey → heldCancel, for notifications/cancelled
 	infos  sync.Map // *session.Session → *discovery: its initialize's answer
 	hubs   map[*session.Session]*heldHub
+	// refusing counts the refusals of upstream requests in flight (refuse).
+	refusing atomic.Int32
 }
 
 // heldCancel is what an agent's notifications/cancelled can end: a call,

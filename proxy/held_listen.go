@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"strconv"
 	"sync"
 	"time"
@@ -50,6 +51,10 @@ type heldListen struct {
 	st                 agentStream
 	charged            bool // listenCost taken from the memory budget, given back by unlisten
 }
+
+// maxRefusing bounds the refusals of upstream requests in flight, over
+// every held session: each is a POST that may wait up to 5 s.
+const maxRefusing = 8
 
 // A listen holds a goroutine, its agent's connection and buffers: about
 // listenCost bytes, counted in the memory budget while it is open, and at
@@ -371,14 +376,22 @@ func (hub *heldHub) want(h *held, r *request, uri string) error {
 // stream: no agent can answer it.
 func (h *held) refuse(sess *session.Session, id, method string) {
 	s := h.s
+	if h.refusing.Add(1) > maxRefusing {
+		// An upstream that floods its GET stream with requests gets no
+		// more answers than this at a time; the rest it times out itself.
+		h.refusing.Add(-1)
+		return
+	}
 	if !s.bg.Add(1) {
+		h.refusing.Add(-1)
 		return
 	}
 	go func() {
 		defer s.bg.Done()
+		defer h.refusing.Add(-1)
 		up, _ := sess.Current()
-		body := `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32601,"message":"` + method +
-			` outside a call cannot reach an MCP 2026-07-28 agent"}}`
+		text, _ := json.Marshal(method + " outside a call cannot reach an MCP 2026-07-28 agent")
+		body := `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32601,"message":` + string(text) + `}}`
 		_, _ = s.link.call(&upcall{hdr: recipeHeader(sess), session: up, version: sess.Recipe.ProtocolVersion,
 			body: []byte(body), deadline: time.Now().Add(5 * time.Second), name: "response"})
 	}()

@@ -772,3 +772,62 @@ func TestHeldListensBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestHeldRefusalsBounded: a session-era upstream that floods a held
+// session's GET stream with requests (which no 2026-07-28 agent can get
+// outside a call) is refused at most maxRefusing at a time; each refusal
+// was a goroutine and a POST of its own, without bound (227 MB of heap).
+// A call of the agent goes on meanwhile.
+func TestHeldRefusalsBounded(t *testing.T) {
+	t.Parallel()
+	const flood = 2000
+	release := make(chan struct{})
+	var inFlight, most, refusals atomic.Int64
+	url := startStub(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		for i := range flood {
+			_, _ = io.WriteString(w, `data: {"jsonrpc":"2.0","id":"flood-`+strconv.Itoa(i)+`","method":"sampling/createMessage","params":{}}`+"\n\n")
+		}
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}, func(w http.ResponseWriter, r *http.Request, method string) {
+		switch method {
+		case "server/discover":
+			http.Error(w, "Bad Request: Server not initialized", http.StatusBadRequest)
+		case "":
+			// A refusal of one of the flood's requests: held open.
+			refusals.Add(1)
+			n := inFlight.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			inFlight.Add(-1)
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			body, _ := io.ReadAll(r.Body)
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+gjson.GetBytes(body, "id").Raw+`,"result":{"tools":[]}}`)
+		}
+	})
+	_, purl := startProxy(t, url, nil)
+	if st, res := heldPost(t, purl, "", "tools/list", "", 1); st != http.StatusOK {
+		t.Fatalf("tools/list: %d %s", st, res.Raw)
+	}
+	if !waitFor(5*time.Second, func() bool { return inFlight.Load() >= maxRefusing }) {
+		t.Fatalf("%d refusals in flight, want %d", inFlight.Load(), maxRefusing)
+	}
+	if st, res := heldPost(t, purl, "", "tools/list", "", 2); st != http.StatusOK {
+		t.Fatalf("tools/list during the flood: %d %s", st, res.Raw)
+	}
+	if m := most.Load(); m > maxRefusing {
+		t.Errorf("%d refusals in flight at once, want at most %d", m, maxRefusing)
+	}
+	close(release)
+	if n := refusals.Load(); n >= flood {
+		t.Errorf("%d refusals for a flood of %d while %d were pending: not bounded", n, flood, maxRefusing)
+	}
+}

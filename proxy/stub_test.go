@@ -6,6 +6,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -37,7 +38,9 @@ func startStub(t testing.TB, get http.HandlerFunc, post func(w http.ResponseWrit
 		var m struct {
 			Method string `json:"method"`
 		}
-		_ = json.NewDecoder(r.Body).Decode(&m)
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &m)
+		r.Body = io.NopCloser(bytes.NewReader(body)) // post may read it again
 		switch {
 		case m.Method == "initialize":
 			w.Header().Set("Mcp-Session-Id", "UP-1")
