@@ -3,10 +3,13 @@ package proxy
 import (
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/upstream"
 )
@@ -18,17 +21,119 @@ import (
 // to 1 s (the one backoff, upstream.Backoff), counts each error and logs one
 // line a second at most. A closed
 // listener's error still ends Serve.
+//
+// It also holds the agents' connections below the process's file
+// descriptor limit, keeping a quarter of it for upstream connections,
+// files and the store (maxConns): at the cap a new connection takes the
+// place of the one idle longest (one that sent no request yet, or waits
+// between requests), and is refused only when none is idle. Both are
+// counted (shed).
 type patientListener struct {
 	net.Listener
 	log    *zerolog.Logger
 	errs   *atomic.Uint64
+	shed   *atomic.Uint64
 	done   chan struct{}
 	closed atomic.Bool
 	logged atomic.Int64 // unix nanoseconds of the last log line
+	max    int
+
+	mu   sync.Mutex // protects open, idle
+	open int
+	idle map[*trackedConn]time.Time // since when each idle connection waits
 }
 
-func newPatientListener(ln net.Listener, log *zerolog.Logger, errs *atomic.Uint64) *patientListener {
-	return &patientListener{Listener: ln, log: log, errs: errs, done: make(chan struct{})}
+func newPatientListener(ln net.Listener, log *zerolog.Logger, errs, shed *atomic.Uint64) *patientListener {
+	return &patientListener{Listener: ln, log: log, errs: errs, shed: shed, done: make(chan struct{}),
+		max: maxConns(), idle: map[*trackedConn]time.Time{}}
+}
+
+// trackedConn is an agent's connection the listener counts.
+type trackedConn struct {
+	net.Conn
+	l     *patientListener
+	once  sync.Once
+	fresh atomic.Bool // nothing read from it yet: idle, whatever fasthttp says
+}
+
+// Read marks the connection used at its first byte.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.fresh.Load() && c.fresh.CompareAndSwap(true, false) {
+		c.l.mu.Lock()
+		delete(c.l.idle, c)
+		c.l.mu.Unlock()
+	}
+	return n, err
+}
+
+// SyscallConn lets the proxy watch the connection for its agent's
+// departure (gone.go).
+func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.open--
+		delete(c.l.idle, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// trackConnState is fasthttp's ConnState: it keeps the listener's idle
+// set.
+func trackConnState(nc net.Conn, st fasthttp.ConnState) {
+	c, ok := nc.(*trackedConn)
+	if !ok {
+		return
+	}
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	switch {
+	case st == fasthttp.StateIdle:
+		c.l.idle[c] = time.Now() // answered; waiting for its next request
+	case c.fresh.Load() && st != fasthttp.StateClosed && st != fasthttp.StateHijacked:
+		// fasthttp calls a connection active before its first byte; it
+		// stays idle (admit) until one comes.
+	default:
+		delete(c.l.idle, c)
+	}
+}
+
+// admit counts c in, shedding the connection idle longest when at the
+// cap; false when there is none to shed and c must be refused.
+func (l *patientListener) admit(c *trackedConn) bool {
+	l.mu.Lock()
+	var victim *trackedConn
+	if l.open >= l.max {
+		var since time.Time
+		for v, t := range l.idle {
+			if victim == nil || t.Before(since) {
+				victim, since = v, t
+			}
+		}
+		if victim == nil {
+			l.mu.Unlock()
+			return false
+		}
+		delete(l.idle, victim)
+	}
+	l.open++
+	c.fresh.Store(true)
+	l.idle[c] = time.Now()
+	l.mu.Unlock()
+	if victim != nil {
+		l.shed.Add(1)
+		_ = victim.Close()
+	}
+	return true
 }
 
 // Accept returns the next connection, waiting out temporary errors.
@@ -37,7 +142,14 @@ func (l *patientListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			return c, nil
+			tc := &trackedConn{Conn: c, l: l}
+			if !l.admit(tc) {
+				l.shed.Add(1)
+				_ = c.Close()
+				l.note("at the connection cap with no idle connection to close: a new one refused", nil, 0)
+				continue
+			}
+			return tc, nil
 		}
 		var ne interface{ Temporary() bool }
 		if l.closed.Load() || errors.Is(err, net.ErrClosed) || !errors.As(err, &ne) || !ne.Temporary() {
@@ -45,11 +157,7 @@ func (l *patientListener) Accept() (net.Conn, error) {
 		}
 		l.errs.Add(1)
 		delay := wait.Next()
-		if now := time.Now().UnixNano(); now-l.logged.Load() >= int64(time.Second) {
-			l.logged.Store(now)
-			l.log.Error().Err(err).Dur("retry_in", delay).
-				Msg("cannot accept connections (out of file descriptors?); going on")
-		}
+		l.note("cannot accept connections (out of file descriptors?); going on", err, delay)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -57,6 +165,18 @@ func (l *patientListener) Accept() (net.Conn, error) {
 			t.Stop()
 			return nil, net.ErrClosed
 		}
+	}
+}
+
+// note logs one line a second at most.
+func (l *patientListener) note(msg string, err error, delay time.Duration) {
+	if now := time.Now().UnixNano(); now-l.logged.Load() >= int64(time.Second) {
+		l.logged.Store(now)
+		ev := l.log.Error().Err(err).Int("max_connections", l.max)
+		if delay > 0 {
+			ev = ev.Dur("retry_in", delay)
+		}
+		ev.Msg(msg)
 	}
 }
 

@@ -50,6 +50,9 @@ var (
 	descAcceptErrors = prometheus.NewDesc("mcpheal_accept_errors_total",
 		"Errors accepting agents' connections (too many open files, aborted connections), waited out: mcpheal goes on accepting.",
 		nil, nil)
+	descConnsShed = prometheus.NewDesc("mcpheal_connections_shed_total",
+		"Agents' connections closed (the one idle longest) or refused at the connection cap, three quarters of the file descriptor limit.",
+		nil, nil)
 	descMemory = prometheus.NewDesc("mcpheal_memory_budget_bytes",
 		"The memory budget: used = session state, journals and buffered answers counted now; limit = memory_budget.",
 		[]string{"upstream", "kind"}, nil)
@@ -66,6 +69,7 @@ func (c collector) Describe(chan<- *prometheus.Desc) {}
 // Collect implements prometheus.Collector.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAcceptErrors, prometheus.CounterValue, float64(c.r.acceptErrors.Load()))
+	ch <- prometheus.MustNewConstMetric(descConnsShed, prometheus.CounterValue, float64(c.r.connsShed.Load()))
 	t := c.r.routes.Load()
 	seen := map[string]bool{}
 	for _, s := range t.servers() {

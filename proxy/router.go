@@ -39,9 +39,10 @@ type Router struct {
 	mu sync.Mutex // serializes Reload and Shutdown; protects closed
 	// closed is set by Shutdown; Reload then refuses.
 	closed bool
-	// acceptErrors counts the listeners' accept errors waited out
+	// acceptErrors counts the listeners' accept errors waited out, and
+	// connsShed the connections closed or refused at the connection cap
 	// (listener.go).
-	acceptErrors atomic.Uint64
+	acceptErrors, connsShed atomic.Uint64
 }
 
 // routeTable is immutable once published.
@@ -364,12 +365,12 @@ func (r *Router) ProbeUpstreams() {
 
 // Serve answers agents on ln until Shutdown.
 func (r *Router) Serve(ln net.Listener) error {
-	return r.srv.Serve(newPatientListener(ln, &r.log, &r.acceptErrors))
+	return r.srv.Serve(newPatientListener(ln, &r.log, &r.acceptErrors, &r.connsShed))
 }
 
 // ServeAdmin answers the operations endpoints on ln until Shutdown.
 func (r *Router) ServeAdmin(ln net.Listener) error {
-	return r.adm.Serve(newPatientListener(ln, &r.log, &r.acceptErrors))
+	return r.adm.Serve(newPatientListener(ln, &r.log, &r.acceptErrors, &r.connsShed))
 }
 
 // AdminAddr is the admin listener's address, or "" when it is off.

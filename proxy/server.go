@@ -395,6 +395,7 @@ func newFastHTTPServer(h fasthttp.RequestHandler, log zerolog.Logger, l listener
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		ConnState:             trackConnState, // the listener's idle set (listener.go)
 		// fasthttp quotes the request head (Authorization included) in its
 		// errors unless told not to; fasthttpLogger strips what remains.
 		SecureErrorLogMessage: true,
@@ -435,8 +436,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		l.add(&s.cfg)
 		s.srv = newFastHTTPServer(s.Handler, s.log, l)
 	})
-	var errs atomic.Uint64 // a Router counts them for /metrics
-	return s.srv.Serve(newPatientListener(ln, &s.log, &errs))
+	var errs, shed atomic.Uint64 // a Router counts them for /metrics
+	return s.srv.Serve(newPatientListener(ln, &s.log, &errs, &shed))
 }
 
 // ListenAndServe listens on Config.Listen and serves.
