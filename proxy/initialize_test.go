@@ -1,12 +1,16 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestInitializeNotKeptIsDeleted: an initialize whose answer mcpheal cannot
@@ -63,4 +67,97 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestChurnDeletesEverySession: agents come and go every way they do
+// (DELETE, idle expiry, a session the server itself expired and mcpheal
+// healed), against the Go SDK server, and every upstream session mcpheal
+// opened is DELETEd exactly once: created = DELETEd, so a server without
+// idle expiry of its own never fills up with sessions nobody uses.
+func TestChurnDeletesEverySession(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex // protects created, deleted
+	created, deleted := map[string]bool{}, map[string]int{}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "churn", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
+		return peerText(in.Text), nil, nil
+	})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{JSONResponse: true})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			mu.Lock()
+			deleted[r.Header.Get("Mcp-Session-Id")]++
+			mu.Unlock()
+		}
+		h.ServeHTTP(&sessionSpy{ResponseWriter: w, seen: func(id string) {
+			mu.Lock()
+			created[id] = true
+			mu.Unlock()
+		}}, r)
+	}))
+	t.Cleanup(up.Close)
+	_, url := startProxy(t, up.URL+"/mcp", func(c *Config) {
+		c.SessionTTL, c.Keepalive, c.EraBridge = 300*time.Millisecond, -1, "off"
+	})
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"churn"}}}`
+	for i := range 30 {
+		sid := peerRawInitialize(t, url)
+		if resp, body := peerRawPost(t, url, sid, call); resp.StatusCode != http.StatusOK {
+			t.Fatalf("agent %d: %d %s", i, resp.StatusCode, body)
+		}
+		switch i % 3 {
+		case 0: // the agent ends it
+			req, _ := http.NewRequest(http.MethodDelete, url, nil)
+			req.Header.Set("Mcp-Session-Id", sid)
+			peerRawDo(t, req)
+		case 1: // the server expires it; the next call heals
+			for ss := range srv.Sessions() {
+				_ = ss.Close()
+			}
+			if resp, body := peerRawPost(t, url, sid, call); resp.StatusCode != http.StatusOK {
+				t.Fatalf("agent %d after the server's expiry: %d %s", i, resp.StatusCode, body)
+			}
+		case 2: // left to idle out (session_ttl)
+		}
+	}
+	peerWait(t, "a DELETE of every upstream session", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deleted) >= len(created)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(created) < 30 {
+		t.Fatalf("%d upstream sessions created, want at least 30", len(created))
+	}
+	for id := range created {
+		if deleted[id] != 1 {
+			t.Errorf("upstream session %.8s: %d DELETEs, want 1", id, deleted[id])
+		}
+	}
+	for id := range deleted {
+		if !created[id] {
+			t.Errorf("a DELETE of %.8s, which was never created", id)
+		}
+	}
+}
+
+// sessionSpy tells seen the Mcp-Session-Id an answer carries.
+type sessionSpy struct {
+	http.ResponseWriter
+	seen func(string)
+}
+
+func (s *sessionSpy) WriteHeader(code int) {
+	if id := s.Header().Get("Mcp-Session-Id"); id != "" {
+		s.seen(id)
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *sessionSpy) Write(b []byte) (int, error) {
+	if id := s.Header().Get("Mcp-Session-Id"); id != "" {
+		s.seen(id)
+	}
+	return s.ResponseWriter.Write(b)
 }
