@@ -36,16 +36,17 @@ type patientListener struct {
 	done   chan struct{}
 	closed atomic.Bool
 	logged atomic.Int64 // unix nanoseconds of the last log line
-	max    int
+	max    int          // the cap (maxConns), read again once a second
 
-	mu   sync.Mutex // protects open, idle
-	open int
-	idle map[*trackedConn]time.Time // since when each idle connection waits
+	mu      sync.Mutex // protects open, idle, max, checked
+	open    int
+	idle    map[*trackedConn]time.Time // since when each idle connection waits
+	checked time.Time                  // when max was read from the limit
 }
 
 func newPatientListener(ln net.Listener, log *zerolog.Logger, errs, shed *atomic.Uint64) *patientListener {
 	return &patientListener{Listener: ln, log: log, errs: errs, shed: shed, done: make(chan struct{}),
-		max: maxConns(), idle: map[*trackedConn]time.Time{}}
+		max: maxConns(), checked: time.Now(), idle: map[*trackedConn]time.Time{}}
 }
 
 // trackedConn is an agent's connection the listener counts.
@@ -112,6 +113,10 @@ func trackConnState(nc net.Conn, st fasthttp.ConnState) {
 func (l *patientListener) admit(c *trackedConn) bool {
 	l.mu.Lock()
 	var victim *trackedConn
+	if now := time.Now(); now.Sub(l.checked) >= time.Second {
+		// The limit may change under a running process (prlimit).
+		l.max, l.checked = maxConns(), now
+	}
 	if l.open >= l.max {
 		var since time.Time
 		for v, t := range l.idle {
@@ -172,7 +177,10 @@ func (l *patientListener) Accept() (net.Conn, error) {
 func (l *patientListener) note(msg string, err error, delay time.Duration) {
 	if now := time.Now().UnixNano(); now-l.logged.Load() >= int64(time.Second) {
 		l.logged.Store(now)
-		ev := l.log.Error().Err(err).Int("max_connections", l.max)
+		l.mu.Lock()
+		limit := l.max
+		l.mu.Unlock()
+		ev := l.log.Error().Err(err).Int("max_connections", limit)
 		if delay > 0 {
 			ev = ev.Dur("retry_in", delay)
 		}

@@ -88,7 +88,7 @@ func TestConnectionCap(t *testing.T) {
 	var errs, shed atomic.Uint64
 	log := zerolog.Nop()
 	pl := newPatientListener(ln, &log, &errs, &shed)
-	pl.max = 3
+	pl.max, pl.checked = 3, time.Now().Add(time.Hour) // never read again from the limit
 	var gate atomic.Pointer[chan struct{}]
 	release := make(chan struct{})
 	gate.Store(&release)

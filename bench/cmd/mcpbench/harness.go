@@ -36,6 +36,7 @@ type harness struct {
 	// hostileSlowBytes is the answer the slow agents ask for; hostileElapsed
 	// the section's length.
 	hostileSlowBytes int
+	slowCollector    *slowCollector // the OTLP endpoint of the tracing attack (hostile_pressure.go)
 	hostileElapsed   time.Duration
 	gobench          []benchLine
 	storeBench       []benchLine // BenchmarkSessionStore, -count 5

@@ -81,6 +81,7 @@ type hostileAttack struct {
 	name, sends, cap string
 	path             string // the upstream mcpheal fronts, on the hostile server; "": hostilePath
 	flags            []string
+	env              func() []string // environment the attack adds to mcpheal's (nil: none)
 	setup, run       func(ctx context.Context, a *attackRun) error
 	after            func(ctx context.Context, a *attackRun) error
 }
@@ -146,6 +147,12 @@ func (h *harness) hostileRun(ctx context.Context) error {
 	}
 	defer up.stop(5 * time.Second)
 	h.hostileSlowBytes = h.slowAnswerBytes()
+	sink, stopSink, err := startSlowCollector()
+	if err != nil {
+		return err
+	}
+	defer stopSink()
+	h.slowCollector = sink
 	start := time.Now()
 	for _, mib := range h.cfg.hostileBudgets {
 		pass := &hostilePass{Name: "defaults", Budget: defMemoryBudget}
@@ -197,7 +204,11 @@ func (h *harness) hostileAttack(ctx context.Context, bin, dir, upURL string, pas
 	}
 	res := &hostileResult{Attack: at.name, Sends: at.sends, Cap: at.cap, Flags: at.flags}
 	flags := append(slices.Clone(pass.Flags), at.flags...)
-	p, addr, admin, err := h.startMcpheal(ctx, bin, dir, upURL+cmp.Or(at.path, hostilePath), flags)
+	var env []string
+	if at.env != nil {
+		env = at.env()
+	}
+	p, addr, admin, err := h.startMcpheal(ctx, bin, dir, upURL+cmp.Or(at.path, hostilePath), flags, env...)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +276,7 @@ func (h *harness) hostileAttack(ctx context.Context, bin, dir, upURL string, pas
 
 // startMcpheal starts the mcpheal binary in front of upURL with flags on
 // free loopback ports, and waits until its /healthz answers.
-func (h *harness) startMcpheal(ctx context.Context, bin, dir, upURL string, flags []string) (*child, string, string, error) {
+func (h *harness) startMcpheal(ctx context.Context, bin, dir, upURL string, flags []string, env ...string) (*child, string, string, error) {
 	listen, err := freeAddr()
 	if err != nil {
 		return nil, "", "", err
@@ -279,7 +290,7 @@ func (h *harness) startMcpheal(ctx context.Context, bin, dir, upURL string, flag
 	if err := os.WriteFile(filepath.Join(dir, "cmdline"), []byte(strings.Join(argv, " ")+"\n"), 0o644); err != nil {
 		return nil, "", "", err
 	}
-	c, err := startChild(ctx, "mcpheal", log, false, h.image, argv...) // as the image runs it
+	c, err := startChild(ctx, "mcpheal", log, false, append(slices.Clone(h.image), env...), argv...) // as the image runs it
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -544,7 +555,8 @@ func mib(n int) string {
 }
 
 // hostileAttackIDs name the attacks for -hostile-attacks, in order.
-var hostileAttackIDs = []string{"nested", "fat", "flood", "sse", "held", "slow", "huge", "hugecl", "journal", "journal-bridged", "discover"}
+var hostileAttackIDs = []string{"nested", "fat", "flood", "sse", "held", "slow", "huge", "hugecl", "journal", "journal-bridged", "discover",
+	"conns", "listens", "tracing"}
 
 // hostileAttacks are the attacks of one pass, in order (those -hostile-attacks
 // names, if it names any).
@@ -553,6 +565,7 @@ func (h *harness) hostileAttacks(pass *hostilePass) []hostileAttack {
 		h.attackNested(), h.attackFat(pass), h.attackFlood(), h.attackEndless(), h.attackHeldLine(),
 		h.attackSlow(), h.attackHuge(false), h.attackHuge(true),
 		h.attackJournal(false), h.attackJournal(true), h.attackDiscover(),
+		h.attackConns(), h.attackListens(), h.attackTracing(),
 	}
 	for i := range all {
 		all[i].id = hostileAttackIDs[i]
