@@ -207,6 +207,7 @@ func (l *answerLog) append(p []byte) {
 	if ended {
 		l.wakeLocked()
 	}
+	l.giveUpLocked()
 }
 
 // store copies seg, which goes at offset l.size, into the chunks; false
@@ -272,6 +273,18 @@ func (l *answerLog) agentLeft() {
 	l.left = true
 	if l.readers == 0 {
 		l.armLocked()
+		l.giveUpLocked()
+	}
+}
+
+// giveUpLocked drops the log of an agent that left in the middle of an
+// event the log cannot hold (one larger than resume_buffer): its resume
+// would need that event whole, which nobody can serve it, so the call is
+// not read on for nothing (an endless line would be read until the
+// window's end).
+func (l *answerLog) giveUpLocked() {
+	if l.left && l.readers == 0 && l.inEvent && l.size-l.evStart > l.max {
+		l.dropLocked()
 	}
 }
 

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -241,4 +243,48 @@ func resumeGet(t *testing.T, url, sid, lastEventID string) (*http.Response, []by
 	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
 	req.Header.Set("Last-Event-ID", lastEventID)
 	return peerRawDo(t, req)
+}
+
+// TestAgentLeavesAnEndlessLine: an agent that drops in the middle of an
+// event larger than resume_buffer (here a data line that never ends) could
+// never resume it: mcpheal stops reading the call at once and closes it
+// upstream, instead of reading it on for resume_window.
+func TestAgentLeavesAnEndlessLine(t *testing.T) {
+	t.Parallel()
+	closed := make(chan struct{})
+	up := startStub(t, nil, func(w http.ResponseWriter, r *http.Request, method string) {
+		if method != "tools/call" {
+			http.Error(w, "Bad Request: Server not initialized", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "id: 1\ndata: ")
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				close(closed)
+				return
+			}
+			_ = http.NewResponseController(w).Flush()
+		}
+	})
+	_, url := startProxy(t, up, func(c *Config) {
+		c.ResumeBuffer = 1 << 20
+		c.ResumeWindow = time.Minute
+	})
+	sid := peerRawInitialize(t, url)
+	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"endless","arguments":{}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 2<<20)); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream still writes the endless line 10 s after the agent left (resume_window is a minute)")
+	}
 }

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpheal/mcpheal/proxy"
 )
 
 // codeMayHaveRun is the JSON-RPC error code mcpheal answers a tools/call
@@ -660,4 +662,52 @@ func (r *remote) callAsync(name string, args map[string]any) func() result {
 func digest(s string) (int, string) {
 	h := sha256.Sum256([]byte(s))
 	return len(s), hex.EncodeToString(h[:])
+}
+
+// TestOneSessionServer: a server that allows one session (the TS SDK v1's
+// transport created once: a second initialize gets 400 "Server already
+// initialized"). Through mcpheal an agent's session, mcpheal's start-up
+// probe and its keepalive pings never ask it for a second session; after a
+// restart (a new server, a new single session) the agent's next call heals
+// into it with one initialize. Counted server-side.
+func TestOneSessionServer(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, "onesession", freeFixedPort(t), nil, "onesession.mjs")
+	_, url := startProxyConfig(t, proxy.Config{Upstream: srv.url(), Keepalive: 100 * time.Millisecond}, &tail{max: 64 << 10})
+	_, sid, initAns := rawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
+		`"capabilities":{},"clientInfo":{"name":"agent","version":"1"}}}`)
+	if sid == "" {
+		t.Fatalf("no session: %s", initAns)
+	}
+	rawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	echo := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"one"}}}`
+	if _, _, body := rawPost(t, url, sid, echo); !strings.Contains(string(body), `"one"`) {
+		t.Fatalf("echo: %s", body)
+	}
+	// Quiet: mcpheal's keepalive pings the session, three times.
+	from := 0
+	for i := range 3 {
+		n, _, ok := srv.proc.out.waitFor(from, 10*time.Second, func(l string) bool { return l == "PING" })
+		if !ok {
+			t.Fatalf("keepalive ping %d did not reach the server", i+1)
+		}
+		from = n + 1
+	}
+	if _, _, body := rawPost(t, url, sid, echo); !strings.Contains(string(body), `"one"`) {
+		t.Fatalf("echo after the pings: %s", body)
+	}
+	count := func(prefix string) int {
+		return srv.proc.out.count(func(l string) bool { return strings.HasPrefix(l, prefix) })
+	}
+	if n, r := count("INITIALIZE "), count("REFUSED "); n != 1 || r != 0 {
+		t.Fatalf("the one-session server saw %d initializes and refused %d; want 1 and 0", n, r)
+	}
+
+	srv.restart()
+	if _, _, body := rawPost(t, url, sid, echo); !strings.Contains(string(body), `"one"`) {
+		t.Fatalf("echo after the restart: %s", body)
+	}
+	if n, r := count("INITIALIZE "), count("REFUSED "); n != 1 || r != 0 {
+		t.Errorf("the restarted server saw %d initializes and refused %d; want 1 (the heal) and 0", n, r)
+	}
 }
