@@ -219,6 +219,9 @@ func challengeParams(h string) map[string]string {
 			break
 		}
 		name := strings.ToLower(strings.TrimSpace(s[:eq]))
+		if name == "" {
+			break // not an auth-param: the rest is not read
+		}
 		s = strings.TrimLeft(s[eq+1:], " ")
 		var val string
 		if strings.HasPrefix(s, `"`) {
