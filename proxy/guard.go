@@ -116,6 +116,12 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *request) bool {
 	if sid := h.PeekBytes(hdrSessionID); len(sid) > 0 {
 		return g.session(ctx, r, sid)
 	}
+	if !r.stateless && r.msg.method != "initialize" && bytes.Contains(body, metaVersionName) {
+		// No session, and the body says 2026-07-28's way what version it
+		// speaks, whatever its header says: the 2026-07-28 server judges
+		// it (the held route: refuse2026; else the upstream).
+		r.stateless = true
+	}
 	switch {
 	case r.msg.method == "initialize" && len(body) > g.cfg.MaxInitBody:
 		// A recipe is kept for the session's life: agents' are < 2 KiB.
@@ -272,6 +278,10 @@ func isStatelessEra(h *fasthttp.RequestHeader, m *message) bool {
 	v := h.PeekBytes(hdrProtocolVersion)
 	return len(v) == len(statelessVersion) && b2s(v) >= statelessVersion
 }
+
+// metaVersionName is the _meta member by which a 2026-07-28 request names
+// its protocol version.
+var metaVersionName = []byte(`"` + metaVersionKey + `"`)
 
 // hasMediaType reports whether a Content-Type value names mt (parameters
 // such as charset allowed).

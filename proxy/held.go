@@ -3,10 +3,13 @@ package proxy
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,15 +239,17 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.idOrNull(),
 			"Invalid Request: not a request of MCP 2026-07-28")
 		return
-	case sessionOnly(m.method):
+	case sessionOnly(m.method) || removed2026(m.method):
 		// The held session's own state is mcpheal's: an agent sharing
 		// it may not change it for the others.
 		if m.id == "" {
 			ctx.SetStatusCode(fasthttp.StatusAccepted)
 			return
 		}
-		writeError(ctx, fasthttp.StatusOK, -32601, m.id, "Method not found: "+m.method+
+		writeError(ctx, fasthttp.StatusNotFound, -32601, m.id, "Method not found: "+m.method+
 			" is not part of MCP 2026-07-28 (MCP-Protocol-Version says 2026-07-28)")
+		return
+	case refuse2026(ctx, r):
 		return
 	}
 	if m.id == "" && (r.sess == nil || m.method == "notifications/cancelled") {
@@ -278,6 +283,117 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 	default:
 		h.call(ctx, r)
 	}
+}
+
+// removed2026 reports the other methods MCP 2026-07-28 removed: ping, and
+// tasks/list and tasks/result of the session era's tasks.
+func removed2026(method string) bool {
+	return method == "ping" || method == "tasks/list" || method == "tasks/result"
+}
+
+// metaVersion and metaCaps are the _meta members a 2026-07-28 request must
+// carry (a request's own one pass over _meta: refuse2026).
+const (
+	metaVersionKey = "io.modelcontextprotocol/protocolVersion"
+	metaCapsKey    = "io.modelcontextprotocol/clientCapabilities"
+)
+
+// refuse2026 answers, as a server of MCP 2026-07-28 does, a request the
+// held route must not take (mcpheal is that server for the agent): its
+// Mcp-Method header missing or not its method, or its MCP-Protocol-Version
+// header not its _meta's (400 -32020); _meta without a protocol version or
+// client capabilities (400 -32602); a version other than 2026-07-28 (400
+// -32022 naming the one supported). It reports whether it answered.
+func refuse2026(ctx *fasthttp.RequestCtx, r *request) bool {
+	m := &r.msg
+	if m.method == "" {
+		return false
+	}
+	var version gjson.Result
+	caps := false
+	gjson.Get(b2s(r.body), "params._meta").ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case metaVersionKey:
+			version = v
+		case metaCapsKey:
+			caps = v.IsObject()
+		}
+		return true
+	})
+	hdrMethod := r.hdr.Peek("Mcp-Method")
+	header := r.hdr.PeekBytes(hdrProtocolVersion)
+	var code int
+	var msg string
+	switch {
+	case len(hdrMethod) == 0:
+		code, msg = codeHeaderMismatch, "missing required Mcp-Method header"
+	case b2s(hdrMethod) != m.method:
+		code, msg = codeHeaderMismatch, "header mismatch: Mcp-Method header value "+strconv.Quote(string(hdrMethod))+
+			" does not match body value "+strconv.Quote(m.method)
+	case version.Type != gjson.String || version.Str == "":
+		code, msg = -32602, "missing or invalid _meta field \""+metaVersionKey+"\""
+	case b2s(header) != version.Str:
+		code, msg = codeHeaderMismatch, "MCP-Protocol-Version header "+strconv.Quote(string(header))+
+			" does not match the request's "+metaVersionKey+" "+strconv.Quote(version.Str)
+	case version.Str != statelessVersion:
+		if m.id == "" {
+			ctx.SetStatusCode(fasthttp.StatusBadRequest)
+			return true
+		}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(m.id), "error": map[string]any{
+			"code": -32022, "message": "Unsupported protocol version: " + version.Str,
+			"data": map[string]any{"supported": []string{statelessVersion}, "requested": version.Str}}})
+		ctx.SetStatusCode(fasthttp.StatusBadRequest)
+		ctx.SetContentTypeBytes(mimeJSON)
+		ctx.SetBody(b)
+		return true
+	case m.id != "" && !caps:
+		code, msg = -32602, "missing or invalid _meta field \""+metaCapsKey+"\""
+	default:
+		name, ok := nameMismatch(r)
+		if !ok {
+			return false
+		}
+		code, msg = codeHeaderMismatch, name
+	}
+	if m.id == "" {
+		ctx.SetStatusCode(fasthttp.StatusBadRequest)
+		return true
+	}
+	writeError(ctx, fasthttp.StatusBadRequest, code, m.id, msg)
+	return true
+}
+
+// nameMismatch checks the Mcp-Name header of a request that names its
+// target (tools/call and prompts/get: params.name; resources/read:
+// params.uri): it must be there and, leading and trailing white space
+// aside (RFC 9110 §5.5), decoded from =?base64?…?= when so written, equal
+// the body's. ok is true with the reason when it is not.
+func nameMismatch(r *request) (string, bool) {
+	var want string
+	switch r.msg.method {
+	case "tools/call", "prompts/get":
+		want = gjson.Get(b2s(r.body), "params.name").Str // views: nothing copied unless refused
+	case "resources/read":
+		want = gjson.Get(b2s(r.body), "params.uri").Str
+	default:
+		return "", false
+	}
+	v := strings.Trim(b2s(r.hdr.Peek("Mcp-Name")), " \t")
+	if v == "" {
+		return "missing required Mcp-Name header for " + r.msg.method, true
+	}
+	if enc, ok := strings.CutPrefix(v, "=?base64?"); ok && strings.HasSuffix(enc, "?=") {
+		b, err := base64.StdEncoding.DecodeString(strings.TrimSuffix(enc, "?="))
+		if err != nil {
+			return "Mcp-Name header is not valid base64", true
+		}
+		v = string(b)
+	}
+	if v != want {
+		return "header mismatch: Mcp-Name header value " + strconv.Quote(v) + " does not match body value " + strconv.Quote(want), true
+	}
+	return "", false
 }
 
 // sessionOnly reports the methods of the session era that MCP 2026-07-28
@@ -548,7 +664,9 @@ func heldDiscovery(msg []byte) *discovery {
 func (h *held) discover(ctx *fasthttp.RequestCtx, r *request, d *discovery) {
 	m := &r.msg
 	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.idOrNull()...)
-	out = append(out, `,"result":{"supportedVersions":["`+statelessVersion+`"],"capabilities":`...)
+	// Private, as every answer on a held session is: it is the agent's
+	// credential's (modernMessage).
+	out = append(out, `,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"private","supportedVersions":["`+statelessVersion+`"],"capabilities":`...)
 	out = append(out, d.capabilities...)
 	if d.instructions != nil {
 		out = append(out, `,"instructions":`...)

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,7 +253,36 @@ func (c *heldCall) modernAnswer(status int, msg []byte) ([]byte, int) {
 	if len(msg) == 0 {
 		return nil, status
 	}
+	if !gjson.ValidBytes(msg) {
+		// A session-era server's text (the Go SDK's 400 "JSON RPC not
+		// handled"): a 2026-07-28 agent gets a JSON-RPC error.
+		code, said := -32603, "the upstream answered "+strconv.Itoa(status)+": "+strings.TrimSpace(string(msg[:min(len(msg), 512)]))
+		if status/100 == 4 && unknownMethodText(msg) {
+			code, status = -32601, fasthttp.StatusNotFound
+		}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(orStr(c.agentID, "null")),
+			"error": map[string]any{"code": code, "message": said}})
+		return b, status
+	}
+	switch gjson.GetBytes(msg, "error.code").Int() {
+	case -32601:
+		status = fasthttp.StatusNotFound // 2026-07-28: an unknown method is a 404
+	case -32021:
+		status = fasthttp.StatusBadRequest // a capability the agent did not declare: 400
+	}
 	return modernMessage(msg, c.agentID, cacheable(c.a.msg.method)), status
+}
+
+// unknownMethodText reports a server's plain-text refusal of a method it
+// does not know.
+func unknownMethodText(b []byte) bool {
+	t := bytes.ToLower(b[:min(len(b), 512)])
+	for _, s := range []string{"not handled", "method not found", "unknown method", "unsupported"} {
+		if bytes.Contains(t, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 // cacheable reports the methods whose 2026-07-28 results say how long a

@@ -250,6 +250,9 @@ func heldPost(t *testing.T, url, auth, method, params string, id int) (int, gjso
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", method)
+	if name := gjson.Get(body, "params.name"); name.Exists() {
+		req.Header.Set("Mcp-Name", name.Str) // as 2026-07-28 clients send it (SEP-2243)
+	}
 	req.Header.Set("Authorization", "Bearer "+auth)
 	resp, err := peerRawClient.Do(req)
 	if err != nil {
@@ -829,5 +832,65 @@ func TestHeldRefusalsBounded(t *testing.T) {
 	close(release)
 	if n := refusals.Load(); n >= flood {
 		t.Errorf("%d refusals for a flood of %d while %d were pending: not bounded", n, flood, maxRefusing)
+	}
+}
+
+// TestHeldAnswersAs2026 (README "Across protocol eras"): on the held route
+// mcpheal is the agent's MCP 2026-07-28 server, and refuses what such a
+// server refuses, as the Go SDK's server of both eras does: headers that
+// disagree with the body (400 -32020), _meta without its protocol version
+// or client capabilities (400 -32602), another version (400 -32022 naming
+// 2026-07-28), methods 2026-07-28 removed (404 -32601). None reaches the
+// upstream. They were forwarded, or answered 200.
+func TestHeldAnswersAs2026(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, url := startProxy(t, up.URL(), nil)
+	meta := func(v string, caps bool) string {
+		m := `"_meta":{"io.modelcontextprotocol/protocolVersion":"` + v + `","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"}`
+		if caps {
+			m += `,"io.modelcontextprotocol/clientCapabilities":{}`
+		}
+		return m + "}"
+	}
+	for _, c := range []struct {
+		name, version, method, name2, body string
+		status                             int
+		code                               int64
+	}{
+		{"no Mcp-Method", "2026-07-28", "", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + meta("2026-07-28", true) + `}}`, 400, -32020},
+		{"Mcp-Method differs", "2026-07-28", "prompts/list", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + meta("2026-07-28", true) + `}}`, 400, -32020},
+		{"header version differs", "2025-11-25", "tools/list", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + meta("2026-07-28", true) + `}}`, 400, -32020},
+		{"Mcp-Name differs", "2026-07-28", "tools/call", "other", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},` + meta("2026-07-28", true) + `}}`, 400, -32020},
+		{"no _meta", "2026-07-28", "tools/list", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`, 400, -32602},
+		{"no capabilities", "2026-07-28", "tools/list", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + meta("2026-07-28", false) + `}}`, 400, -32602},
+		{"another version", "1999-01-01", "tools/list", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + meta("1999-01-01", true) + `}}`, 400, -32022},
+		{"ping", "2026-07-28", "ping", "", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{` + meta("2026-07-28", true) + `}}`, 404, -32601},
+		{"tasks/list", "2026-07-28", "tasks/list", "", `{"jsonrpc":"2.0","id":1,"method":"tasks/list","params":{` + meta("2026-07-28", true) + `}}`, 404, -32601},
+		{"initialize", "2026-07-28", "initialize", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{` + meta("2026-07-28", true) + `}}`, 404, -32601},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", c.version)
+		if c.method != "" {
+			req.Header.Set("Mcp-Method", c.method)
+		}
+		if c.name2 != "" {
+			req.Header.Set("Mcp-Name", c.name2)
+		}
+		resp, b := peerRawDo(t, req)
+		if resp.StatusCode != c.status || gjson.GetBytes(b, "error.code").Int() != c.code {
+			t.Errorf("%s: %d %s; want %d and %d", c.name, resp.StatusCode, b, c.status, c.code)
+		}
+		if c.code == -32022 && gjson.GetBytes(b, "error.data.supported.0").Str != "2026-07-28" {
+			t.Errorf("%s: %s; want data.supported naming 2026-07-28", c.name, b)
+		}
+	}
+	if n := up.Inits(); n != 0 {
+		t.Errorf("the upstream got %d initialize: a refused request opened a held session", n)
+	}
+	if n := up.ToolCalls("echo"); n != 0 {
+		t.Errorf("echo ran %d times", n)
 	}
 }

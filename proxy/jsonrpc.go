@@ -47,6 +47,11 @@ const (
 	// codeUpstreamInvalid: the upstream's answer cannot be used as it is
 	// (a session id longer than mcpheal carries); HTTP 502.
 	codeUpstreamInvalid = -32020
+	// codeHeaderMismatch is MCP 2026-07-28's own -32020 (HeaderMismatch):
+	// an HTTP header that disagrees with the body. It is the same number as
+	// codeUpstreamInvalid, which mcpheal chose before 2026-07-28 took it;
+	// the held route answers it only to 2026-07-28 agents.
+	codeHeaderMismatch = -32020
 )
 
 // message is what the proxy needs to know of one agent POST body. Fields are
