@@ -322,9 +322,9 @@ func TestSpanCopiesBounded(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.Tracer = tp; c.MaxBody = 4 << 20 })
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.Tracer = tp; c.MaxBody = 8 << 20 })
 	sid := peerRawInitialize(t, url)
-	huge := strings.Repeat("é", 1<<20) // 2 MiB, two bytes a rune
+	huge := strings.Repeat("é", 1<<19) // 1 MiB, two bytes a rune
 	peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":"`+huge+`","method":"tools/call","params":{"name":"`+huge+`","arguments":{}}}`)
 	peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"`+huge+`"}`)
 	ended := spans.Ended()
