@@ -4,10 +4,11 @@
 // and the config file's tracing keys for the same settings, which apply
 // where the environment sets nothing. Tracing is off unless configured.
 //
-// Spans leave by OTLP over HTTP (protobuf), batched; the sampler, the
-// resource (service name and attributes) and the exporter's endpoint,
-// headers, timeout and compression are the SDK's own readings of the
-// environment.
+// Spans leave by OTLP over HTTP (protobuf), batched, through mcpheal's own
+// exporter (otlp.go: the SDK's links gRPC); the sampler and the resource
+// (service name and attributes) are the SDK's own readings of the
+// environment, the exporter's endpoint, headers, timeout and compression
+// the OTLP exporter variables.
 package telemetry
 
 import (
@@ -18,7 +19,6 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -82,20 +82,9 @@ func New(ctx context.Context, cfg Config, version string, lookup func(string) (s
 			return nil, nil, fmt.Errorf("%w: %s=%q (mcpheal exports http/protobuf)", ErrUnsupported, k, p)
 		}
 	}
-	var opts []otlptracehttp.Option
-	if env(lookup, "OTEL_EXPORTER_OTLP_ENDPOINT") == "" && env(lookup, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" && cfg.Endpoint != "" {
-		u := cfg.Endpoint
-		if !strings.HasSuffix(u, "/v1/traces") {
-			u = strings.TrimSuffix(u, "/") + "/v1/traces"
-		}
-		opts = append(opts, otlptracehttp.WithEndpointURL(u))
-	}
-	if env(lookup, "OTEL_EXPORTER_OTLP_HEADERS") == "" && env(lookup, "OTEL_EXPORTER_OTLP_TRACES_HEADERS") == "" && len(cfg.Headers) > 0 {
-		opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
-	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	exp, err := exporterConfig(cfg, lookup)
 	if err != nil {
-		return nil, nil, fmt.Errorf("otlp exporter: %w", err)
+		return nil, nil, err
 	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(attribute.String("service.name", orStr(cfg.ServiceName, "mcpheal")),
