@@ -1,6 +1,6 @@
 package main
 
-// The config file (README "Configuration file"): YAML, one listener, global defaults and a
+// The config file (docs/configuration.md "Configuration file"): YAML, one listener, global defaults and a
 // map of upstreams. Every mistake is reported as "file:line: key: problem",
 // all of them at once, before anything starts; config.example.yaml documents
 // every key.

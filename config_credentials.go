@@ -1,6 +1,6 @@
 package main
 
-// Upstream credentials the proxy owns (README "Security"), from the config file.
+// Upstream credentials the proxy owns (docs/security.md "Security"), from the config file.
 
 import (
 	"net/url"

@@ -1,6 +1,6 @@
 package main
 
-// The shared session store (README "Replicas"): session_store and redis in
+// The shared session store (docs/deployment.md "Replicas"): session_store and redis in
 // the config file, --session-store and --redis-* on the command line. One
 // store serves every upstream (each under its own key prefix); a change
 // applies at restart only.

@@ -1,6 +1,6 @@
 package main
 
-// Traces (README "Traces"): the config file's tracing section, for the same
+// Traces (docs/observability.md "Traces"): the config file's tracing section, for the same
 // settings as the standard OTEL_* environment variables, which win where
 // both are set. Tracing is off unless one of them turns it on; a change
 // applies at restart only.
@@ -60,7 +60,7 @@ func startTracing(ctx context.Context, rc *resolved, log zerolog.Logger) (func()
 	setTracer(rc.ups, tp)
 	rc.tracer = tp
 	otel.SetErrorHandler(exportErrors(log))
-	log.Info().Msg("traces: exporting spans by OTLP over HTTP (README \"Traces\")")
+	log.Info().Msg("traces: exporting spans by OTLP over HTTP (docs/observability.md \"Traces\")")
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestConnectionFloodDoesNotEndTheProcess (README "Under attack"): the real
+// TestConnectionFloodDoesNotEndTheProcess (docs/security.md "Under attack"): the real
 // binary, with 64 file descriptors, is sent 100 idle TCP connections, and
 // a well-behaved agent comes while they stay open. mcpheal holds agents'
 // connections below three quarters of its descriptors: at the cap a new

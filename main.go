@@ -333,7 +333,7 @@ func tokensFromEnv(names []string, lookup func(string) (string, bool)) ([]string
 }
 
 // checkExposure refuses a listener other hosts can reach while an upstream
-// has no inbound auth (README "Security": inbound auth), naming every way out. The proxy checks
+// has no inbound auth (docs/security.md "Security": inbound auth), naming every way out. The proxy checks
 // it too; this says it in the operator's terms.
 func (rc *resolved) checkExposure(file string) error {
 	if isLoopback(rc.listen) {

@@ -371,7 +371,7 @@ func TestLoginCLI(t *testing.T) {
 	}
 }
 
-// TestBinaryLinksNoGRPC keeps the binary small (README "Traces"): neither
+// TestBinaryLinksNoGRPC keeps the binary small (docs/observability.md "Traces"): neither
 // gRPC nor html/template (whose reflection turns off the linker's removal
 // of unused methods for the whole program) nor golang.org/x/net/trace may
 // be linked again; OTLP goes over HTTP through proxy/telemetry's own

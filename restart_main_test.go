@@ -171,7 +171,7 @@ func (c *child) kill(t *testing.T) {
 	}
 }
 
-// TestBinaryRestartHealsFromID (README "Sessions that outlive mcpheal"):
+// TestBinaryRestartHealsFromID (docs/deployment.md "Sessions that outlive mcpheal"):
 // the real binary, given MCPHEAL_SESSION_KEYS, is SIGKILLed between two
 // calls of an official go-sdk client and started again on the same port with
 // the same environment. The client's next call succeeds on the session id it
@@ -301,7 +301,7 @@ func restartWithRedis(t *testing.T, era *mcp.ClientSessionOptions) {
 	}
 }
 
-// TestBinarySysmonAwake (README "Performance"): the real binary runs with
+// TestBinarySysmonAwake (docs/performance.md "Performance"): the real binary runs with
 // the GODEBUG it was started with, as the same process (nothing re-executes
 // it to change it), and its start-up line says whether that keeps the
 // runtime's sysmon awake.

@@ -287,7 +287,7 @@ func TestSIGHUPWithoutConfigEndsGracefully(t *testing.T) {
 
 // TestUpstreamDownAtStart: the upstream is down when mcpheal starts. One
 // line at start says so; the first agent waits out its heal budget and
-// gets the README's 503 -32010 "upstream unreachable" (not "circuit
+// gets docs/observability.md's 503 -32010 "upstream unreachable" (not "circuit
 // breaker open" part-way, though the breaker opened meanwhile); once the
 // upstream is back, the next agent is served at once, not after the
 // breaker's cooldown.

@@ -12,7 +12,7 @@ import (
 // of the next request need not wake it (runtime/proc.go, func sysmon). The
 // image and the Kubernetes examples set GODEBUG=schedtrace=2147483647 for
 // this; the bare binary runs with Go's default unless its operator sets it
-// (README "Keeping the runtime's sysmon awake").
+// (docs/deployment.md "Keeping the runtime's sysmon awake").
 //
 // Like the runtime (runtime/runtime1.go, parsegodebug), it takes the
 // entries left to right and the last schedtrace whose value parses as an

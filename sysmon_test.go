@@ -12,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// shippedGODEBUG is what the image and the Kubernetes examples set (README
+// shippedGODEBUG is what the image and the Kubernetes examples set (docs/performance.md
 // "Performance"): schedtrace's longest period, in milliseconds (an int32).
 const shippedGODEBUG = "schedtrace=2147483647"
 
@@ -54,7 +54,7 @@ func TestSysmonAwake(t *testing.T) {
 
 // TestShippedGODEBUG: the image (the Dockerfile's last stage) and every
 // mcpheal container of examples/kubernetes run with shippedGODEBUG, as
-// README "Performance" says.
+// docs/performance.md "Performance" says.
 func TestShippedGODEBUG(t *testing.T) {
 	t.Parallel()
 	df, err := os.ReadFile("Dockerfile")

@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The held route (README "Across protocol eras"): an MCP 2026-07-28
+// The held route (docs/eras.md "Across protocol eras"): an MCP 2026-07-28
 // agent's call to an upstream of the session era, which mcpheal makes on a
 // session it holds for the agent, beside a session-era agent's call to the
 // same upstream through mcpheal, and the same call made directly.

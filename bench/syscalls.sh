@@ -21,7 +21,7 @@
 # with the image's environment (the Dockerfile's ENV: mcpbench image-env),
 # then RELAY_ENV="GOMAXPROCS=1 ...", whose values win (RELAY_ENV=GODEBUG=:
 # Go's default scheduler, as the bare binary runs, its sysmon sleeping as
-# usual; README "Performance").
+# usual; docs/performance.md "Performance").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"

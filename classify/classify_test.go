@@ -3,7 +3,7 @@ package classify
 // Golden files: testdata/<Class>/<dialect>.http, each one raw HTTP/1.1
 // response (status line, headers, blank line, body bytes exactly as sent).
 // The directory names the expected Class. Sources, by file-name prefix
-// (README "What it does with each answer"):
+// (docs/healing.md "What it does with each answer"):
 //
 //   - go-sdk-*: modelcontextprotocol/go-sdk v1.8.0 mcp/streamable.go. Errors
 //     are http.Error (text/plain, nosniff, body + "\n"): 404 "session not

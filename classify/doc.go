@@ -9,7 +9,7 @@
 // 5xx answer proves that the server turned the request away before
 // dispatching it (a generic 502/503/504 from a gateway proves nothing). The
 // signals come from real servers (TypeScript, Python and Go SDKs, mcp-go,
-// supergateway, WordPress, keryx; README "What it does with each answer"); each
+// supergateway, WordPress, keryx; docs/healing.md "What it does with each answer"); each
 // dialect is a golden file under testdata/<Class>/ or testdata/refused/.
 //
 // What it must not do: I/O, logging, keeping state, allocating, retaining or

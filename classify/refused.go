@@ -4,7 +4,7 @@ import "strings"
 
 // refusalMessages are the whole 503 bodies, or whole JSON-RPC error messages
 // in a 503 body, with which an MCP server itself turns a request away before
-// dispatching it (README "Replay rules"; each is a golden file under testdata/refused). Only the server writes them,
+// dispatching it (docs/healing.md "Replay rules"; each is a golden file under testdata/refused). Only the server writes them,
 // so a gateway that passes one through proves nothing more than the server
 // said. Add one here, with its server and a golden file under
 // testdata/refused/true/, only when its source shows the refusal comes before any

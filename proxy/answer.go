@@ -28,7 +28,7 @@ type outcome struct {
 type outcomeKind int
 
 const (
-	// outUpstream: the upstream's answer, passed through (README "What it
+	// outUpstream: the upstream's answer, passed through (docs/healing.md "What it
 	// does with each answer").
 	outUpstream outcomeKind = iota
 	// outRefused: -32011, the request may have run and was not retried.
@@ -75,7 +75,7 @@ const (
 
 // failure is mcpheal's own answer for an outcome that is not the
 // upstream's: the HTTP status (for a JSON answer), the JSON-RPC error, and
-// Retry-After (0: none). It is the one table of mcpheal's errors (README
+// Retry-After (0: none). It is the one table of mcpheal's errors (docs/observability.md
 // "Errors mcpheal answers itself"), for every route, JSON or SSE.
 type failure struct {
 	status, code int
@@ -305,7 +305,7 @@ func (a *attempt) answered(msg []byte, status int) {
 
 // accepted runs when the upstream accepted the request on the session: it
 // records the journal entry the request made, and moves the session to
-// the request's credential when it came under a rotated one (README
+// the request's credential when it came under a rotated one (docs/security.md
 // "Security": the upstream is the judge).
 func (a *attempt) accepted() {
 	if !a.msg.get && a.msg.isRequest() && a.msg.method != "initialize" {

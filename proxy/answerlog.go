@@ -17,7 +17,7 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-// Resuming an answer for the agent (README "Streams"). Every event of a
+// Resuming an answer for the agent (docs/streams.md "Streams"). Every event of a
 // POST's SSE answer carries an id of mcpheal's own, "m<stream>-<seq>"
 // (eventRewriter.own), and while the answer streams, mcpheal keeps what it
 // sent the agent in an answerLog. If the agent's connection drops before

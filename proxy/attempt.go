@@ -173,7 +173,7 @@ func (a *attempt) loop() outcome {
 			// Already waiting out the outage within its heal budget: it
 			// goes on waiting (the outage watcher wakes it when the
 			// upstream takes connections again), and is answered as the
-			// README says of an outage, at the budget's end.
+			// docs/healing.md says of an outage, at the budget's end.
 			if !a.backoff() {
 				return outcome{kind: outDown, why: "upstream unreachable"}
 			}
@@ -308,7 +308,7 @@ func (a *attempt) judge(err error) facts {
 	}
 	switch f.class {
 	case classify.SessionGone:
-		// Rejected before dispatch (README "Replay rules"): never ran.
+		// Rejected before dispatch (docs/healing.md "Replay rules"): never ran.
 		f.mayHeal = a.heals && !a.healed && a.r.standing == bound
 	case classify.TransportDead, classify.Busy:
 		// A 502/503/504. Proof of no harm only if the body is a known

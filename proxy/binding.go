@@ -11,7 +11,7 @@ import (
 	"github.com/mcpheal/mcpheal/session/seal"
 )
 
-// Credential binding (README "Security"). A session is bound to the
+// Credential binding (docs/security.md "Security"). A session is bound to the
 // principal that created it: the issuer and subject of a JWT bearer token,
 // as MCP's security best practices suggest for user-bound sessions, so
 // that a rotated token of the same user keeps the session; for any other

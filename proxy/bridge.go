@@ -17,7 +17,7 @@ import (
 )
 
 // bridge is the route of a session-era agent in front of an upstream that
-// speaks only MCP 2026-07-28 (README "Across protocol eras").
+// speaks only MCP 2026-07-28 (docs/eras.md "Across protocol eras").
 // mcpheal owns the agent's session; upstream every request is
 // self-contained. Its requests come through the guard like every other
 // (the session's credential, the journal's cap and the memory budget), and

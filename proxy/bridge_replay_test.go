@@ -91,7 +91,7 @@ func TestBridgeReplaysReplaySafeTools(t *testing.T) {
 // TestBridgeCutStreamSaysWhetherRetryIsSafe: a bridged call whose event
 // stream ends after a notification and before its answer is not sent
 // again (the agent already got part of it), and ends with mcpheal's
-// error as its last event, as on every route (README "Errors mcpheal
+// error as its last event, as on every route (docs/observability.md "Errors mcpheal
 // answers itself"): -32011, "may or may not have run", for a tool that is
 // not safe to run twice; -32010, "safe to retry", for one the upstream
 // annotated readOnlyHint. Telling an agent that a read-only lookup "may

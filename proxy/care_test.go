@@ -1,6 +1,6 @@
 package proxy
 
-// Fault-injection tests for upstream care (README "Keeping upstream
+// Fault-injection tests for upstream care (docs/healing.md "Keeping upstream
 // healthy"): a real go-sdk upstream, a tcpRelay between it and the proxy
 // playing the middlebox, real agents.
 //

@@ -15,7 +15,7 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-// The Grafana dashboard shipped for operators (README "Metrics"). Its
+// The Grafana dashboard shipped for operators (docs/observability.md "Metrics"). Its
 // tests check, offline, that Grafana can load it, and that every metric its
 // queries name is one a running mcpheal serves on /metrics.
 const dashboardFile = "../examples/grafana/mcpheal.json"

@@ -53,7 +53,7 @@ type facts struct {
 	// (reset, EOF, a cut SSE answer, a gateway's 502/503/504) leaves it
 	// true.
 	dispatched bool
-	// replaySafe: running the request twice does no harm (README "Replay
+	// replaySafe: running the request twice does no harm (docs/healing.md "Replay
 	// rules": a side-effect-free method, a tool annotated readOnlyHint or
 	// idempotentHint, a tool the operator allow-listed, a notification or a
 	// response).
@@ -62,7 +62,7 @@ type facts struct {
 	// (not 2026-07-28 session-less traffic).
 	session bool
 	// mayHeal: the request carries the credential the session is bound to
-	// (README "Security": only that credential may re-create it).
+	// (docs/security.md "Security": only that credential may re-create it).
 	mayHeal bool
 	// healed: this request already healed the session once.
 	healed bool
@@ -81,12 +81,12 @@ type facts struct {
 	waitFits, waited bool
 }
 
-// decide is the README's "What it does with each answer" and "Replay
+// decide is the docs/healing.md's "What it does with each answer" and "Replay
 // rules" as one pure function; TestDecide is that table row by row.
 //
 // A request is sent again only if it is safe to run twice or the upstream
 // provably did not run it. A session rejection is such proof: every server
-// checks the session before it dispatches (README "Replay rules"), so a heal
+// checks the session before it dispatches (docs/healing.md "Replay rules"), so a heal
 // replays whatever the method. Everything else that fails after the request
 // was written is ambiguous, and an ambiguous request that is not replay-safe
 // is refused, never run twice.
@@ -125,7 +125,7 @@ func decide(f facts) action {
 	return actPass // OK, ToolError, Auth, Protocol: the upstream's own answer
 }
 
-// replayable reports whether a request may run twice without harm (README
+// replayable reports whether a request may run twice without harm (docs/healing.md
 // "Replay rules"): the one rule, for every route. tools/call is replay-safe
 // only for a tool the upstream annotated readOnlyHint or idempotentHint
 // (learned from the tools/list answers of the session) or one the operator

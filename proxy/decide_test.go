@@ -6,7 +6,7 @@ import (
 	"github.com/mcpheal/mcpheal/classify"
 )
 
-// TestDecide is the README's "What it does with each answer" and "Replay
+// TestDecide is the docs/healing.md's "What it does with each answer" and "Replay
 // rules", row by row. A row that would send a request that is not
 // replay-safe a second time although it may have run is a bug by
 // definition; TestDecideNeverRunsTwice checks that over every input.

@@ -33,7 +33,7 @@
 //     peeking at the first event of an SSE answer through the one SSE
 //     framer, classify/sse) and records whether the upstream may have run
 //     the request; [decide] turns those facts into an action, a pure
-//     function whose table test is the README's "What it does with each
+//     function whose table test is the docs/healing.md's "What it does with each
 //     answer" and "Replay rules", with the one replay rule, [replayable].
 //     The actions: pass the answer on; heal ([attempt.heal] → the healer,
 //     heal.go: single-flight re-initialize from the recipe, journal replay,

@@ -13,7 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Protocol eras (README "Across protocol eras"). MCP 2026-07-28 removed
+// Protocol eras (docs/eras.md "Across protocol eras"). MCP 2026-07-28 removed
 // sessions; a server that speaks only it refuses the session-era
 // handshake, one of the session era refuses 2026-07-28 requests, and the
 // spec gives neither agent a way forward. mcpheal asks each upstream which

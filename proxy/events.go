@@ -12,7 +12,7 @@ import (
 )
 
 // eventRewriter turns an upstream SSE stream into the agent's, so that a
-// heal stays invisible (README "Streams and session state across a heal"):
+// heal stays invisible (docs/streams.md "Streams and session state across a heal"):
 //
 //   - event ids become "<gen>-<upstream id>": a Last-Event-ID from the agent
 //     then names the upstream session generation it belongs to, and is

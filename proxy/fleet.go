@@ -12,7 +12,7 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-// Sessions shared by a fleet (README "Replicas"). With Config.Shared set,
+// Sessions shared by a fleet (docs/deployment.md "Replicas"). With Config.Shared set,
 // what changes in a session's life (its upstream session and generation,
 // its journal, its credential binding after a rotation, its end) is kept
 // where every mcpheal process of the fleet sees it, and so is the

@@ -94,7 +94,7 @@ func FuzzProxy(f *testing.F) {
 		{"POST", "evil.example", jsonCT, both, "http://evil.example", 2, `{"id":1}`},
 		{"POST", host, "text/plain; charset=utf-8", both, "", 2, "\xef\xbb\xbf{\"id\":\x00}"},
 		{"PATCH", host, jsonCT, "*/*", "null", 3, `{"jsonrpc":"2.0","id":{"a":[1,2]},"method":"logging/setLevel","params":{"level":"debug"}}`},
-		// Hostile agents (README "Under attack").
+		// Hostile agents (docs/security.md "Under attack").
 		{"POST", host, jsonCT, both, "", 2, strings.Repeat("[", 100<<10)},
 		{"POST", host, jsonCT, both, "", 2, strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70)},
 		{"POST", host, jsonCT, both, "", 2, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","name":"counter"}}`},

@@ -16,7 +16,7 @@ import (
 )
 
 // getStream is an agent's standalone SSE stream (GET), held open across
-// upstream deaths (README "Streams and session state across a heal"):
+// upstream deaths (docs/streams.md "Streams and session state across a heal"):
 //
 //	agent ◀── writer: events, ": keepalive" every StreamKeepalive ──┐
 //	                                                              events

@@ -17,7 +17,7 @@ import (
 )
 
 // guard is the first stage of every agent request, whatever its route
-// (README "Security"): nothing reaches a route before it ran, and each of
+// (docs/security.md "Security"): nothing reaches a route before it ran, and each of
 // its checks lives here and nowhere else. In order: body size, Host and
 // Origin (DNS rebinding), inbound auth, the HTTP method and media types,
 // JSON depth and validity, ambiguous members, the session (known, not past

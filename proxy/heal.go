@@ -18,7 +18,7 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// healer re-creates upstream sessions (README "What it does with each
+// healer re-creates upstream sessions (docs/healing.md "What it does with each
 // answer"): the single-flight re-initialize of a session from its recipe,
 // the journal replay on the new upstream session, the check of the tool
 // list after it, and the keepalive that heals a quiet session before its

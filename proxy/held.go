@@ -23,7 +23,7 @@ import (
 )
 
 // held is the route of an MCP 2026-07-28 agent in front of a session-era
-// upstream (README "2026-07-28 agents, session-era servers"). The agent
+// upstream (docs/eras.md "2026-07-28 agents, session-era servers"). The agent
 // holds no session; mcpheal holds one upstream for it, and heals it like
 // any other: its requests come through the guard (which finds the held
 // session), go upstream through the attempt loop (the one replay rule, the

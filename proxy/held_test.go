@@ -835,7 +835,7 @@ func TestHeldRefusalsBounded(t *testing.T) {
 	}
 }
 
-// TestHeldAnswersAs2026 (README "Across protocol eras"): on the held route
+// TestHeldAnswersAs2026 (docs/eras.md "Across protocol eras"): on the held route
 // mcpheal is the agent's MCP 2026-07-28 server, and refuses what such a
 // server refuses, as the Go SDK's server of both eras does: headers that
 // disagree with the body (400 -32020), _meta without its protocol version

@@ -8,7 +8,7 @@ import (
 
 // idleWriter writes a POST's relayed SSE answer to its agent, and a
 // ": keepalive" comment whenever the upstream has sent nothing for
-// stream_keepalive (README "Streams"): a long tool call may send nothing
+// stream_keepalive (docs/streams.md "Streams"): a long tool call may send nothing
 // for minutes, and a load balancer or gateway between the agent and
 // mcpheal cuts a connection idle for its timeout. Every write, the relay's
 // and the comments, goes through its lock; a comment goes only where a

@@ -13,7 +13,7 @@ import (
 
 // keepaliveLoop probes quiet sessions' upstreams every Config.Keepalive so
 // that they neither expire nor sit on a dead connection, and heals a session
-// the probe finds gone before the agent's next call (README "Keeping
+// the probe finds gone before the agent's next call (docs/healing.md "Keeping
 // upstream healthy"). It runs until Close.
 func (h *healer) keepaliveLoop(done <-chan struct{}) {
 	defer h.bg.Done()

@@ -2,7 +2,7 @@ package proxy
 
 // A sealed id carries the agent's initialize deflated only up to a size
 // (seal's maxInit, 1200 bytes), so that the id stays short; past it, the id
-// holds a digest and a fleet's store keeps the initialize itself (README
+// holds a digest and a fleet's store keeps the initialize itself (docs/deployment.md
 // "Replicas"). These tests pin both sides: with a store, a session with a
 // large initialize lives on another replica and after a restart, and heals
 // with that very initialize; without one, a restarted process cannot
@@ -91,7 +91,7 @@ func TestLargeInitializeAcrossReplicas(t *testing.T) {
 
 // TestLargeInitializeWithoutStore: without a store nothing keeps an
 // initialize too large for the sealed id, so a restarted process answers
-// its session 404, as an unknown one (README "Sessions that outlive
+// its session 404, as an unknown one (docs/deployment.md "Sessions that outlive
 // mcpheal"), and asks the upstream nothing; a session with a small
 // initialize heals from its id alone.
 func TestLargeInitializeWithoutStore(t *testing.T) {

@@ -59,7 +59,7 @@ func (s *Server) drain(timeout time.Duration) {
 // closeSessions DELETEs every upstream session the server holds (bounded by
 // ctx, a few seconds at most) and closes the server. With a fleet (a
 // shared store) it DELETEs none: a stop is not the end of a session, and
-// the other processes, or this one restarted, go on with them (README
+// the other processes, or this one restarted, go on with them (docs/deployment.md
 // "Replicas"); only a session that ends is DELETEd, by the process that
 // ends it.
 func (s *Server) closeSessions(ctx context.Context) {

@@ -37,7 +37,7 @@ type link struct {
 	seq atomic.Uint64 // numbers the JSON-RPC ids of mcpheal's own requests
 	// judgesCredentials: the upstream answered 401 to a request whose
 	// credential was missing or refused, so it checks credentials itself
-	// and may judge a token rotation (README "Security").
+	// and may judge a token rotation (docs/security.md "Security").
 	judgesCredentials atomic.Bool
 	// credLogged: unix nanoseconds of the last log line about a refused
 	// upstream credential (one per second at most).

@@ -17,7 +17,7 @@ import (
 // patientListener keeps accepting through the errors an overloaded host
 // gives (too many open files, a connection aborted before it was
 // accepted): fasthttp's Serve returns on them, and the process would end
-// (README "Under attack"). It waits as net/http's Server does, 5 ms doubling
+// (docs/security.md "Under attack"). It waits as net/http's Server does, 5 ms doubling
 // to 1 s (the one backoff, upstream.Backoff), counts each error and logs one
 // line a second at most. A closed
 // listener's error still ends Serve.

@@ -10,7 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// An agent's own OAuth login through mcpheal (README "OAuth"). An agent
+// An agent's own OAuth login through mcpheal (docs/oauth.md "OAuth"). An agent
 // that meets a 401 follows the server's WWW-Authenticate to its protected
 // resource metadata (RFC 9728) and checks that the metadata's resource is
 // the URL it connected to (RFC 9728 §3.3, the MCP authorization spec):

@@ -58,7 +58,7 @@ func TestCutStreamSaysSo(t *testing.T) {
 // TestHealAbandonedAtShutdownIsNoError: a GET stream's heal is under way
 // (the upstream takes its time to initialize) when mcpheal shuts down. The
 // heal is abandoned: logged at info as such, never as "heal failed" at
-// error level, which the README lists as worth an alert.
+// error level, which docs/observability.md lists as worth an alert.
 func TestHealAbandonedAtShutdownIsNoError(t *testing.T) {
 	t.Parallel()
 	var inits, gets atomic.Int64

@@ -6,7 +6,7 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// Waiting out an outage (README "Waiting out a restart"): a request whose
+// Waiting out an outage (docs/healing.md "Waiting out a restart"): a request whose
 // exchange failed without proof of harm waits with backoff inside its heal
 // budget (attempt.backoff); one request per session retries
 // (session.Probe) while the others wait for it, and one watcher per

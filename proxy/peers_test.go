@@ -9,7 +9,7 @@ package proxy
 //   - startMCPGo: mark3labs/mcp-go v1.2.1;
 //   - startDialect: a scripted fake for session-loss dialects no SDK produces
 //     (TS example 400, WordPress HTTP 200, SSE-framed HTTP 200), see
-//     the README's class table.
+//     the class table of docs/healing.md.
 //
 // Every peer records each HTTP request it receives (peerRequest), counts
 // JSON-RPC methods, and can be restarted on the same port (all sessions lost),
@@ -67,7 +67,7 @@ type goSDKOpts struct {
 	// events"). Without it a GET with Last-Event-ID answers 400 "stream
 	// replay unsupported".
 	EventStore bool
-	// State adds the session-state features (README "Streams and session
+	// State adds the session-state features (docs/streams.md "Streams and session
 	// state across a heal"): subscribable
 	// resources (peerResourceURI and any other URI; see UpdateResource) and
 	// the log and sample tools. The server's tool list then has 6 tools.

@@ -58,7 +58,7 @@ func putRequest(r *request) {
 	requestPool.Put(r)
 }
 
-// route sends a guarded request the way its upstream's era asks (README
+// route sends a guarded request the way its upstream's era asks (docs/eras.md
 // "Across protocol eras"): a session-era agent of an upstream that speaks
 // only 2026-07-28 goes through the bridge, a 2026-07-28 agent of an
 // upstream of the session era only on the session mcpheal holds for it;
@@ -105,7 +105,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) {
 }
 
 // answerRoute points the agent's answer to a server→client request at the
-// upstream session that asked (README "Streams and session state across a
+// upstream session that asked (docs/streams.md "Streams and session state across a
 // heal": ids of later generations were renumbered). It reports false when
 // that session is gone.
 func (a *attempt) answerRoute() bool {
@@ -129,7 +129,7 @@ func (a *attempt) answerRoute() bool {
 // budget, not an error.
 func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *request) {
 	a := newAttempt(s, ctx, r)
-	a.gen = 1 // event ids are the proxy's from the first answer on (README "Streams")
+	a.gen = 1 // event ids are the proxy's from the first answer on (docs/streams.md "Streams")
 	s.link.copyRequest(r.hdr, r.body, a.req)
 	a.req.Header.DelBytes(hdrSessionID)
 	s.count.upstreamInits.Add(1)

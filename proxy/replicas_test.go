@@ -1,6 +1,6 @@
 package proxy
 
-// Replicas (README "Replicas"): several mcpheal processes behind a
+// Replicas (docs/deployment.md "Replicas"): several mcpheal processes behind a
 // round-robin balancer share sessions through a session.Shared store, with
 // a real Go SDK upstream that counts its initializes and tool runs, and a
 // real Go SDK client whose consecutive requests land on different replicas.

@@ -1,6 +1,6 @@
 package proxy
 
-// Sessions that outlive mcpheal (README "Sessions that outlive mcpheal"):
+// Sessions that outlive mcpheal (docs/deployment.md "Sessions that outlive mcpheal"):
 // the agent-facing id is the session's sealed recipe, so a new process given
 // the same key ring heals any session from its id alone.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// Resuming an answer stream upstream (README "Streams"). A session-era
+// Resuming an answer stream upstream (docs/streams.md "Streams"). A session-era
 // server may end a POST's event stream before its response, on purpose
 // (MCP 2025-11-25 SSE polling: a priming event with an id and retry:, then
 // the connection closed) or not (a load balancer's idle timeout, a reset):

@@ -1,6 +1,6 @@
 package proxy
 
-// Credential rotation (README "Security"): a session is bound to the
+// Credential rotation (docs/security.md "Security"): a session is bound to the
 // principal that created it, so that the same user's next token keeps it,
 // on every replica and after a restart, while another principal never
 // reaches it, and never takes it from its creator.

@@ -116,13 +116,13 @@ type Config struct {
 	// active the session; zero means 7 days.
 	SessionMaxAge time.Duration
 	// Shared, when not nil, is the session state shared by a fleet of
-	// mcpheal processes (session/redisstore; README "Replicas"). Nil: this
+	// mcpheal processes (session/redisstore; docs/deployment.md "Replicas"). Nil: this
 	// process alone (sealed ids still let it restore every session).
 	Shared session.Shared
 	// StoreTimeout bounds each call to Shared; past it the process carries
 	// on alone. Zero means 250 ms.
 	StoreTimeout time.Duration
-	// EraBridge says which agents are bridged across protocol eras (README
+	// EraBridge says which agents are bridged across protocol eras (docs/eras.md
 	// "Across protocol eras"). "auto" (the default): both directions:
 	// session-era agents of an upstream that speaks only MCP 2026-07-28 go
 	// through the bridge, and 2026-07-28 agents of an upstream of the
@@ -153,7 +153,7 @@ type Config struct {
 	// 30 s. It is per write, not per response, so long SSE streams live on.
 	WriteTimeout time.Duration
 	// Tracer, when not nil, receives a span for every agent request and
-	// what mcpheal did for it (README "Traces"; proxy/telemetry builds one
+	// what mcpheal did for it (docs/observability.md "Traces"; proxy/telemetry builds one
 	// from the OTEL_* environment). Nil: tracing is off and costs nothing.
 	Tracer trace.TracerProvider
 	// AdminListen is the operations listener's address: /metrics, /readyz
@@ -172,7 +172,7 @@ const adminOff = "off"
 // sets none: the next port, so that two mcpheal processes started with
 // different --listen addresses each get their own (8787 → 8788), on
 // loopback: the same host when the agent listener is on loopback, else
-// 127.0.0.1, since the admin endpoints have no auth (README "Security") and
+// 127.0.0.1, since the admin endpoints have no auth (docs/security.md "Security") and
 // an agent listener on 0.0.0.0 (a container's) must not take them along.
 // An ephemeral agent port (0) gets an ephemeral one.
 func AdminFor(listen string) string {

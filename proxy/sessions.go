@@ -14,7 +14,7 @@ import (
 	"github.com/mcpheal/mcpheal/session/seal"
 )
 
-// sessions is where a request's session comes from (README "Sessions that
+// sessions is where a request's session comes from (docs/deployment.md "Sessions that
 // outlive mcpheal"): the store of live sessions; an id the store does not
 // hold (this process restarted, another replica created it, the store
 // dropped it) is opened from its sealed id, checked, and re-created as a

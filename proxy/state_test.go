@@ -1,6 +1,6 @@
 package proxy
 
-// Streams and session state survive a heal (README "Streams and session
+// Streams and session state survive a heal (docs/streams.md "Streams and session
 // state across a heal"). The tests run the
 // official Go SDK server (startGoSDK) behind the proxy and, mostly, the
 // official Go SDK client in front of it (raw HTTP where the wire itself is

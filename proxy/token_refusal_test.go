@@ -1,7 +1,7 @@
 package proxy
 
 // A token endpoint that turns mcpheal's own upstream credential down
-// (README "Errors mcpheal answers itself", -32018): only the operator can
+// (docs/observability.md "Errors mcpheal answers itself", -32018): only the operator can
 // mend a refused client, so the agent is told at once, the endpoint is
 // asked once and then held down, nothing is sent upstream, the breaker is
 // not involved, and the log says what the endpoint answered. An endpoint

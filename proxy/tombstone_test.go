@@ -1,6 +1,6 @@
 package proxy
 
-// A DELETEd session never opens again (README "Sessions that outlive
+// A DELETEd session never opens again (docs/deployment.md "Sessions that outlive
 // mcpheal"): not under another spelling of its sealed id, not after any
 // number of other DELETEs, not on another replica. Each test counts the
 // upstream's initializes server-side: an ended id that opened again would

@@ -16,7 +16,7 @@ import (
 	"github.com/mcpheal/mcpheal/classify"
 )
 
-// Traces (README "Traces"). With Config.Tracer set, every agent request is
+// Traces (docs/observability.md "Traces"). With Config.Tracer set, every agent request is
 // a span, continuing the agent's W3C trace context (its traceparent and
 // tracestate headers, or the request's params._meta, where MCP 2026-07-28
 // agents put them), with a child span for each upstream exchange, for a

@@ -9,7 +9,7 @@ import (
 
 // Tombstones remembers the sessions that ended (DELETE, or a heal refused)
 // until their sealed ids expire, so that an ended session never comes back
-// from its id in this process (README "Sessions that outlive mcpheal").
+// from its id in this process (docs/deployment.md "Sessions that outlive mcpheal").
 //
 // A list of ended ids with a cap can be flooded: enough other DELETEs push
 // an ended id out and it opens again. Tombstones cannot be flooded, because

@@ -144,7 +144,7 @@ func (c *Client) Close() {
 // left streaming: read it with resp.Read. In both cases the caller must call
 // resp.Close (ReleaseResponse does).
 //
-// Do is for requests that are safe to send twice (README "Replay rules"):
+// Do is for requests that are safe to send twice (docs/healing.md "Replay rules"):
 // when the first try breaks before any response byte on a pooled connection
 // that idled Config.StaleAfter or longer, Do sends req once more on a fresh
 // connection. The likely cause is a NAT or load balancer that dropped the
@@ -202,7 +202,7 @@ func (c *Client) do(req *fasthttp.Request, resp *Response, deadline time.Time, r
 }
 
 // resend sends a replay-safe req once more on a fresh connection after first,
-// its failure on a stale one (README "Keeping upstream healthy"). If the
+// its failure on a stale one (docs/healing.md "Keeping upstream healthy"). If the
 // second try fails too, its error keeps the first try's evidence.
 func (c *Client) resend(req *fasthttp.Request, resp *Response, deadline time.Time, first error) error {
 	resp.Reset()

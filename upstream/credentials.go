@@ -14,7 +14,7 @@ import (
 )
 
 // Credentials supplies the credential the proxy itself owns for an upstream
-// (README "Security": proxy-owned credentials). When the proxy owns it, the agent's own Authorization is
+// (docs/security.md "Security": proxy-owned credentials). When the proxy owns it, the agent's own Authorization is
 // not forwarded; that stripping is the caller's job.
 type Credentials interface {
 	// Apply sets the credential header(s) on h (e.g. Authorization: Bearer …),

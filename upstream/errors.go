@@ -67,7 +67,7 @@ func (e *Error) Timeout() bool {
 // Delivered reports whether err leaves open that the upstream received and
 // acted on the request: some request byte was written, on any try. A request
 // that may have been delivered is sent again only if its method is replay
-// safe (README "Replay"). Delivered(nil) is false.
+// safe (docs/healing.md "Replay"). Delivered(nil) is false.
 func Delivered(err error) bool {
 	var ue *Error
 	if errors.As(err, &ue) {

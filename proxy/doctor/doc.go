@@ -1,6 +1,6 @@
 // Package doctor is `mcpheal doctor URL`: it probes an MCP server
 // (Streamable HTTP) the way the proxy will talk to it, and reports what the
-// proxy needs to know. See the README section "Does mcpheal fit my server?".
+// proxy needs to know. See docs/observability.md, "Does mcpheal fit my server?".
 //
 // [Run] sends, in order: initialize with each session-era protocol version,
 // server/discover with 2026-07-28 (SEP-2575), the handshake the proxy

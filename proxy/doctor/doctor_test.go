@@ -105,7 +105,7 @@ var sessionEra = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
 
 // TestDoctorServers: the report for the Go SDK server (stateful and
 // stateless), mcp-go (stateful and default) and a server that answers like
-// WordPress mcp-adapter, the servers the README's doctor section names.
+// WordPress mcp-adapter, the servers docs/observability.md's doctor section names.
 func TestDoctorServers(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

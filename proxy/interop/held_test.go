@@ -23,7 +23,7 @@ import (
 // v1 fixtures of ours (v1server.mjs, v1inputs.mjs). Directly the pinned
 // client fails at connect (ERA_NEGOTIATION_FAILED); through mcpheal, which
 // answers server/discover itself and holds an upstream session for the
-// agent (README "2026-07-28 agents, session-era servers"), it works, and
+// agent (docs/eras.md "2026-07-28 agents, session-era servers"), it works, and
 // keeps working across a restart of the server and the end of the session
 // it holds.
 

@@ -22,7 +22,7 @@ import (
 )
 
 // codeMayHaveRun is the JSON-RPC error code mcpheal answers a tools/call
-// that may or may not have run and that it will not replay (README, "Replay
+// that may or may not have run and that it will not replay (docs/healing.md, "Replay
 // rules").
 const codeMayHaveRun = -32011
 

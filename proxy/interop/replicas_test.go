@@ -20,7 +20,7 @@ import (
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
 
-// TestReplicas (README "Replicas"): each real client (the TS SDK v1 and v2
+// TestReplicas (docs/deployment.md "Replicas"): each real client (the TS SDK v1 and v2
 // clients, mcp-remote) talks to three mcpheal replicas sharing a real
 // redis-server, through a round-robin balancer, so that its consecutive
 // requests land on different replicas. Then the server restarts, one

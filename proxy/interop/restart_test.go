@@ -35,7 +35,7 @@ func runs(countFile, tag string) int {
 	return n
 }
 
-// TestProxyRestart (README "Sessions that outlive mcpheal"): each real
+// TestProxyRestart (docs/deployment.md "Sessions that outlive mcpheal"): each real
 // client holds a session through mcpheal; mcpheal is killed (kill -9: agent
 // connections reset, no DELETE upstream) and a new one takes its address.
 // Given the same key ring, the client's next call succeeds after exactly one

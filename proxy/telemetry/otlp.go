@@ -29,7 +29,7 @@ import (
 // taken from otlptracehttp, which links gRPC (through its configuration
 // package) and with it html/template, whose reflection turns off the
 // linker's removal of unused methods for the whole program: the binary
-// was twice the size (README "Traces"; TestNoGRPC keeps it so).
+// was twice the size (docs/observability.md "Traces"; TestNoGRPC keeps it so).
 //
 // An export is one POST of an ExportTraceServiceRequest; a 429, 502, 503
 // or 504 is tried once more after its Retry-After (1 s if none), within

@@ -1,5 +1,5 @@
 // Package telemetry builds the OpenTelemetry tracer provider that mcpheal
-// sends its spans to (README "Traces"), configured the way every
+// sends its spans to (docs/observability.md "Traces"), configured the way every
 // OpenTelemetry user expects: the standard OTEL_* environment variables,
 // and the config file's tracing keys for the same settings, which apply
 // where the environment sets nothing. Tracing is off unless configured.

@@ -1,6 +1,6 @@
 // Package seal turns what never changes for an agent session into the
 // session id the agent holds, and back: an AEAD-sealed, versioned record
-// (README "Sessions that outlive mcpheal"). Any mcpheal process with the key
+// (docs/deployment.md "Sessions that outlive mcpheal"). Any mcpheal process with the key
 // ring can open it, so a restarted process heals a session from its id
 // alone; the id cannot be forged, read or altered by the agent.
 //

@@ -198,7 +198,7 @@ func startTracing(log zerolog.Logger) (trace.TracerProvider, func(), error) {
 	if err != nil || tp == nil {
 		return nil, func() {}, err
 	}
-	log.Info().Msg("traces: exporting spans by OTLP over HTTP (README \"Traces\")")
+	log.Info().Msg("traces: exporting spans by OTLP over HTTP (docs/observability.md \"Traces\")")
 	var once sync.Once
 	return tp, func() {
 		once.Do(func() {

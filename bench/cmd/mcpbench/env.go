@@ -22,7 +22,7 @@ const (
 	mcpheal  = "mcpheal" // as the image runs it: with the Dockerfile's environment
 	// bareProxy is the same mcpheal process as the bare binary runs it
 	// without the image's GODEBUG: Go's default scheduler, its sysmon
-	// parking when idle (README "Keeping the runtime's sysmon awake"). It is
+	// parking when idle (docs/deployment.md "Keeping the runtime's sysmon awake"). It is
 	// measured beside mcpheal in the open and closed models (-bare).
 	bareProxy = "mcpheal-bare"
 	// altProxy is a second mcpheal build (-alt), measured beside the first

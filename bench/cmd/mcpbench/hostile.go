@@ -26,7 +26,7 @@ import (
 )
 
 // The hostile-input section: what one agent or one upstream can take from
-// mcpheal (README "Under attack"). mcpheal is the real binary, built from
+// mcpheal (docs/security.md "Under attack"). mcpheal is the real binary, built from
 // this tree, run as its own process with its default limits (a pass may add
 // --memory-budget); each attack gets a fresh process, so that its RSS
 // before, its peak during (VmHWM, reset with clear_refs just before) and its
@@ -66,7 +66,7 @@ type hostileCheck struct {
 	OK   bool
 }
 
-// The defaults the section relies on (proxy.Config's, README "Flags").
+// The defaults the section relies on (proxy.Config's, docs/configuration.md "Flags").
 const (
 	defMemoryBudget  = 512 << 20
 	defWriteTimeout  = 30 * time.Second
@@ -1096,7 +1096,7 @@ func (h *harness) writeHostile(w writer) {
 		return
 	}
 	w("## Hostile input\n\n")
-	w("What one agent or one upstream can take (README \"Under attack\"). mcpheal is the real binary built from this tree, each attack against a fresh process with its default limits ")
+	w("What one agent or one upstream can take (docs/security.md \"Under attack\"). mcpheal is the real binary built from this tree, each attack against a fresh process with its default limits ")
 	w("(memory_budget 512 MiB, max_body 4 MiB, max_json_depth 64, max_init_body 64 KiB, max_journal 64 KiB, max_answer 32 MiB, max_sse_line 8 MiB, write_timeout 30 s, max_sessions 100 000, max_sessions_per_credential 1000) ")
 	w("unless the pass or the attack names a flag; the upstream is `mcpbench upstream -mode hostile`, a minimal stateful MCP server whose tools answer 2 MiB+, 100 MiB or never-ending, ")
 	w("or (the bridged rows) a server that speaks only MCP 2026-07-28, whose server/discover may carry %s of instructions. ", mib(hostileInstructions))

@@ -19,7 +19,7 @@ import (
 	"github.com/mcpheal/mcpheal/bench"
 )
 
-// What a production deployment does to the proxy itself (README "Under
+// What a production deployment does to the proxy itself (docs/security.md "Under
 // attack"): a flood of idle connections at a lowered descriptor limit, a
 // flood of 2026-07-28 subscriptions/listen on the held route, and requests
 // naming huge tools with tracing on and a collector that takes its time.

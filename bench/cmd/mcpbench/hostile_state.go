@@ -23,7 +23,7 @@ import (
 // a session's journal (what it restores after a heal), and a bridged
 // upstream's discover answer, which every bridged initialize carries.
 
-// Defaults these attacks rely on (proxy.Config's, README "Flags").
+// Defaults these attacks rely on (proxy.Config's, docs/configuration.md "Flags").
 const (
 	defMaxJournal = 64 << 10
 	defMaxBody    = 4 << 20

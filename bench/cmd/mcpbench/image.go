@@ -11,7 +11,7 @@ import (
 // the image it ships: the KEY=VALUE pairs of the ENV instructions of its
 // last stage, in order. The harness starts mcpheal with them, so that what
 // it measures is mcpheal as the image runs it (GODEBUG=schedtrace=2147483647:
-// README "Keeping the runtime's sysmon awake"). Only unquoted KEY=VALUE pairs are read; anything
+// docs/deployment.md "Keeping the runtime's sysmon awake"). Only unquoted KEY=VALUE pairs are read; anything
 // else in an ENV (quotes, escapes, variables, the legacy "ENV KEY VALUE"
 // form) is an error rather than a guess.
 func imageEnv(dockerfile string) ([]string, error) {

@@ -10,7 +10,7 @@
 // the mcpheal binary (hostile.go), memory per idle session, the Go
 // micro-benchmarks and a CPU and allocation profile.
 // It writes bench/RESULTS.md and a latency plot, and prints PASS or MISS for
-// every performance target the README states.
+// every performance target docs/performance.md states.
 //
 //	bench/run.sh            # the full run (~30 min); installs nginx and vegeta
 //	bench/run.sh --smoke    # CI: 2 s per target, one rate, correctness only

@@ -23,7 +23,7 @@ func (h *harness) writeResults(path string) error {
 	w("# mcpheal benchmark results\n\n")
 	w("Written by `bench/run.sh` (`go run ./bench/cmd/mcpbench`); every figure below comes from one run.\n\n")
 	h.writeMachine(w)
-	w("## Targets (README \"Performance\")\n\n| status | target | measured | limit |\n|---|---|---|---|\n")
+	w("## Targets (docs/performance.md)\n\n| status | target | measured | limit |\n|---|---|---|---|\n")
 	for _, v := range h.verdicts() {
 		s := v.Status
 		if v.Stretch != "" {

@@ -243,7 +243,7 @@ func (h *harness) printValidity() {
 
 // printBare prints mcpheal's CPU per request as the image runs it beside
 // mcpheal-bare's, the same process with Go's default scheduler, and
-// nginx's, for every variant and rate measured (README "Keeping the
+// nginx's, for every variant and rate measured (docs/deployment.md "Keeping the
 // runtime's sysmon awake").
 func (h *harness) printBare() {
 	if !h.cfg.bare || len(h.runs) == 0 {
