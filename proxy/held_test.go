@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -892,5 +893,53 @@ func TestHeldAnswersAs2026(t *testing.T) {
 	}
 	if n := up.ToolCalls("echo"); n != 0 {
 		t.Errorf("echo ran %d times", n)
+	}
+}
+
+// TestHeldSessionBelongsToCredential (docs/eras.md): a held session is
+// the credential's and the client's. Without inbound auth two agents that
+// name the same client share one, and what a session-era server keeps per
+// session is visible across them (measured: the second reads the first's
+// stored value). Each agent with its own inbound token (--auth-token-env)
+// gets its own held session, and reads nothing of the other's.
+func TestHeldSessionBelongsToCredential(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "per-session", Version: "1"}, nil)
+	var mu sync.Mutex
+	stored := map[string]string{}
+	type putIn struct {
+		V string `json:"v"`
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "put"}, func(_ context.Context, req *mcp.CallToolRequest, in putIn) (*mcp.CallToolResult, any, error) {
+		mu.Lock()
+		stored[req.Session.ID()] = in.V
+		mu.Unlock()
+		return peerText("ok"), nil, nil
+	})
+	mcp.AddTool(srv, &mcp.Tool{Name: "get"}, func(_ context.Context, req *mcp.CallToolRequest, _ peerNoIn) (*mcp.CallToolResult, any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return peerText("[" + stored[req.Session.ID()] + "]"), nil, nil
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	for _, c := range []struct {
+		name       string
+		tokens     []string
+		alice, bob string
+		want       string
+	}{
+		{"no inbound auth: one held session", nil, "", "", "[alice-value]"},
+		{"a token each: a held session each", []string{"alice-token-0123456789", "bob-token-0123456789"},
+			"alice-token-0123456789", "bob-token-0123456789", "[]"},
+	} {
+		_, url := startProxy(t, hs.URL+"/mcp", func(cfg *Config) { cfg.AuthTokens = c.tokens })
+		if st, res := heldPost(t, url, c.alice, "tools/call", `"name":"put","arguments":{"v":"alice-value"},`, 1); st != http.StatusOK {
+			t.Fatalf("%s: put: %d %s", c.name, st, res.Raw)
+		}
+		st, res := heldPost(t, url, c.bob, "tools/call", `"name":"get","arguments":{},`, 2)
+		if got := res.Get("result.content.0.text").Str; st != http.StatusOK || got != c.want {
+			t.Errorf("%s: the other agent reads %q (%d %s), want %q", c.name, got, st, res.Raw, c.want)
+		}
 	}
 }
