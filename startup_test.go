@@ -257,7 +257,11 @@ func TestSIGHUPWithoutConfigEndsGracefully(t *testing.T) {
 	if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the shutdown has begun; the call is still in flight
+	// The shutdown has begun (its log line says so); the call is still in
+	// flight.
+	waitFor(t, "the shutdown to begin", func() bool {
+		return strings.Contains(c.stderr.String(), "shutting down: finishing in-flight requests")
+	})
 	select {
 	case <-c.exited:
 		t.Fatalf("mcpheal exited before its call in flight finished:\n%s", c.stderr)
