@@ -350,11 +350,14 @@ func refuse2026(ctx *fasthttp.RequestCtx, r *request) bool {
 	case m.id != "" && !caps:
 		code, msg = -32602, "missing or invalid _meta field \""+metaCapsKey+"\""
 	default:
-		name, ok := nameMismatch(r)
+		why, ok := nameMismatch(r)
+		if !ok {
+			why, ok = paramMismatch(r)
+		}
 		if !ok {
 			return false
 		}
-		code, msg = codeHeaderMismatch, name
+		code, msg = codeHeaderMismatch, why
 	}
 	if m.id == "" {
 		ctx.SetStatusCode(fasthttp.StatusBadRequest)
@@ -394,6 +397,56 @@ func nameMismatch(r *request) (string, bool) {
 		return "header mismatch: Mcp-Name header value " + strconv.Quote(v) + " does not match body value " + strconv.Quote(want), true
 	}
 	return "", false
+}
+
+// paramMismatch checks the Mcp-Param-<name> headers of a tools/call whose
+// tool declares x-mcp-header parameters (learnt from the held session's
+// tools/list): each argument the body carries must come in its header,
+// as it is or written =?base64?…?= (which must then be valid base64), and
+// be equal to the body's. ok is true with the reason when one is not.
+func paramMismatch(r *request) (string, bool) {
+	if r.msg.method != "tools/call" || r.sess == nil {
+		return "", false
+	}
+	hs := r.sess.ParamHeaders(r.msg.tool)
+	for param, name := range hs {
+		arg := gjson.Get(b2s(r.body), "params.arguments."+gjsonEscape(param))
+		if !arg.Exists() || arg.Type == gjson.Null {
+			continue
+		}
+		want := arg.String()
+		raw := r.hdr.Peek("Mcp-Param-" + name)
+		if raw == nil {
+			return "missing required Mcp-Param-" + name + " header for argument " + strconv.Quote(param), true
+		}
+		v := strings.Trim(b2s(raw), " \t")
+		if enc, ok := strings.CutPrefix(v, "=?base64?"); ok && strings.HasSuffix(enc, "?=") {
+			b, err := base64.StdEncoding.Strict().DecodeString(strings.TrimSuffix(enc, "?="))
+			if err != nil {
+				return "Mcp-Param-" + name + " header is not valid base64", true
+			}
+			v = string(b)
+		}
+		if v != want {
+			return "header mismatch: Mcp-Param-" + name + " header value does not match argument " + strconv.Quote(param), true
+		}
+	}
+	return "", false
+}
+
+// gjsonEscape escapes a member name for a gjson path.
+func gjsonEscape(s string) string {
+	if !strings.ContainsAny(s, ".*?|#@\\") {
+		return s
+	}
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(".*?|#@\\", c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // sessionOnly reports the methods of the session era that MCP 2026-07-28

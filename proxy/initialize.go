@@ -95,6 +95,17 @@ func learnTools(sess *session.Session, msg []byte) (changed bool) {
 		if name != "" {
 			ann := t.Get("annotations")
 			sess.SetReplayable(name, ann.Get("readOnlyHint").Bool() || ann.Get("idempotentHint").Bool())
+			var hs map[string]string
+			t.Get("inputSchema.properties").ForEach(func(p, v gjson.Result) bool {
+				if h := v.Get("x-mcp-header"); h.Type == gjson.String && h.Str != "" && len(h.Str) <= 64 {
+					if hs == nil {
+						hs = map[string]string{}
+					}
+					hs[p.Str] = h.Str
+				}
+				return true
+			})
+			sess.SetParamHeaders(name, hs)
 		}
 		return true
 	})

@@ -85,8 +85,12 @@ type Session struct {
 	healing  *healCall
 	probe    chan struct{}   // closed when the request probing an outage is done
 	replayOK map[string]bool // tool name → safe to replay (read-only or idempotent)
-	heals    uint64
-	reported uint64 // the last generation whose heal was reported
+	// paramHeaders: tool → its x-mcp-header parameters (parameter → header
+	// name), nParamHeaders how many in all (SetParamHeaders).
+	paramHeaders  map[string]map[string]string
+	nParamHeaders int
+	heals         uint64
+	reported      uint64 // the last generation whose heal was reported
 
 	cred  string          // current credential fingerprint (starts as Recipe.Credential)
 	hdr   [][2]string     // current headers for proactive work (starts as Recipe.Header)
@@ -333,6 +337,39 @@ func (s *Session) SetReplayable(tool string, ok bool) {
 	}
 	s.replayOK[tool] = ok
 	s.mu.Unlock()
+}
+
+// maxParamHeaders bounds the x-mcp-header parameters kept per session
+// (SetParamHeaders): the upstream chooses how many it lists.
+const maxParamHeaders = 1024
+
+// SetParamHeaders records, from a tools/list answer, which of tool's
+// parameters a 2026-07-28 request repeats in an Mcp-Param-<name> header
+// (the inputSchema's x-mcp-header: parameter → header name); nil forgets
+// them. Past maxParamHeaders in all, more are not kept.
+func (s *Session) SetParamHeaders(tool string, hs map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.paramHeaders[tool]; ok {
+		s.nParamHeaders -= len(old)
+		delete(s.paramHeaders, tool)
+	}
+	if len(hs) == 0 || s.nParamHeaders+len(hs) > maxParamHeaders {
+		return
+	}
+	if s.paramHeaders == nil {
+		s.paramHeaders = map[string]map[string]string{}
+	}
+	s.paramHeaders[tool] = hs
+	s.nParamHeaders += len(hs)
+}
+
+// ParamHeaders returns tool's x-mcp-header parameters (SetParamHeaders);
+// the map is not to be changed.
+func (s *Session) ParamHeaders(tool string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paramHeaders[tool]
 }
 
 // Replayable reports whether tool was announced read-only or idempotent.

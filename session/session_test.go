@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -248,5 +249,30 @@ func TestRestoredHealsOnce(t *testing.T) {
 	wg.Wait()
 	if inits.Load() != 1 || s.NeedsInit() {
 		t.Fatalf("%d inits, needs init %v; want 1, false", inits.Load(), s.NeedsInit())
+	}
+}
+
+// TestParamHeadersBounded: a session keeps the x-mcp-header parameters of
+// its tools, at most maxParamHeaders in all, however many the upstream
+// lists; a tool listed again replaces its own.
+func TestParamHeadersBounded(t *testing.T) {
+	t.Parallel()
+	s := &Session{}
+	s.SetParamHeaders("a", map[string]string{"region": "Region"})
+	if got := s.ParamHeaders("a")["region"]; got != "Region" {
+		t.Fatalf("ParamHeaders(a) = %q", got)
+	}
+	big := map[string]string{}
+	for i := range maxParamHeaders {
+		big[fmt.Sprint("p", i)] = "H"
+	}
+	s.SetParamHeaders("b", big)
+	if s.ParamHeaders("b") != nil {
+		t.Error("a tool past the bound was kept")
+	}
+	s.SetParamHeaders("a", nil)
+	s.SetParamHeaders("b", big)
+	if len(s.ParamHeaders("b")) != maxParamHeaders || s.ParamHeaders("a") != nil {
+		t.Errorf("after forgetting a: b has %d, a %v", len(s.ParamHeaders("b")), s.ParamHeaders("a"))
 	}
 }

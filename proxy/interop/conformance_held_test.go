@@ -61,8 +61,6 @@ func onlyLegacy(t *testing.T, upstream string) http.Handler {
 // through the held route in front of the same server restricted to the
 // session era, each with why (docs/eras.md):
 //
-//   - http-custom-header-server-validation/: the Mcp-Param-* headers of a
-//     tool's x-mcp-header parameters are not checked against the body;
 //   - input-required-result-*: a session-era server asks for input one
 //     request at a time, within the call; mcpheal gives each as one input
 //     request of its own key (mcpheal-N): it does not collect concurrent
@@ -70,8 +68,7 @@ func onlyLegacy(t *testing.T, upstream string) http.Handler {
 //     session era never says);
 //   - server-stateless/sep-2575-missing-capability-http-400: the -32021 of
 //     a call comes in its event stream, after the 200.
-var heldKnown = []string{"http-custom-header-server-validation/", "input-required-result-",
-	"server-stateless/sep-2575-missing-capability-http-400"}
+var heldKnown = []string{"input-required-result-", "server-stateless/sep-2575-missing-capability-http-400"}
 
 // TestConformanceHeld2026 runs the suite's 2026-07-28 server scenarios
 // against the Go SDK everything-server of both eras, against the same
