@@ -83,13 +83,17 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 	g.hdr.CopyTo(&a.req.Header)
 	setLastEventID(a.req, last)
 	ok := a.run()
-	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && try <= 5; try++ {
+	// The stream replaced here closes at once; one another process of the
+	// fleet holds closes when that process hears the claim, which may take
+	// longer under load: up to 2 s.
+	until := time.Now().Add(2 * time.Second)
+	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && time.Now().Before(until); try++ {
 		if !evicted && !s.streams.evict(sess.ID, 0) && s.sessions.fleet == nil {
 			break // the conflicting GET is not the proxy's
 		}
 		evicted = true
 		// The upstream has not yet seen the replaced stream's connection close.
-		if !s.link.sleep(time.Duration(try) * 20 * time.Millisecond) {
+		if !s.link.sleep(min(time.Duration(try)*20*time.Millisecond, 200*time.Millisecond)) {
 			break
 		}
 		a.s.mem.give(a.charged) // the refusal buffered for the agent is replaced
