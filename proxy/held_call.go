@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/classify/sse"
 )
 
 // heldCall is one 2026-07-28 agent request on its held session: its
@@ -104,6 +105,16 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 		if len(msg) == 0 {
 			ctx.SetStatusCode(status)
 		} else if writeJSONAnswer(ctx, status, msg, nil, &s.mem) {
+			s.count.bytesOut.Add(uint64(len(msg)))
+		}
+		c.a.answered(msg, status)
+		c.finish()
+	case a.firstWhole && isResponse(sse.Data(nil, a.first)) && modernStatus(sse.Data(nil, a.first)) != fasthttp.StatusOK:
+		// The stream's first event is the answer, an error 2026-07-28 gives
+		// its own status (-32601 404, -32021 400): a JSON answer with it,
+		// not a stream already answered 200.
+		msg, status := c.modernAnswer(fasthttp.StatusOK, sse.Data(nil, a.first))
+		if writeJSONAnswer(ctx, status, msg, nil, &s.mem) {
 			s.count.bytesOut.Add(uint64(len(msg)))
 		}
 		c.a.answered(msg, status)
@@ -264,13 +275,23 @@ func (c *heldCall) modernAnswer(status int, msg []byte) ([]byte, int) {
 			"error": map[string]any{"code": code, "message": said}})
 		return b, status
 	}
-	switch gjson.GetBytes(msg, "error.code").Int() {
-	case -32601:
-		status = fasthttp.StatusNotFound // 2026-07-28: an unknown method is a 404
-	case -32021:
-		status = fasthttp.StatusBadRequest // a capability the agent did not declare: 400
+	if st := modernStatus(msg); st != fasthttp.StatusOK {
+		status = st
 	}
 	return modernMessage(msg, c.agentID, cacheable(c.a.msg.method)), status
+}
+
+// modernStatus is the HTTP status 2026-07-28 gives an answer msg: 404 for
+// -32601 (an unknown method), 400 for -32021 (a capability the agent did
+// not declare), else 200.
+func modernStatus(msg []byte) int {
+	switch gjson.GetBytes(msg, "error.code").Int() {
+	case -32601:
+		return fasthttp.StatusNotFound
+	case -32021:
+		return fasthttp.StatusBadRequest
+	}
+	return fasthttp.StatusOK
 }
 
 // unknownMethodText reports a server's plain-text refusal of a method it

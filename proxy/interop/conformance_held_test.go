@@ -65,10 +65,8 @@ func onlyLegacy(t *testing.T, upstream string) http.Handler {
 //     request at a time, within the call; mcpheal gives each as one input
 //     request of its own key (mcpheal-N): it does not collect concurrent
 //     ones into one result, and cannot name them as the tool would (the
-//     session era never says);
-//   - server-stateless/sep-2575-missing-capability-http-400: the -32021 of
-//     a call comes in its event stream, after the 200.
-var heldKnown = []string{"input-required-result-", "server-stateless/sep-2575-missing-capability-http-400"}
+//     session era never says).
+var heldKnown = []string{"input-required-result-"}
 
 // TestConformanceHeld2026 runs the suite's 2026-07-28 server scenarios
 // against the Go SDK everything-server of both eras, against the same
