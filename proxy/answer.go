@@ -229,7 +229,7 @@ func (a *attempt) answer(out outcome) bool {
 		if out.class == classify.Busy && a.resp.IsStream() {
 			// A busy server's words as an event stream it may hold open:
 			// they are its first event, given as the JSON answer they are.
-			a.ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(int(retryAfter(&a.resp.Header, time.Now())/time.Second), 1)))
+			busyRetryAfter(&a.ctx.Response.Header, &a.resp.Header)
 			writeJSONAnswer(a.ctx, a.resp.StatusCode(), sse.Data(nil, a.first), a.sess, &a.s.mem)
 			return false
 		}
@@ -416,9 +416,20 @@ func (a *attempt) respondHead() {
 		a.s.link.dropMinted(a.resp)
 	}
 	a.s.passChallenge(ctx, h)
-	if st := h.StatusCode(); (st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusServiceUnavailable) && len(h.Peek("Retry-After")) == 0 {
-		ctx.Response.Header.Set("Retry-After", "1") // a busy upstream's answer (decide), said when to come back
+	if st := h.StatusCode(); st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusServiceUnavailable {
+		busyRetryAfter(&ctx.Response.Header, h) // a busy upstream's answer (decide)
 	}
+}
+
+// busyRetryAfter gives the agent of a busy upstream's answer the
+// upstream's Retry-After, or 1 s when it named none: an agent is told when
+// to come back.
+func busyRetryAfter(dst, up *fasthttp.ResponseHeader) {
+	if v := up.Peek("Retry-After"); len(v) > 0 {
+		dst.SetBytesV("Retry-After", v)
+		return
+	}
+	dst.Set("Retry-After", "1")
 }
 
 // learn learns the tools of a tools/list answer whose response event has

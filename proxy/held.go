@@ -410,7 +410,7 @@ func paramMismatch(r *request) (string, bool) {
 	}
 	hs := r.sess.ParamHeaders(r.msg.tool)
 	for param, name := range hs {
-		arg := gjson.Get(b2s(r.body), "params.arguments."+gjsonEscape(param))
+		arg := gjson.Get(b2s(r.body), "params.arguments."+gjson.Escape(param))
 		if !arg.Exists() || arg.Type == gjson.Null {
 			continue
 		}
@@ -432,21 +432,6 @@ func paramMismatch(r *request) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// gjsonEscape escapes a member name for a gjson path.
-func gjsonEscape(s string) string {
-	if !strings.ContainsAny(s, ".*?|#@\\") {
-		return s
-	}
-	var b strings.Builder
-	for _, c := range s {
-		if strings.ContainsRune(".*?|#@\\", c) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
 
 // sessionOnly reports the methods of the session era that MCP 2026-07-28

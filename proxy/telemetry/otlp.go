@@ -275,33 +275,22 @@ func anyValue(v attribute.Value) *commonpb.AnyValue {
 	case attribute.FLOAT64:
 		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v.AsFloat64()}}
 	case attribute.BOOLSLICE:
-		var vs []*commonpb.AnyValue
-		for _, b := range v.AsBoolSlice() {
-			vs = append(vs, &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: b}})
-		}
-		return array(vs)
+		return array(v.AsBoolSlice(), func(b bool) *commonpb.AnyValue { return anyValue(attribute.BoolValue(b)) })
 	case attribute.INT64SLICE:
-		var vs []*commonpb.AnyValue
-		for _, n := range v.AsInt64Slice() {
-			vs = append(vs, &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: n}})
-		}
-		return array(vs)
+		return array(v.AsInt64Slice(), func(n int64) *commonpb.AnyValue { return anyValue(attribute.Int64Value(n)) })
 	case attribute.FLOAT64SLICE:
-		var vs []*commonpb.AnyValue
-		for _, f := range v.AsFloat64Slice() {
-			vs = append(vs, &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: f}})
-		}
-		return array(vs)
+		return array(v.AsFloat64Slice(), func(f float64) *commonpb.AnyValue { return anyValue(attribute.Float64Value(f)) })
 	case attribute.STRINGSLICE:
-		var vs []*commonpb.AnyValue
-		for _, s := range v.AsStringSlice() {
-			vs = append(vs, &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: s}})
-		}
-		return array(vs)
+		return array(v.AsStringSlice(), func(s string) *commonpb.AnyValue { return anyValue(attribute.StringValue(s)) })
 	}
 	return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.Emit()}}
 }
 
-func array(vs []*commonpb.AnyValue) *commonpb.AnyValue {
-	return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vs}}}
+// array is an OTLP array of vs, each converted by one.
+func array[T any](vs []T, one func(T) *commonpb.AnyValue) *commonpb.AnyValue {
+	out := make([]*commonpb.AnyValue, len(vs))
+	for i, v := range vs {
+		out[i] = one(v)
+	}
+	return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: out}}}
 }
