@@ -545,6 +545,7 @@ const (
 	eventsGone            // fn could not write to the agent
 	eventsCut             // the upstream stream ended first
 	eventsTooLarge        // an upstream event passed max_sse_line
+	eventsQuiet           // nothing came before the read deadline fn set
 )
 
 // eachEvent reads the SSE answer's events, the first exchange's peek
@@ -589,6 +590,9 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 		n, err := a.resp.Read(a.readBuf())
 		fr.Feed(a.buf[:n])
 		if err != nil && n == 0 {
+			if upstream.IsTimeout(err) {
+				return eventsQuiet // only a route that set a deadline sees it
+			}
 			return eventsCut
 		}
 	}

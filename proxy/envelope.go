@@ -19,7 +19,7 @@ func envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 	out = append(out, `,"method":`...)
 	out = append(out, r.Get("method").Raw...)
 	out = append(out, `,"params":{`...)
-	out, n, meta := copyParams(out, r.Get("params"))
+	out, n, meta := copyParams(out, r.Get("params"), false)
 	comma := func() {
 		if n > 0 {
 			out = append(out, ',')
@@ -57,10 +57,10 @@ func envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 }
 
 // copyParams appends to out the members of the params object, comma
-// separated, but for those each era carries its own way (_meta,
-// inputResponses, requestState); it returns out, how many members it
-// appended, and the _meta.
-func copyParams(out []byte, params gjson.Result) ([]byte, int, gjson.Result) {
+// separated, but for those each era carries its own way: _meta, and unless
+// inputs, inputResponses and requestState. It returns out, how many
+// members it appended, and the _meta.
+func copyParams(out []byte, params gjson.Result, inputs bool) ([]byte, int, gjson.Result) {
 	n := 0
 	var meta gjson.Result
 	params.ForEach(func(k, v gjson.Result) bool {
@@ -69,7 +69,9 @@ func copyParams(out []byte, params gjson.Result) ([]byte, int, gjson.Result) {
 			meta = v
 			return true
 		case "inputResponses", "requestState":
-			return true
+			if !inputs {
+				return true
+			}
 		}
 		if n > 0 {
 			out = append(out, ',')

@@ -39,7 +39,8 @@ import (
 //     elicitation, roots) ends the agent's answer as an InputRequiredResult;
 //     the upstream's answer stays open until the agent retries with its
 //     inputResponses and the requestState mcpheal gave it
-//     (held_call.go);
+//     (held_call.go); requests the server sends at once go to the agent
+//     together;
 //   - the log level the _meta asks for is set on the session first, and
 //     kept in its journal, so a heal restores it;
 //   - subscriptions/listen is the session's GET stream and
@@ -278,7 +279,7 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 		h.discover(ctx, r, info)
 	case m.method == "subscriptions/listen":
 		h.listen(ctx, r)
-	case gjson.GetBytes(r.body, "params.requestState").Exists():
+	case strings.HasPrefix(gjson.GetBytes(r.body, "params.requestState").Str, heldState):
 		h.resume(ctx, r)
 	default:
 		h.call(ctx, r)
@@ -726,8 +727,9 @@ func stripStateless(h *fasthttp.RequestHeader) {
 
 // downgrade returns body as a session-era request of the held session:
 // its id replaced by id, without the 2026-07-28 members of params._meta
-// (the session's initialize carries them), inputResponses and
-// requestState.
+// (the session's initialize carries them). Its inputResponses and
+// requestState, when it has any, are the server's own (a result of its
+// that asked for input, passed on as it was, held_call.go) and go with it.
 func downgrade(body []byte, id string) []byte {
 	r := gjson.Parse(b2s(body))
 	out := make([]byte, 0, len(body)+len(id))
@@ -756,11 +758,11 @@ func downgrade(body []byte, id string) []byte {
 	return append(out, '}')
 }
 
-// appendParams appends params without inputResponses, requestState and
-// the 2026-07-28 members of _meta (an empty _meta is left out).
+// appendParams appends params without the 2026-07-28 members of _meta (an
+// empty _meta is left out).
 func appendParams(out []byte, params gjson.Result) []byte {
 	out = append(out, '{')
-	out, n, meta := copyParams(out, params)
+	out, n, meta := copyParams(out, params, true)
 	if meta.Exists() && !meta.IsObject() {
 		// Not 2026-07-28's: the upstream's to judge.
 		if n > 0 {

@@ -17,6 +17,19 @@ import (
 	"github.com/mcpheal/mcpheal/classify/sse"
 )
 
+// heldState begins every requestState mcpheal gives an agent for a parked
+// call; any other is the server's own (a result of its that asked for
+// input) and goes upstream with the agent's retry.
+const heldState = "mcpheal."
+
+// gatherInputs is how long a call's answer stream is read on after the
+// upstream asked for input, for more it asks at once; maxAsks bounds the
+// requests of one InputRequiredResult (the rest come in the next round).
+const (
+	gatherInputs = 50 * time.Millisecond
+	maxAsks      = 32
+)
+
 // heldCall is one 2026-07-28 agent request on its held session: its
 // exchange upstream (an attempt), and its answer, which may come in
 // several agent requests: an upstream request for input (sampling,
@@ -55,6 +68,10 @@ type heldCall struct {
 
 // heldAsk is an upstream request for input, sent to the agent as one
 // member of an InputRequiredResult.
+//
+// The keys are mcpheal's (mcpheal-1, mcpheal-2, …): a session-era server
+// names none of its requests (docs/eras.md "What the session era cannot
+// carry").
 type heldAsk struct {
 	key  string // its key in inputRequests
 	upID string // the raw JSON id the upstream gave it
@@ -140,8 +157,12 @@ func (c *heldCall) streamTo(ctx *fasthttp.RequestCtx) {
 }
 
 // stream relays the upstream's events to the agent: its notifications as
-// they come, then its answer with the agent's id, or, at its first
-// request for input, an InputRequiredResult that parks the call.
+// they come, then its answer with the agent's id, or, when it asks for
+// input, an InputRequiredResult that parks the call. The session era asks
+// one request at a time but may send several at once (the Go SDK sends a
+// tool's elicitation, sampling and roots concurrently): after a request
+// the stream is read on for gatherInputs, and what else it asks in that
+// time goes to the agent in the same result, as 2026-07-28 has it.
 func (c *heldCall) stream(w *bufio.Writer) {
 	a := c.a
 	c.st.w = w
@@ -151,6 +172,7 @@ func (c *heldCall) stream(w *bufio.Writer) {
 		a.watch.arm(c.st.conn, a.resp)
 	}
 	var final []byte
+	var asks [][]byte
 	parked := false
 	end := a.eachEvent(func(data []byte) (bool, bool) {
 		switch {
@@ -158,14 +180,29 @@ func (c *heldCall) stream(w *bufio.Writer) {
 			final, _ = c.modernAnswer(fasthttp.StatusOK, data)
 			return true, c.st.event(final)
 		case isServerRequest(data):
-			parked = c.park(data)
-			return true, parked
+			asks = append(asks, bytes.Clone(data))
+			if len(asks) == maxAsks || a.resp.SetReadDeadline(time.Now().Add(gatherInputs)) != nil {
+				parked = c.park(asks)
+				return true, parked
+			}
+			return false, true
 		}
 		if note := c.notification(data); note != nil {
 			return false, c.st.event(note)
 		}
 		return false, true
 	})
+	if len(asks) > 0 {
+		_ = a.resp.SetReadDeadline(time.Time{})
+	}
+	if end == eventsQuiet {
+		// The upstream asked and went quiet: the agent's turn.
+		if parked = c.park(asks); !parked {
+			end = eventsGone
+		} else {
+			end = eventsDone
+		}
+	}
 	switch end {
 	case eventsDone:
 		if parked {
@@ -318,7 +355,8 @@ func cacheable(method string) bool {
 
 // modernMessage returns a copy of a session-era JSON-RPC response as
 // MCP 2026-07-28 has it: with id agentID (unless empty), and its result's
-// resultType, which every 2026-07-28 result carries ("complete"); a
+// resultType, which every 2026-07-28 result carries ("complete", or
+// "input_required" for one that carries inputRequests); a
 // cacheable result also says it may not be kept (ttlMs 0, cacheScope
 // private: a session-era server promised nothing).
 func modernMessage(msg []byte, agentID string, cacheable bool) []byte {
@@ -334,7 +372,13 @@ func modernMessage(msg []byte, agentID string, cacheable bool) []byte {
 	}
 	if res.IsObject() && res.Index > 0 {
 		var with string
-		if !res.Get("resultType").Exists() {
+		switch {
+		case res.Get("resultType").Exists():
+		case res.Get("inputRequests").IsObject():
+			// A server that asks for input the 2026-07-28 way in a
+			// session-era result (the Go SDK's second round): it is one.
+			with = `"resultType":"input_required",`
+		default:
 			with = `"resultType":"complete",`
 		}
 		if cacheable && !res.Get("ttlMs").Exists() && !res.Get("cacheScope").Exists() {
@@ -368,35 +412,45 @@ func isServerRequest(msg []byte) bool {
 }
 
 // park ends the agent's answer with an InputRequiredResult carrying the
-// upstream's request, and keeps the upstream's answer open for the agent's
-// retry, at most response_timeout. It reports whether the agent got it.
-func (c *heldCall) park(req []byte) bool {
+// upstream's requests, and keeps the upstream's answer open for the
+// agent's retry, at most response_timeout. It reports whether the agent
+// got it.
+func (c *heldCall) park(reqs [][]byte) bool {
 	h, a := c.h, c.a
-	cost := int64(cap(a.buf)+cap(a.out)+a.rw.fr.Buffered()+len(req)) + 4<<10
+	cost := int64(cap(a.buf)+cap(a.out)+a.rw.fr.Buffered()) + 4<<10
+	for _, req := range reqs {
+		cost += int64(len(req))
+	}
 	if !a.s.mem.take(cost) {
 		c.fail(failure{code: codeBudget, msg: "the upstream asked the agent for input, and mcpheal's memory_budget " +
 			"has no room to hold the call open for the answer; " + a.msg.method + " may or may not have run"})
 		return false // the writer cancels and ends the call
 	}
-	r := gjson.Parse(b2s(req))
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), c.agentID...)
+	out = append(out, `,"result":{"resultType":"input_required","inputRequests":{`...)
 	c.mu.Lock()
 	c.parkedCost = cost
-	ask := heldAsk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: strings.Clone(r.Get("id").Raw)}
-	c.asks = append(c.asks, ask)
-	c.token = rand.Text()
+	for i, req := range reqs {
+		r := gjson.Parse(b2s(req))
+		ask := heldAsk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: strings.Clone(r.Get("id").Raw)}
+		c.asks = append(c.asks, ask)
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendQuote(out, ask.key)
+		out = append(out, `:{"method":`...)
+		out = append(out, r.Get("method").Raw...)
+		if p := r.Get("params"); p.IsObject() {
+			out = append(out, `,"params":`...)
+			out = append(out, p.Raw...)
+		}
+		out = append(out, '}')
+	}
+	c.token = heldState + rand.Text()
 	token := c.token
 	c.handoff = make(chan struct{})
 	c.mu.Unlock()
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), c.agentID...)
-	out = append(out, `,"result":{"resultType":"input_required","inputRequests":{`...)
-	out = strconv.AppendQuote(out, ask.key)
-	out = append(out, `:{"method":`...)
-	out = append(out, r.Get("method").Raw...)
-	if p := r.Get("params"); p.IsObject() {
-		out = append(out, `,"params":`...)
-		out = append(out, p.Raw...)
-	}
-	out = append(out, `}},"requestState":`...)
+	out = append(out, `},"requestState":`...)
 	out = strconv.AppendQuote(out, token)
 	out = append(out, "}}"...)
 	// The agent's connection is its own again: the watch ends before

@@ -85,7 +85,7 @@ func TestHeldGoSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 6 {
+	if err != nil || len(tools.Tools) != 7 {
 		t.Fatalf("tools/list: %v, %v", tools, err)
 	}
 	callEcho(t, cs, "held")
@@ -243,9 +243,15 @@ func TestHeldSessionsPerClient(t *testing.T) {
 // event stream).
 func heldPost(t *testing.T, url, auth, method, params string, id int) (int, gjson.Result) {
 	t.Helper()
+	return heldPostCaps(t, url, auth, `{"sampling":{}}`, method, params, id)
+}
+
+// heldPostCaps is heldPost from an agent of the client capabilities caps.
+func heldPostCaps(t *testing.T, url, auth, caps, method, params string, id int) (int, gjson.Result) {
+	t.Helper()
 	body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"` + method + `","params":{` + params +
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},` +
-		`"io.modelcontextprotocol/clientCapabilities":{"sampling":{}}}}}`
+		`"io.modelcontextprotocol/clientCapabilities":` + caps + `}}}`
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -302,6 +308,61 @@ func TestHeldResumeOnlyByItsAgent(t *testing.T) {
 	}
 	if n := up.ToolCalls("sample"); n != 1 {
 		t.Errorf("the sample tool ran %d times; want 1", n)
+	}
+}
+
+// TestHeldGathersInputRequests: a session-era server (the Go SDK serving
+// its multi-round input requests to a session-era client) that asks for a
+// name, a greeting and the roots at once gives the agent one
+// InputRequiredResult with the three; the agent's answers go back on the
+// held session; the server's second round, which the session era hands
+// back as a result carrying inputRequests and its own requestState, comes
+// as the InputRequiredResult it is, and the agent's retry with that state
+// reaches the server. The tool completes once.
+func TestHeldGathersInputRequests(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{State: true})
+	// A request left unanswered ends with its call (the server's handler
+	// with it) within response_timeout.
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.ResponseTimeout = 5 * time.Second })
+	const caps = `{"sampling":{},"elicitation":{},"roots":{}}`
+	call := `"name":"ask","arguments":{},`
+	st, first := heldPostCaps(t, url, "alice", caps, "tools/call", call, 1)
+	asks := first.Get("result.inputRequests").Map()
+	state := first.Get("result.requestState").Str
+	if st != http.StatusOK || first.Get("result.resultType").Str != "input_required" || len(asks) != 3 {
+		t.Fatalf("round 1: %d %s; want one InputRequiredResult with the three requests", st, first.Raw)
+	}
+	answers := []string{}
+	for key, ask := range asks {
+		var answer string
+		switch ask.Get("method").Str {
+		case "elicitation/create":
+			answer = `{"action":"accept","content":{"name":"Ada"}}`
+		case "sampling/createMessage":
+			answer = `{"role":"assistant","model":"m","content":{"type":"text","text":"hello"}}`
+		case "roots/list":
+			answer = `{"roots":[]}`
+		default:
+			t.Fatalf("round 1 asks %s; want elicitation, sampling and roots", ask.Raw)
+		}
+		answers = append(answers, strconv.Quote(key)+":"+answer)
+	}
+	retry := call + `"inputResponses":{` + strings.Join(answers, ",") + `},"requestState":"` + state + `",`
+	st, second := heldPostCaps(t, url, "alice", caps, "tools/call", retry, 2)
+	if st != http.StatusOK || second.Get("id").Int() != 2 || second.Get("result.resultType").Str != "input_required" ||
+		second.Get("result.inputRequests.colour.method").Str != "elicitation/create" ||
+		second.Get("result.requestState").Str != "round2:Ada" {
+		t.Fatalf("round 2: %d %s; want the server's own InputRequiredResult (colour, round2:Ada)", st, second.Raw)
+	}
+	retry = call + `"inputResponses":{"colour":{"action":"accept","content":{"colour":"blue"}}},"requestState":"round2:Ada",`
+	st, done := heldPostCaps(t, url, "alice", caps, "tools/call", retry, 3)
+	if st != http.StatusOK || done.Get("id").Int() != 3 || done.Get("result.resultType").Str != "complete" ||
+		done.Get("result.content.0.text").Str != "Ada likes blue" {
+		t.Fatalf("round 3: %d %s; want the tool's result", st, done.Raw)
+	}
+	if n := up.ToolCalls("ask"); n != 1 {
+		t.Errorf("INVARIANT: the ask tool completed %d times; want 1", n)
 	}
 }
 

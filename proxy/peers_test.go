@@ -70,7 +70,7 @@ type goSDKOpts struct {
 	// State adds the session-state features (docs/streams.md "Streams and session
 	// state across a heal"): subscribable
 	// resources (peerResourceURI and any other URI; see UpdateResource) and
-	// the log and sample tools. The server's tool list then has 6 tools.
+	// the log, sample and ask tools. The server's tool list then has 7 tools.
 	State bool
 }
 
@@ -673,6 +673,48 @@ func (p *peer) addGoSDKTools(srv *mcp.Server, genCtx context.Context) {
 	})
 }
 
+// peerSchema is an elicitation's schema: one string property.
+func peerSchema(prop string) map[string]any {
+	return map[string]any{"type": "object", "properties": map[string]any{prop: map[string]any{"type": "string"}}}
+}
+
+// peerAsk is the ask tool of a State go-sdk peer: it asks for input the
+// way the Go SDK's multi-round input requests do (the SDK serves them to a
+// session-era client as concurrent server requests, and hands the
+// handler's second round back in its result): round 1 asks for a name
+// (elicitation), a greeting (sampling) and the roots at once; round 2,
+// given all three, asks for a colour with requestState "round2:<name>";
+// given the colour and that state, it completes (counted as "ask").
+func (p *peer) peerAsk(_ context.Context, req *mcp.CallToolRequest, _ peerNoIn) (*mcp.CallToolResult, any, error) {
+	in := req.Params.InputResponses
+	if st, ok := strings.CutPrefix(req.Params.RequestState, "round2:"); ok {
+		colour := ""
+		if e, ok := in["colour"].(*mcp.ElicitResult); ok && e.Action == "accept" {
+			colour, _ = e.Content["colour"].(string)
+		}
+		if colour == "" {
+			return nil, nil, errors.New("round 2 without a colour")
+		}
+		p.countTool("ask")
+		return peerText(st + " likes " + colour), nil, nil
+	}
+	name, _ := in["name"].(*mcp.ElicitResult)
+	_, greeted := in["greeting"].(*mcp.CreateMessageWithToolsResult)
+	_, rooted := in["roots"].(*mcp.ListRootsResult)
+	if name == nil || name.Action != "accept" || !greeted || !rooted {
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{
+			"name": &mcp.ElicitParams{Message: "name?", RequestedSchema: peerSchema("name")},
+			"greeting": &mcp.CreateMessageParams{MaxTokens: 8,
+				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "greet"}}}},
+			"roots": &mcp.ListRootsParams{},
+		}}, nil, nil
+	}
+	who, _ := name.Content["name"].(string)
+	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{
+		"colour": &mcp.ElicitParams{Message: "colour?", RequestedSchema: peerSchema("colour")},
+	}, RequestState: "round2:" + who}, nil, nil
+}
+
 // peerResourceURI is the resource a State go-sdk peer lists.
 const peerResourceURI = "test://peer/resource"
 
@@ -726,6 +768,17 @@ func (p *peer) addGoSDKState(srv *mcp.Server, genCtx context.Context) {
 			}
 			return peerText(tc.Text), nil, nil
 		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "ask", Description: "asks for a name, a greeting and the roots, then a colour"}, p.peerAsk)
+	// What the SDK asks a client on a handler's behalf (ask's input
+	// requests) must not outlive the generation either.
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+			defer cancel()
+			defer context.AfterFunc(genCtx, cancel)()
+			return next(ctx, method, req)
+		}
+	})
 }
 
 // SetNextTools changes the tool list of every go-sdk generation started
