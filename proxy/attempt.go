@@ -545,7 +545,7 @@ const (
 	eventsGone            // fn could not write to the agent
 	eventsCut             // the upstream stream ended first
 	eventsTooLarge        // an upstream event passed max_sse_line
-	eventsQuiet           // nothing came before the read deadline fn set
+	eventsQuiet           // nothing came before the read deadline fn set, or a wake
 )
 
 // eachEvent reads the SSE answer's events, the first exchange's peek
@@ -587,11 +587,15 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 				return end
 			}
 		}
+		if a.resp.TakeWake() {
+			return eventsQuiet // a route's own reason to look up (held_call.go inject)
+		}
 		n, err := a.resp.Read(a.readBuf())
 		fr.Feed(a.buf[:n])
 		if err != nil && n == 0 {
 			if upstream.IsTimeout(err) {
-				return eventsQuiet // only a route that set a deadline sees it
+				a.resp.TakeWake()
+				return eventsQuiet // only a route that set a deadline, or woke it, sees it
 			}
 			return eventsCut
 		}

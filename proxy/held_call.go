@@ -15,6 +15,8 @@ import (
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // heldState begins every requestState mcpheal gives an agent for a parked
@@ -30,6 +32,11 @@ const (
 	maxAsks      = 32
 )
 
+// asideWait is how long a request the upstream sent on a held session's
+// GET stream waits for the answer stream of the call it belongs to to
+// begin (inject).
+const asideWait = 500 * time.Millisecond
+
 // heldCall is one 2026-07-28 agent request on its held session: its
 // exchange upstream (an attempt), and its answer, which may come in
 // several agent requests: an upstream request for input (sampling,
@@ -38,6 +45,7 @@ const (
 type heldCall struct {
 	h       *held
 	a       *attempt
+	sess    *session.Session        // the held session it went on
 	agentID string                  // the raw JSON id of the agent request now answered
 	upID    string                  // the raw JSON id the upstream got
 	hdr     *fasthttp.RequestHeader // the agent's; a copy once the call outlives its handler
@@ -52,6 +60,7 @@ type heldCall struct {
 	mu    sync.Mutex
 	key   string    // in held.calls while the agent waits on it
 	asks  []heldAsk // the upstream's requests the agent was asked to answer
+	aside [][]byte  // requests the upstream sent on the session's GET stream for this call (inject)
 	token string    // requestState, while parked
 	timer *time.Timer
 	ended bool
@@ -85,7 +94,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	s := h.s
 	a := newAttempt(s, ctx, r)
 	a.heals = true
-	c := &heldCall{h: h, a: a, agentID: strings.Clone(r.msg.id), hdr: r.hdr}
+	c := &heldCall{h: h, a: a, sess: r.sess, agentID: strings.Clone(r.msg.id), hdr: r.hdr}
 	c.follow(r.body)
 	c.upToken = c.agentToken
 	if r.msg.id != "" {
@@ -173,33 +182,58 @@ func (c *heldCall) stream(w *bufio.Writer) {
 	}
 	var final []byte
 	var asks [][]byte
-	parked := false
-	end := a.eachEvent(func(data []byte) (bool, bool) {
-		switch {
-		case isResponse(data):
-			final, _ = c.modernAnswer(fasthttp.StatusOK, data)
-			return true, c.st.event(final)
-		case isServerRequest(data):
-			asks = append(asks, bytes.Clone(data))
-			if len(asks) == maxAsks || a.resp.SetReadDeadline(time.Now().Add(gatherInputs)) != nil {
-				parked = c.park(asks)
-				return true, parked
+	parked, tried := false, false
+	gather := func(more ...[]byte) bool {
+		asks = append(asks, more...)
+		if len(asks) >= maxAsks || a.resp.SetReadDeadline(time.Now().Add(gatherInputs)) != nil {
+			parked, tried = c.park(asks), true
+		}
+		return tried
+	}
+	var end int
+	for {
+		if more := c.takeAside(); len(more) > 0 {
+			a.resp.TakeWake() // what woke the stream is here
+			if gather(more...) {
+				break
+			}
+		}
+		end = a.eachEvent(func(data []byte) (bool, bool) {
+			switch {
+			case isResponse(data):
+				final, _ = c.modernAnswer(fasthttp.StatusOK, data)
+				return true, c.st.event(final)
+			case isServerRequest(data):
+				if gather(bytes.Clone(data)) {
+					return true, parked
+				}
+				return false, true
+			}
+			if note := c.notification(data); note != nil {
+				return false, c.st.event(note)
 			}
 			return false, true
+		})
+		if end != eventsQuiet || tried {
+			break
 		}
-		if note := c.notification(data); note != nil {
-			return false, c.st.event(note)
+		// Quiet: the gathering is over, or the upstream asked on the
+		// session's GET stream (inject), which is taken first.
+		if c.hasAside() {
+			continue
 		}
-		return false, true
-	})
+		if len(asks) > 0 {
+			parked, tried = c.park(asks), true
+			break
+		}
+		_ = a.resp.SetReadDeadline(time.Time{}) // woken, and nothing to take
+	}
 	if len(asks) > 0 {
 		_ = a.resp.SetReadDeadline(time.Time{})
 	}
-	if end == eventsQuiet {
-		// The upstream asked and went quiet: the agent's turn.
-		if parked = c.park(asks); !parked {
-			end = eventsGone
-		} else {
+	if tried {
+		end = eventsGone // the agent did not get them: the writer cancels
+		if parked {
 			end = eventsDone
 		}
 	}
@@ -222,6 +256,69 @@ func (c *heldCall) stream(w *bufio.Writer) {
 		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
 	}
 	c.finish()
+}
+
+// inject gives the call a request the upstream sent on its session's GET
+// stream while the call was the session's only one in flight (a
+// TypeScript SDK server's elicitInput): the agent gets it with the call's
+// next InputRequiredResult. Its answer stream may not have begun yet (the
+// head of it and the request come on two connections): inject waits for
+// it up to asideWait, and reports false when it did not begin (a server
+// that sends no head before its first event, as the Go SDK, gets its
+// request refused rather than left unanswered) or the call ended.
+func (c *heldCall) inject(msg []byte) bool {
+	wait := upstream.Backoff{Min: 2 * time.Millisecond, Max: 50 * time.Millisecond}
+	until := time.Now().Add(asideWait)
+	for {
+		switch c.injectNow(msg) {
+		case injected:
+			return true
+		case injectEnded:
+			return false
+		}
+		d := wait.Next()
+		if time.Now().Add(d).After(until) || !sleepUnless(d, nil, c.h.s.done) {
+			return false
+		}
+	}
+}
+
+// How injectNow went.
+const (
+	injected = iota
+	injectEnded
+	injectNotYet // the call's answer stream has not begun
+)
+
+// injectNow is one try of inject.
+func (c *heldCall) injectNow(msg []byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Under c.mu: finish, which releases the attempt, comes after.
+	switch {
+	case c.ended || len(c.aside) >= maxAsks:
+		return injectEnded
+	case !c.a.resp.Wake():
+		return injectNotYet
+	}
+	c.aside = append(c.aside, bytes.Clone(msg))
+	return injected
+}
+
+// takeAside returns the requests inject gave the call, and forgets them.
+func (c *heldCall) takeAside() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	more := c.aside
+	c.aside = nil
+	return more
+}
+
+// hasAside reports whether inject gave the call requests not yet taken.
+func (c *heldCall) hasAside() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.aside) > 0
 }
 
 // fail ends the call's stream with mcpheal's error.

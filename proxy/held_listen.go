@@ -265,8 +265,10 @@ func (h *held) hub(sess *session.Session) *heldHub {
 
 // fan gives each listen the events of the hub's GET stream its filter
 // asks for, with its subscription id. A request from the upstream on it
-// has no agent to ask (2026-07-28 carries requests for input only in a
-// call's answer): it is refused.
+// for a user's input (asksAUser) goes to the session's call in flight when
+// there is one only (a server that asks within a tool, on its GET
+// stream); any other has no agent to ask (2026-07-28 carries requests for
+// input only in a call's answer): it is refused.
 func (hub *heldHub) fan(h *held) {
 	defer h.s.bg.Done()
 	var data []byte
@@ -296,7 +298,13 @@ func (hub *heldHub) deliver(h *held, msg []byte) {
 	m := gjson.ParseBytes(msg)
 	method := m.Get("method").Str
 	if id := m.Get("id"); id.Exists() && method != "" {
-		h.refuse(hub.g.sess, id.Raw, method)
+		if !asksAUser(method) {
+			h.refuse(hub.g.sess, id.Raw, method)
+			return
+		}
+		if c := h.onlyCall(hub.g.sess); c == nil || !c.inject(msg) {
+			h.refuse(hub.g.sess, id.Raw, method)
+		}
 		return
 	}
 	uri := ""
@@ -372,6 +380,35 @@ func (hub *heldHub) want(h *held, r *request, uri string) error {
 	return err
 }
 
+// asksAUser reports the requests a server makes on its GET stream within
+// a tool (elicitation, sampling). A roots/list there is most often the
+// server's own business (server-everything asks 350 ms after initialize,
+// on a timer): given to whatever call is in flight it would add a round to
+// a call that never asked.
+func asksAUser(method string) bool {
+	return method == "elicitation/create" || method == "sampling/createMessage"
+}
+
+// onlyCall returns the call in flight on a held session (waiting for its
+// answer or for its agent's input), nil when there is none or more than
+// one: whose request it would be is then a guess.
+func (h *held) onlyCall(sess *session.Session) *heldCall {
+	var one *heldCall
+	n := 0
+	find := func(_, v any) bool {
+		if c, ok := v.(*heldCall); ok && c.sess == sess && one != c {
+			one, n = c, n+1
+		}
+		return n < 2
+	}
+	h.calls.Range(find)
+	h.parked.Range(find)
+	if n != 1 {
+		return nil
+	}
+	return one
+}
+
 // refuse answers a request the upstream sent on a held session's GET
 // stream: no agent can answer it.
 func (h *held) refuse(sess *session.Session, id, method string) {
@@ -389,10 +426,19 @@ func (h *held) refuse(sess *session.Session, id, method string) {
 	go func() {
 		defer s.bg.Done()
 		defer h.refusing.Add(-1)
-		up, _ := sess.Current()
+		up, gen := sess.Current()
 		text, _ := json.Marshal(method + " outside a call cannot reach an MCP 2026-07-28 agent")
-		body := `{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32601,"message":` + string(text) + `}}`
+		body := []byte(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32601,"message":` + string(text) + `}}`)
+		// The upstream's own id again (events.go); none for a session
+		// that is gone.
+		restored, live := answerRoute(body, id, gen)
+		if !live {
+			return
+		}
+		if restored != nil {
+			body = restored
+		}
 		_, _ = s.link.call(&upcall{hdr: recipeHeader(sess), session: up, version: sess.Recipe.ProtocolVersion,
-			body: []byte(body), deadline: time.Now().Add(5 * time.Second), name: "response"})
+			body: body, deadline: time.Now().Add(5 * time.Second), name: "response"})
 	}()
 }

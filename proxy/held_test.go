@@ -85,7 +85,7 @@ func TestHeldGoSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 7 {
+	if err != nil || len(tools.Tools) != 8 {
 		t.Fatalf("tools/list: %v, %v", tools, err)
 	}
 	callEcho(t, cs, "held")
@@ -363,6 +363,34 @@ func TestHeldGathersInputRequests(t *testing.T) {
 	}
 	if n := up.ToolCalls("ask"); n != 1 {
 		t.Errorf("INVARIANT: the ask tool completed %d times; want 1", n)
+	}
+}
+
+// TestHeldAsksAside: a server that asks for input within a tool on its
+// session's GET stream (the Go SDK with a context not of the call, as the
+// TypeScript SDK's elicitInput does) reaches the agent of the one call in
+// flight on the held session, in its InputRequiredResult; its answer goes
+// back and the tool completes once.
+func TestHeldAsksAside(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{State: true})
+	_, url := startProxy(t, up.URL(), func(c *Config) { c.ResponseTimeout = 5 * time.Second })
+	const caps = `{"elicitation":{}}`
+	call := `"name":"ask_aside","arguments":{},`
+	st, first := heldPostCaps(t, url, "alice", caps, "tools/call", call, 1)
+	key, ask := "", gjson.Result{}
+	first.Get("result.inputRequests").ForEach(func(k, v gjson.Result) bool { key, ask = k.Str, v; return false })
+	if st != http.StatusOK || first.Get("result.resultType").Str != "input_required" || ask.Get("method").Str != "elicitation/create" {
+		t.Fatalf("the call: %d %s; want an InputRequiredResult with the server's elicitation", st, first.Raw)
+	}
+	retry := call + `"inputResponses":{"` + key + `":{"action":"accept","content":{"name":"Ada"}}},"requestState":"` +
+		first.Get("result.requestState").Str + `",`
+	st, done := heldPostCaps(t, url, "alice", caps, "tools/call", retry, 2)
+	if st != http.StatusOK || done.Get("result.content.0.text").Str != "hello Ada" || done.Get("result.resultType").Str != "complete" {
+		t.Fatalf("the retry: %d %s; want the tool's result", st, done.Raw)
+	}
+	if n := up.ToolCalls("ask_aside"); n != 1 {
+		t.Errorf("INVARIANT: ask_aside completed %d times; want 1", n)
 	}
 }
 

@@ -70,7 +70,8 @@ type goSDKOpts struct {
 	// State adds the session-state features (docs/streams.md "Streams and session
 	// state across a heal"): subscribable
 	// resources (peerResourceURI and any other URI; see UpdateResource) and
-	// the log, sample and ask tools. The server's tool list then has 7 tools.
+	// the log, sample, ask and ask_aside tools. The server's tool list then
+	// has 8 tools.
 	State bool
 }
 
@@ -769,6 +770,27 @@ func (p *peer) addGoSDKState(srv *mcp.Server, genCtx context.Context) {
 			return peerText(tc.Text), nil, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "ask", Description: "asks for a name, a greeting and the roots, then a colour"}, p.peerAsk)
+	mcp.AddTool(srv, &mcp.Tool{Name: "ask_aside", Description: "asks for a name on the session's GET stream"},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ peerNoIn) (*mcp.CallToolResult, any, error) {
+			// The call's answer stream begins (the Go SDK sends its head
+			// with the first event; the TypeScript SDK's at once)...
+			if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: "aside", Progress: 1}); err != nil {
+				return nil, nil, err
+			}
+			// ...then a context not of the call's request: the SDK sends the
+			// elicitation on the standalone (GET) stream, as the TypeScript
+			// SDK's elicitInput does.
+			aside, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			defer cancel()
+			defer context.AfterFunc(genCtx, cancel)()
+			res, err := req.Session.Elicit(aside, &mcp.ElicitParams{Message: "name?", RequestedSchema: peerSchema("name")})
+			if err != nil {
+				return nil, nil, err
+			}
+			p.countTool("ask_aside")
+			name, _ := res.Content["name"].(string)
+			return peerText("hello " + name), nil, nil
+		})
 	// What the SDK asks a client on a handler's behalf (ask's input
 	// requests) must not outlive the generation either.
 	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {

@@ -48,6 +48,9 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 	for {
 		err := a.rerr
 		if err == nil {
+			if a.quiet && a.resp.TakeWake() {
+				return 0, errQuiet // the route has something for its agent (held_call.go inject)
+			}
 			if a.quiet && !a.quietArmed && a.resp.Buffered() == 0 {
 				a.quietArmed = a.resp.SetReadDeadline(time.Now().Add(a.s.cfg.StreamKeepalive)) == nil
 			}
@@ -56,10 +59,9 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 			switch {
 			case err == nil:
 				return n, nil
-			case a.quietArmed && upstream.IsTimeout(err):
-				if n > 0 {
-					return n, nil // the deadline has passed: the next read says so
-				}
+			case a.quiet && upstream.IsTimeout(err) && n > 0:
+				return n, nil // the deadline has passed, or a wake: the next read says so
+			case a.quiet && upstream.IsTimeout(err) && (a.quietArmed || a.resp.TakeWake()):
 				return 0, errQuiet
 			case n > 0:
 				a.rerr = err

@@ -263,6 +263,9 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 			return fail("read", err)
 		}
 		resp.stream = resp.BodyStream()
+		resp.wakeMu.Lock()
+		resp.streaming = cn
+		resp.wakeMu.Unlock()
 		resp.chunked = resp.Header.ContentLength() == -1
 		if resp.Header.ContentLength() == -2 {
 			closeConn = true // the body ends when the connection does
@@ -427,6 +430,13 @@ type Response struct {
 
 	budget Budget // charged for the body (SetBudget); nil: not counted
 	held   int64  // taken from budget for the current body
+
+	// wakeMu guards woken (Wake ran, its reader has not taken it) and
+	// streaming (the streamed answer's connection until Close), so that
+	// Wake never sets a deadline on a connection another exchange uses.
+	wakeMu    sync.Mutex
+	woken     atomic.Bool // read without wakeMu: TakeWake costs a load when nothing woke r
+	streaming *conn
 }
 
 // Budget is memory shared with other users (mcpheal's memory_budget) that
@@ -479,6 +489,7 @@ func ReleaseResponse(r *Response) {
 	r.giveBack()
 	r.eof, r.chunked, r.got, r.budget = false, false, 0, nil
 	r.live.Store(nil)
+	r.woken.Store(false)
 	responsePool.Put(r)
 }
 
@@ -532,6 +543,39 @@ func (r *Response) Interrupt() {
 	_ = nc.Close()
 }
 
+// Wake makes the reader of r's streamed answer look up, from another
+// goroutine: a Read blocked now returns at once with a timeout error
+// (IsTimeout), and TakeWake reports true until the reader has taken it. It
+// reports false, and remembers nothing, when r has no streamed answer (an
+// exchange waiting for its head is never cut).
+func (r *Response) Wake() bool {
+	r.wakeMu.Lock()
+	defer r.wakeMu.Unlock()
+	if r.streaming == nil {
+		return false
+	}
+	r.woken.Store(true)
+	_ = r.streaming.nc.SetReadDeadline(time.Now())
+	return true
+}
+
+// TakeWake reports whether Wake ran since the last TakeWake, and takes
+// it: the stream's reads have no deadline again.
+func (r *Response) TakeWake() bool {
+	if !r.woken.Load() {
+		return false
+	}
+	r.wakeMu.Lock()
+	defer r.wakeMu.Unlock()
+	if !r.woken.Swap(false) {
+		return false
+	}
+	if r.streaming != nil {
+		_ = r.streaming.nc.SetReadDeadline(time.Time{})
+	}
+	return true
+}
+
 // Close ends a streamed answer. The connection is pooled again only if the
 // stream was read to its end.
 func (r *Response) Close() {
@@ -540,6 +584,9 @@ func (r *Response) Close() {
 	}
 	_ = r.CloseBodyStream()
 	r.stream = nil
+	r.wakeMu.Lock()
+	r.streaming = nil
+	r.wakeMu.Unlock()
 	if r.live.CompareAndSwap(r.conn, nil) && r.eof && !r.closeConn {
 		r.pool.put(r.conn)
 	} else {

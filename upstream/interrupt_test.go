@@ -85,6 +85,70 @@ func TestInterruptEndsStream(t *testing.T) {
 	}
 }
 
+// TestWakeStream: Wake from another goroutine makes a blocked Read of a
+// streamed answer return a timeout, TakeWake takes it once, and the stream
+// reads on afterwards: the events that come later arrive whole, and the
+// connection is pooled when the stream ends. Without a stream Wake reports
+// false and leaves the next exchange whole.
+func TestWakeStream(t *testing.T) {
+	t.Parallel()
+	more := make(chan struct{})
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			<-more
+			ev := "data: {}\n\n"
+			_, _ = io.WriteString(c, strconv.FormatInt(int64(len(ev)), 16)+"\r\n"+ev+"\r\n0\r\n\r\n")
+		}
+	})
+	c := newClient(t, url)
+	resp, err := post(c, `{}`, time.Second)
+	if err != nil || !resp.IsStream() {
+		t.Fatalf("post = %v, stream %v", err, resp.IsStream())
+	}
+	if resp.TakeWake() {
+		t.Fatal("TakeWake before any Wake: true")
+	}
+	time.AfterFunc(50*time.Millisecond, func() { resp.Wake() })
+	if n, err := resp.Read(make([]byte, 64)); n != 0 || !IsTimeout(err) {
+		t.Fatalf("Read while woken = %d, %v; want a timeout", n, err)
+	}
+	if !resp.TakeWake() || resp.TakeWake() {
+		t.Fatal("TakeWake after Wake: want true once")
+	}
+	close(more)
+	got, err := io.ReadAll(resp)
+	if err != nil || string(got) != "data: {}\n\n" {
+		t.Fatalf("the rest of the stream after a wake: %q, %v", got, err)
+	}
+	resp.Close()
+	if n := len(c.pool.idle); n != 1 {
+		t.Fatalf("%d idle connections after the stream ended, want 1", n)
+	}
+	if resp.Wake() { // between exchanges: nothing to wake, no deadline on the pooled connection
+		t.Fatal("Wake without a stream: true")
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod("POST")
+	req.SetBodyString(`{}`)
+	if err := c.Do(req, resp, time.Now().Add(time.Second)); err != nil || !resp.IsStream() {
+		t.Fatalf("an exchange after a Wake: %v", err)
+	}
+	if resp.TakeWake() {
+		t.Fatal("a Wake without a stream was remembered")
+	}
+	got, err = io.ReadAll(resp)
+	if err != nil || string(got) != "data: {}\n\n" {
+		t.Fatalf("the stream after a Wake between exchanges: %q, %v", got, err)
+	}
+	ReleaseResponse(resp)
+}
+
 // testBudget is a Budget with a limit.
 type testBudget struct {
 	limit int64

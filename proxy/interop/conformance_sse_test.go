@@ -55,11 +55,8 @@ func TestConformanceServerSessions(t *testing.T) {
 //
 //   - */resource-parameter-matches-prm: by design, the agent logs in with
 //     mcpheal as the protected resource, so its resource parameter names
-//     mcpheal's URL, not the one the server published;
-//   - elicitation-sep1034-client-defaults/: with era_bridge auto the Go SDK
-//     client is offered 2026-07-28 and held, and a server's
-//     elicitation/create outside a call is refused.
-var clientKnown = []string{"*/resource-parameter-matches-prm", "elicitation-sep1034-client-defaults/"}
+//     mcpheal's URL, not the one the server published.
+var clientKnown = []string{"*/resource-parameter-matches-prm"}
 
 // TestConformanceClient: client mode, every scenario of 2025-11-25, the Go
 // SDK's everything-client directly against the suite's scenario servers,
