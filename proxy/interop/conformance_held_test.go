@@ -1,20 +1,17 @@
 package interop
 
-// The held route against the official suite: conformance 0.2.0-alpha.12 in
-// server mode at 2026-07-28, directly and through mcpheal, against the Go
-// SDK's everything-server (with sessions) behind a shim that makes it a
-// server of the session era only.
+// The session-era server of the conformance table
+// (conformance_table_test.go): the Go SDK's everything-server (with
+// sessions) behind a shim that makes it a server of the session era only,
+// and what the held route in front of it cannot carry.
 
 import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"maps"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -70,45 +67,4 @@ func onlyLegacy(t *testing.T, upstream string) http.Handler {
 var heldKnown = []string{
 	"input-required-result-basic-elicitation/sep-2322-elicitation-incomplete",
 	"input-required-result-basic-elicitation/sep-2322-elicitation-complete",
-}
-
-// TestConformanceHeld2026 runs the suite's 2026-07-28 server scenarios
-// against the Go SDK everything-server of both eras, against the same
-// server (with sessions) restricted to the session era, directly (almost
-// all fail: it has no 2026-07-28) and through mcpheal's held route: every
-// check that passes on the server of both eras passes through the held
-// route, but heldKnown.
-func TestConformanceHeld2026(t *testing.T) {
-	skipUnlessNode22(t)
-	t.Parallel()
-	dir := installConformance(t)
-	upstream := startEverythingServer(t, "-stateless=false")
-	shim := httptest.NewServer(onlyLegacy(t, upstream))
-	t.Cleanup(shim.Close)
-	both := runConformanceAt(t, dir, revision2026, startEverythingServer(t), "")
-	direct := runConformanceAt(t, dir, revision2026, shim.URL+"/mcp", "")
-	held := runConformanceAt(t, dir, revision2026, startProxy(t, shim.URL+"/mcp"), "")
-	t.Logf("the server of both eras: %s; session era only, directly: %s; through mcpheal's held route: %s", tally(both), tally(direct), tally(held))
-	if n, m := countStatus(held, "SUCCESS"), countStatus(direct, "SUCCESS"); n <= m {
-		t.Fatalf("through mcpheal %d checks pass, directly %d: the held route did nothing", n, m)
-	}
-	b, v := verdicts(both), verdicts(held)
-	known := map[string]int{}
-next:
-	for _, id := range slices.Sorted(maps.Keys(b)) {
-		if b[id].Status != "SUCCESS" || v[id].Status == "SUCCESS" {
-			continue
-		}
-		for _, k := range heldKnown {
-			if id == k {
-				known[k]++
-				t.Logf("known difference: %s %s (%s)", id, orMissing(v[id].Status), v[id].ErrorMessage)
-				continue next
-			}
-		}
-		t.Errorf("passes on the server of both eras, not through the held route: %s %s (%s)", id, orMissing(v[id].Status), v[id].ErrorMessage)
-	}
-	for _, k := range heldKnown {
-		t.Logf("known difference: %d checks of %s", known[k], k)
-	}
 }

