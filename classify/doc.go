@@ -25,7 +25,7 @@
 //   - Zero allocations for every input (alloc_test.go, and FuzzClassify when
 //     built without -race). Every value it inspects is a sub-slice of the
 //     input; nothing is unescaped or copied. This is why JSON is read with a
-//     small raw scanner (json.go) and not with gjson: gjson.Get unescapes any
+//     small raw scanner (scan.go) and not with gjson: gjson.Get unescapes any
 //     string it returns, so a message such as the Go SDK's
 //     `method \"tools/call\" is invalid during session initialization`
 //     costs two allocations even if only Result.Raw is read.

@@ -617,3 +617,7 @@ func (a *attempt) next() {
 	// The answer stream's resumption state is the exchange's.
 	a.head, a.rerr, a.resumeWhy, a.resumedAt, a.resumes = nil, nil, "", "", 0
 }
+
+// agentGone reports whether the agent closed its connection while the
+// attempt waited on the upstream.
+func (a *attempt) agentGone() bool { return a.watch != nil && a.watch.gone.Load() }

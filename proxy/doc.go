@@ -48,11 +48,18 @@
 //     writes itself go through the one SSE writer (sse.AppendEvent), on
 //     open streams by [agentStream] (stream.go).
 //
-// A heal, read in order: attempt.go ([attempt.heal]), heal.go ([healer.heal],
-// [healer.reinit], [healer.initUpstream]), journal.go (the journal replay),
-// fleet.go (adopting another process's heal), link.go and call.go (the
-// requests mcpheal makes: [link.build], [link.call]), and session/session.go
-// (the single flight, [session.Session.Heal]).
+// A heal, read in order: attempt.go ([attempt.loop] judges the dead
+// session's answer with classify, [decide] says heal, [attempt.heal]),
+// heal.go ([healer.heal], [healer.reinit], [healer.initUpstream]: the
+// single flight of session/session.go, [session.Session.Heal]), fleet.go
+// (another process's heal adopted, this one published), journal.go (the
+// journal replay), link.go and call.go (the requests mcpheal makes:
+// [link.build], [link.call], through the upstream client), streams.go
+// (GET streams moved to the new session), events.go (the new
+// generation's event ids), then the request again ([attempt.send]) and its
+// answer (sse.go, headers.go). That is what a heal runs more often than a
+// call without one, measured: 29 files, 19 of them with code only a heal
+// runs (bench/healcover.sh; docs/healing.md "What a heal runs").
 //
 // Requests mcpheal makes itself (the initialize of a heal, the journal
 // replay, tools/list after a heal, keepalive pings, upstream GET streams,

@@ -119,10 +119,6 @@ func (a *attempt) watchAgent() {
 	}
 }
 
-// agentGone reports whether the agent closed its connection while the
-// attempt waited on the upstream.
-func (a *attempt) agentGone() bool { return a.watch != nil && a.watch.gone.Load() }
-
 // unwatch stops watching the agent's connection, and counts and logs an
 // agent that went away.
 func (a *attempt) unwatch() {

@@ -574,13 +574,6 @@ func safeError(err error) string {
 	return strings.TrimRight(msg, " :,=")
 }
 
-func orStr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 func orInt(n, def int) int {
 	if n <= 0 {
 		return def

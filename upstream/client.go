@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
@@ -642,3 +643,7 @@ func orInt(n, def int) int {
 	}
 	return n
 }
+
+// b2s views b as a string without copying; b must not change while the
+// string is in use.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
