@@ -336,7 +336,7 @@ func tokensFromEnv(names []string, lookup func(string) (string, bool)) ([]string
 // has no inbound auth (docs/security.md "Security": inbound auth), naming every way out. The proxy checks
 // it too; this says it in the operator's terms.
 func (rc *resolved) checkExposure(file string) error {
-	if isLoopback(rc.listen) {
+	if proxy.IsLoopback(rc.listen) {
 		return nil
 	}
 	for _, c := range rc.ups {
@@ -351,16 +351,6 @@ func (rc *resolved) checkExposure(file string) error {
 		}
 	}
 	return nil
-}
-
-// isLoopback reports whether a listen address only accepts local peers.
-func isLoopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		host = listen
-	}
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // overrideSettings applies the settings flags given on the command line.

@@ -317,13 +317,13 @@ func (a *attempt) accepted() {
 		a.s.sessions.journal(a.sess, a.r.journal, a.r.reserved)
 		a.r.journal, a.r.reserved = session.JournalChange{}, 0
 	}
-	if a.r.standing == rotating || (!a.r.held && !a.s.link.ownsAuthorization()) {
+	if a.r.standing == rotating || (!a.r.ownCredential && !a.s.link.ownsAuthorization()) {
 		// Another principal the upstream accepted, or a new token of the
 		// session's (a renewed JWT): the session's own work goes on with
 		// it. Without an agent credential to forward (mcpheal owns it)
 		// there is none to keep.
 		a.s.sessions.rebind(a.sess, a.r.auth, &a.req.Header)
-		a.r.standing, a.r.held = bound, true
+		a.r.standing, a.r.ownCredential = bound, true
 	}
 }
 

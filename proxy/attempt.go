@@ -86,7 +86,7 @@ type attempt struct {
 	// owns the attempt now.
 	log      *answerLog
 	draining bool
-	// watch notices the agent going away while it waits (gone.go); nil
+	// watch notices the agent going away while it waits (agentwatch.go); nil
 	// for attempts that are not pooled. It stays with the pooled attempt.
 	watch *agentWatch
 	// xspan is the span of the exchange in flight (trace.go); nil when

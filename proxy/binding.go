@@ -90,7 +90,7 @@ const (
 )
 
 // standingOf tells how auth stands to sess, and whether auth is the very
-// credential the session's headers hold for its own work (held: nothing
+// credential the session's headers hold for its own work (ownCredential: nothing
 // to refresh once the upstream accepts the request). It costs a string
 // compare when it is (every request but the first after a rotation), and
 // a digest otherwise.

@@ -265,7 +265,7 @@ func (b *bridge) call(ctx *fasthttp.RequestCtx, r *request) {
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.SetBytesK(hdrSessionID, string(r.sess.ID))
 	c.st = agentStream{s: s, conn: ctx.Conn()}
-	a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: r.standing, held: r.held,
+	a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: r.standing, ownCredential: r.ownCredential,
 		auth: append([]byte(nil), r.auth...), hdr: c.hdr, tctx: r.tctx}
 	ctx.SetBodyStreamWriter(c.stream)
 }

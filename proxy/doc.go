@@ -46,7 +46,7 @@
 //     event by [sseBody]) or mcpheal's own error ([attempt.fail], the one
 //     table of mcpheal's errors, for JSON and SSE alike). Events mcpheal
 //     writes itself go through the one SSE writer (sse.AppendEvent), on
-//     open streams by [agentStream] (stream.go).
+//     open streams by [agentStream] (agentstream.go).
 //
 // A heal, read in order: attempt.go ([attempt.loop] judges the dead
 // session's answer with classify, [decide] says heal, [attempt.heal]),

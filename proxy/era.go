@@ -156,9 +156,9 @@ func (e *eraState) bridged(auth []byte) bool {
 	return e.cfg.EraBridge != eraBridge2026 && e.era(auth) == eraModern
 }
 
-// holds reports whether 2026-07-28 agents of this upstream go through the
-// held route (held.go).
-func (e *eraState) holds(auth []byte) bool {
+// heldRoute reports whether 2026-07-28 agents of this upstream go through
+// the held route (held.go).
+func (e *eraState) heldRoute(auth []byte) bool {
 	return e.cfg.EraBridge != eraBridgeLegacy && e.era(auth) == eraLegacy
 }
 

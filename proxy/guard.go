@@ -47,18 +47,19 @@ type request struct {
 	// stateless: MCP 2026-07-28 traffic, which has no sessions (a
 	// server/discover, or the 2026-07-28 protocol version header).
 	stateless bool
-	// holds: a 2026-07-28 request that goes on a session mcpheal holds
-	// for its agent (held.go); sess is that session, nil until created.
-	holds    bool
-	del      bool             // a DELETE
-	sess     *session.Session // nil: no session (initialize, 2026-07-28 traffic)
-	standing standing         // of the credential to sess
-	// held: the credential is the one sess's headers hold for its own
-	// work (keepalive, heals on its behalf).
-	held bool
-	// heldAs is the id of the held session a held initialize opens, and
+	// onHeldRoute: a 2026-07-28 request that goes on a session mcpheal
+	// holds for its agent (held.go); sess is that session, nil until
+	// created.
+	onHeldRoute bool
+	del         bool             // a DELETE
+	sess        *session.Session // nil: no session (initialize, 2026-07-28 traffic)
+	standing    standing         // of the credential to sess
+	// ownCredential: the credential is the one sess's headers hold for
+	// its own work (keepalive, heals on its behalf).
+	ownCredential bool
+	// heldID is the id of the held session a held initialize opens, and
 	// heldGen the last generation the fleet's store knew of it (held.go).
-	heldAs  session.ClientID
+	heldID  session.ClientID
 	heldGen uint64
 	// tctx carries span, the request's span (trace.go); both nil when
 	// tracing is off.
@@ -128,10 +129,10 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *request) bool {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, r.msg.idOrNull(),
 			"initialize body larger than "+strconv.Itoa(g.cfg.MaxInitBody)+" bytes (max_init_body)")
 		return false
-	case r.stateless && !r.del && g.eras.holds(r.auth):
+	case r.stateless && !r.del && g.eras.heldRoute(r.auth):
 		// No session id: the session mcpheal holds for the agent's
 		// credential and client, if there is one yet (held.go).
-		r.holds = true
+		r.onHeldRoute = true
 		r.sess = g.held.lookup(heldKeyOf(r.auth, body))
 		return true
 	case r.msg.method == "initialize" || (r.stateless && !r.del):
@@ -177,7 +178,7 @@ func (g *guard) message(ctx *fasthttp.RequestCtx, r *request) bool {
 func (g *guard) session(ctx *fasthttp.RequestCtx, r *request, sid []byte) bool {
 	sess, ok := g.sessions.lookup(sid, r.auth)
 	if ok {
-		r.standing, r.held = standingOf(sess, r.auth, g.link.judgesCredentials.Load())
+		r.standing, r.ownCredential = standingOf(sess, r.auth, g.link.judgesCredentials.Load())
 		// Only the upstream may accept a credential the session is not
 		// bound to: a GET or a DELETE under it would take the session's
 		// stream or end it without asking the upstream.

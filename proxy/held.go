@@ -273,7 +273,7 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 		r.sess, info = e.sess, e.info
 	}
 	// The key holds the credential: the session is the request's own.
-	r.standing, r.held = bound, true
+	r.standing, r.ownCredential = bound, true
 	switch {
 	case m.method == "server/discover":
 		h.discover(ctx, r, info)
@@ -600,7 +600,7 @@ func (h *held) open(r *request, id session.ClientID) (*session.Session, *discove
 			msg: "_meta clientInfo and clientCapabilities larger than " + strconv.Itoa(s.cfg.MaxInitBody) + " bytes (max_init_body)"}
 	}
 	ir := &request{msg: message{method: "initialize", id: gjson.GetBytes(body, "id").Raw}, body: body, hdr: r.hdr,
-		auth: r.auth, tctx: r.tctx, heldAs: id, heldGen: r.heldGen}
+		auth: r.auth, tctx: r.tctx, heldID: id, heldGen: r.heldGen}
 	a := newAttempt(s, nil, ir)
 	defer a.release()
 	a.gen = 1

@@ -59,7 +59,7 @@ type heldCall struct {
 
 	mu    sync.Mutex
 	key   string    // in held.calls while the agent waits on it
-	asks  []heldAsk // the upstream's requests the agent was asked to answer
+	asks  []heldIDk // the upstream's requests the agent was asked to answer
 	aside [][]byte  // requests the upstream sent on the session's GET stream for this call (inject)
 	token string    // requestState, while parked
 	timer *time.Timer
@@ -75,13 +75,13 @@ type heldCall struct {
 	parkedCost int64
 }
 
-// heldAsk is an upstream request for input, sent to the agent as one
+// heldIDk is an upstream request for input, sent to the agent as one
 // member of an InputRequiredResult.
 //
 // The keys are mcpheal's (mcpheal-1, mcpheal-2, …): a session-era server
 // names none of its requests (docs/eras.md "What the session era cannot
 // carry").
-type heldAsk struct {
+type heldIDk struct {
 	key  string // its key in inputRequests
 	upID string // the raw JSON id the upstream gave it
 }
@@ -149,7 +149,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 		a.msg.id, a.msg.method, a.msg.tool = strings.Clone(a.msg.id), strings.Clone(a.msg.method), strings.Clone(a.msg.tool)
 		c.hdr = new(fasthttp.RequestHeader) // the agent's outlives no handler
 		r.hdr.CopyTo(c.hdr)
-		a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: bound, held: true,
+		a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: bound, ownCredential: true,
 			auth: append([]byte(nil), r.auth...), hdr: c.hdr, tctx: r.tctx}
 		c.streamTo(ctx)
 	}
@@ -529,7 +529,7 @@ func (c *heldCall) park(reqs [][]byte) bool {
 	c.parkedCost = cost
 	for i, req := range reqs {
 		r := gjson.Parse(b2s(req))
-		ask := heldAsk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: strings.Clone(r.Get("id").Raw)}
+		ask := heldIDk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: strings.Clone(r.Get("id").Raw)}
 		c.asks = append(c.asks, ask)
 		if i > 0 {
 			out = append(out, ',')
@@ -648,7 +648,7 @@ func heldCallKey(auth, body []byte, rawID string) string {
 // answerInputs answers the upstream's requests for input with the retry's
 // inputResponses (an error for one it lacks), each a POST on the session.
 // It reports false when the upstream did not take one.
-func (c *heldCall) answerInputs(r *request, asks []heldAsk) bool {
+func (c *heldCall) answerInputs(r *request, asks []heldIDk) bool {
 	s := c.h.s
 	inputs := gjson.GetBytes(r.body, "params.inputResponses")
 	up, gen := r.sess.Current()

@@ -69,7 +69,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 }
 
 // SyscallConn lets the proxy watch the connection for its agent's
-// departure (gone.go).
+// departure (agentwatch.go).
 func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
 	sc, ok := c.Conn.(syscall.Conn)
 	if !ok {

@@ -1,6 +1,7 @@
 package proxy
 
-// Log keys, one spelling everywhere (STYLE §2).
+// Log keys, one spelling everywhere: an operator's query for a key finds
+// every line that has it.
 const (
 	logSession    = "session" // short hash of the client id
 	logUpstreamID = "upstream_session"

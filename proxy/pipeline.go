@@ -70,7 +70,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 		s.endSession(ctx, r)
 	case !r.stateless && s.eras.bridged(r.auth):
 		s.bridge.serve(ctx, r)
-	case r.stateless && r.holds:
+	case r.stateless && r.onHeldRoute:
 		s.held.serve(ctx, r)
 	case r.msg.method == "initialize" && r.sess == nil:
 		s.initialize(ctx, r)
@@ -182,7 +182,7 @@ func (a *attempt) createFrom(msg []byte) outcome {
 		return outcome{kind: outFull, err: err}
 	}
 	a.sess, a.r.sess, a.heals = sess, sess, true
-	a.r.standing, a.r.held = bound, true
+	a.r.standing, a.r.ownCredential = bound, true
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).Bool("stateful", up != "").Msg("session created")
 	return outcome{kind: outUpstream, class: classify.OK}
 }

@@ -180,7 +180,7 @@ func AdminFor(listen string) string {
 	if err != nil {
 		return listen
 	}
-	if !isLoopback(listen) {
+	if !IsLoopback(listen) {
 		host = "127.0.0.1"
 	}
 	p, err := strconv.Atoi(port)
@@ -228,7 +228,7 @@ func (c *Config) normalize() error {
 			return fmt.Errorf("admin listen %q: want host:port or %q", c.AdminListen, adminOff)
 		}
 	}
-	if len(c.AuthTokens) == 0 && !c.InsecureListen && !isLoopback(c.Listen) {
+	if len(c.AuthTokens) == 0 && !c.InsecureListen && !IsLoopback(c.Listen) {
 		return fmt.Errorf("listening on %s without inbound auth: set auth tokens, or allow it explicitly (insecure listen)", c.Listen)
 	}
 	for _, t := range c.AuthTokens {
@@ -415,8 +415,9 @@ func Defaults() Config {
 	return c
 }
 
-// isLoopback reports whether a listen address only takes local connections.
-func isLoopback(listen string) bool {
+// IsLoopback reports whether a listen address only takes local connections
+// (localhost, or a loopback IP).
+func IsLoopback(listen string) bool {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		host = listen

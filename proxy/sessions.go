@@ -53,14 +53,14 @@ func (ss *sessions) seal(auth []byte, version string, init []byte) (session.Clie
 // newSession returns a session for a freshly initialized upstream session
 // (up; "" for a bridged one), not yet admitted: r's initialize under the
 // headers hdr, sealed into a new id; or, for a session held for
-// 2026-07-28 agents (r.heldAs), under its held id, following the
+// 2026-07-28 agents (r.heldID), under its held id, following the
 // generation the fleet's store knew of it.
 func (ss *sessions) newSession(r *request, hdr *fasthttp.RequestHeader, version string, up session.UpstreamID) *session.Session {
-	if r.heldAs != "" {
+	if r.heldID != "" {
 		rec := seal.NewRecord(ss.cfg.Name, bindingOf(r.auth), version, r.body, time.Now(), ss.cfg.SessionMaxAge)
 		recipe := newRecipe(hdr, rec, r.body, version)
 		recipe.InitSealed = true // every request of its agents carries it (held.go)
-		return session.Continued(r.heldAs, recipe, up, r.heldGen+1)
+		return session.Continued(r.heldID, recipe, up, r.heldGen+1)
 	}
 	id, rec := ss.seal(r.auth, version, r.body)
 	return session.New(id, newRecipe(hdr, rec, r.body, version), up)

@@ -172,7 +172,7 @@ func newTokenCredentials(fetch func(context.Context) (*oauth2.Token, error)) *to
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	hc := &http.Client{Transport: tr, Timeout: tokenTimeout}
 	// oauth2 retains the context it is given for every later refresh, so it
-	// gets a long-lived one rather than a request's (STYLE §4).
+	// gets a long-lived one rather than a request's, which ends with it.
 	base, cancel := context.WithCancel(context.WithValue(context.Background(), oauth2.HTTPClient, hc))
 	return &tokenCredentials{
 		fetch: fetch, base: base, cancel: cancel, tr: tr, now: time.Now,
@@ -276,7 +276,7 @@ func (c *tokenCredentials) run(f *tokenFlight) {
 }
 
 // safeFetch runs c.fetch, turning a panic into an error so that waiters are
-// released and the proxy keeps serving (STYLE §3).
+// released and the proxy keeps serving: no input may crash it.
 func (c *tokenCredentials) safeFetch() (t *oauth2.Token, err error) {
 	defer func() {
 		if r := recover(); r != nil {
