@@ -213,14 +213,6 @@ func errorText(err error) string {
 func (a *attempt) answer(out outcome) bool {
 	switch out.kind {
 	case outUpstream:
-		if a.heals && a.eraRefused() && a.s.eras.bridged(a.r.hdr.PeekBytes(hdrAuthorization)) {
-			// The upstream now speaks only 2026-07-28 (a deploy changed
-			// its era) and refused the request before running it: the
-			// session goes on through the bridge.
-			a.ctx.Response.Reset()
-			a.s.bridge.serve(a.ctx, a.r)
-			return false
-		}
 		a.s.count.request(&a.msg, out.class)
 		a.r.outcome(outUpstream, out.class, 0)
 		if out.class == classify.OK && a.sess != nil {

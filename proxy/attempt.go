@@ -142,6 +142,14 @@ func (a *attempt) release() {
 func (a *attempt) run() bool {
 	a.watchAgent()
 	out := a.loop()
+	if out.kind == outUpstream && a.heals && a.eraRefused() && a.s.eras.bridged(a.r.hdr.PeekBytes(hdrAuthorization)) {
+		// The upstream now speaks only 2026-07-28 (a deploy changed its
+		// era) and refused the request before running it: the route
+		// stage sends it again, through the bridge.
+		a.unwatch()
+		a.s.reroute(a.ctx, a.r)
+		return false
+	}
 	if a.answer(out) {
 		a.r = nil   // the request goes back to its pool when the handler returns
 		return true // the body stops the watch once written (Close)

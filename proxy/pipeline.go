@@ -85,6 +85,14 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 	}
 }
 
+// reroute is route again for a request whose upstream changed its era
+// under it (attempt.run): a session-era agent's request that a server now
+// of 2026-07-28 only refused before running it goes through the bridge.
+func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *request) {
+	ctx.Response.Reset()
+	s.bridge.serve(ctx, r)
+}
+
 // forward sends the agent's request upstream (its session id swapped for
 // the upstream's) and gives the agent one answer: the upstream's, after a
 // heal and replay if the rules allow, or mcpheal's own error.
