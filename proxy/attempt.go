@@ -51,19 +51,39 @@ type attempt struct {
 	// session.Probe); it must end the probe before it answers.
 	probing bool
 
+	// tryAnswer is the upstream's answer to the exchange in flight.
+	tryAnswer
+	outPos    int
+	eof       bool     // the upstream stream has ended
+	readWhole bool     // the SSE answer was read up to its response: a.out is all the agent gets
+	conn      net.Conn // the agent's connection, while sseBody writes to it
+	charged   int64    // taken from the memory budget for a buffered answer
+	// log keeps the streamed answer for its agent to resume (answerlog.go);
+	// draining: the agent's connection dropped and drain, not fasthttp,
+	// owns the attempt now.
+	log      *answerLog
+	draining bool
+	// watch notices the agent going away while it waits (agentwatch.go); nil
+	// for attempts that are not pooled. It stays with the pooled attempt.
+	watch *agentWatch
+	// xspan is the span of the exchange in flight (trace.go); nil when
+	// tracing is off. tries counts the exchanges.
+	xspan trace.Span
+	tries int
+}
+
+// tryAnswer is the upstream's answer to one exchange of an attempt (a
+// try), as the attempt reads it: each try starts it over (reset), keeping
+// its buffers.
+type tryAnswer struct {
 	// The SSE answer of a POST: rw frames and rewrites it; out holds the
-	// rewritten events not yet handed to the agent (from outPos); first is
-	// the raw first event with data, valid until rw is fed again.
+	// rewritten events not yet handed to the agent (from attempt.outPos);
+	// first is the raw first event with data, valid until rw is fed again.
 	rw         eventRewriter
 	buf        []byte // one upstream read
 	out        []byte
-	outPos     int
 	first      []byte
-	firstWhole bool     // first is a complete event, not a prefix past peekLimit
-	eof        bool     // the upstream stream has ended
-	readWhole  bool     // the SSE answer was read up to its response: a.out is all the agent gets
-	conn       net.Conn // the agent's connection, while sseBody writes to it
-	charged    int64    // taken from the memory budget for a buffered answer
+	firstWhole bool // first is a complete event, not a prefix past peekLimit
 	// Resuming the answer stream upstream (resume.go): rerr is the read
 	// error held back while the bytes read with it are relayed; resumeWhy,
 	// once set, why the stream cannot be resumed; resumedAt the event id
@@ -81,18 +101,13 @@ type attempt struct {
 	// whose expiry ends the peek (errQuiet), not the stream. An answer
 	// whose events came with its head (the usual short one) sets none.
 	quiet, quietArmed bool
-	// log keeps the streamed answer for its agent to resume (answerlog.go);
-	// draining: the agent's connection dropped and drain, not fasthttp,
-	// owns the attempt now.
-	log      *answerLog
-	draining bool
-	// watch notices the agent going away while it waits (agentwatch.go); nil
-	// for attempts that are not pooled. It stays with the pooled attempt.
-	watch *agentWatch
-	// xspan is the span of the exchange in flight (trace.go); nil when
-	// tracing is off. tries counts the exchanges.
-	xspan trace.Span
-	tries int
+}
+
+// reset starts the answer over for another exchange: what it learnt of
+// the last stream is that stream's; its buffers stay.
+func (t *tryAnswer) reset() {
+	t.rw.fr.Reset(64 << 10)
+	*t = tryAnswer{rw: eventRewriter{fr: t.rw.fr, held: t.rw.held[:0], idBuf: t.rw.idBuf[:0]}, buf: t.buf, out: t.out[:0]}
 }
 
 var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
@@ -101,8 +116,8 @@ var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
 // response; ctx may be nil (no agent connection to watch or answer).
 func newAttempt(s *Server, ctx *fasthttp.RequestCtx, r *request) *attempt {
 	a := attemptPool.Get().(*attempt)
-	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg,
-		rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0], idBuf: a.rw.idBuf[:0]}, buf: a.buf, out: a.out[:0], watch: a.watch}
+	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg, watch: a.watch,
+		tryAnswer: tryAnswer{rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0], idBuf: a.rw.idBuf[:0]}, buf: a.buf, out: a.out[:0]}}
 	if a.watch == nil {
 		a.watch = newAgentWatch()
 	}
@@ -131,7 +146,7 @@ func (a *attempt) release() {
 		h = nil
 	}
 	a.rw.fr.Reset(64 << 10)
-	*a = attempt{rw: eventRewriter{fr: a.rw.fr, held: h[:0], idBuf: a.rw.idBuf[:0]}, buf: b, out: o[:0], watch: a.watch}
+	*a = attempt{tryAnswer: tryAnswer{rw: eventRewriter{fr: a.rw.fr, held: h[:0], idBuf: a.rw.idBuf[:0]}, buf: b, out: o[:0]}, watch: a.watch}
 	attemptPool.Put(a)
 }
 
@@ -367,11 +382,11 @@ func (a *attempt) peek() bool {
 }
 
 // readBuf returns the attempt's buffer for one upstream read.
-func (a *attempt) readBuf() []byte {
-	if cap(a.buf) < readBuf {
-		a.buf = make([]byte, readBuf)
+func (t *tryAnswer) readBuf() []byte {
+	if cap(t.buf) < readBuf {
+		t.buf = make([]byte, readBuf)
 	}
-	return a.buf[:readBuf]
+	return t.buf[:readBuf]
 }
 
 // heal re-initializes the upstream session (single-flight per session) and
@@ -530,13 +545,13 @@ func (a *attempt) renew() {
 
 // peeked returns, once, the whole events the first exchange's peek read
 // (judge), for a route that reads the events itself (the bridge).
-func (a *attempt) peeked() [][]byte {
-	if len(a.out) == 0 {
+func (t *tryAnswer) peeked() [][]byte {
+	if len(t.out) == 0 {
 		return nil
 	}
 	var fr sse.Framer
-	fr.Feed(a.out)
-	a.out = a.out[:0]
+	fr.Feed(t.out)
+	t.out = t.out[:0]
 	var evs [][]byte
 	for {
 		ev, ok, _ := fr.Next()
@@ -619,11 +634,7 @@ func (a *attempt) next() {
 	}
 	a.resp.Close()
 	a.resp.Response.Reset()
-	a.rw = eventRewriter{fr: a.rw.fr, held: a.rw.held[:0], idBuf: a.rw.idBuf[:0]} // what it learnt of the last stream is that stream's
-	a.rw.fr.Reset(64 << 10)
-	a.out, a.first, a.firstWhole = a.out[:0], nil, false
-	// The answer stream's resumption state is the exchange's.
-	a.head, a.rerr, a.resumeWhy, a.resumedAt, a.resumes = nil, nil, "", "", 0
+	a.tryAnswer.reset()
 }
 
 // agentGone reports whether the agent closed its connection while the
