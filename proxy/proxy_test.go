@@ -180,33 +180,6 @@ func TestAbandonedStreamClosesUpstream(t *testing.T) {
 	noPanics(t, s)
 }
 
-// TestStatelessEraProbe: a Go SDK 1.8 client probes server/discover
-// (2026-07-28) first; through the proxy it works against a stateful 2025
-// server and against a stateless one.
-func TestStatelessEraProbe(t *testing.T) {
-	t.Parallel()
-	for _, o := range []goSDKOpts{{}, {Stateless: true}} {
-		up := startGoSDK(t, o)
-		s, url := startProxy(t, up.URL(), nil)
-		cs := goSDK2026Client(t, url, nil)
-		callEcho(t, cs, "probe")
-		if up.Calls("server/discover") == 0 {
-			t.Errorf("stateless=%v: no server/discover reached the upstream", o.Stateless)
-		}
-		// A stateless server speaks 2026-07-28 itself: the client's
-		// requests pass through, without sessions. For a server of the
-		// session era only, mcpheal answers the probe and holds a session
-		// for the 2026-07-28 client (held.go).
-		want := 1
-		if o.Stateless {
-			want = 0
-		}
-		if n := s.Stats().Sessions; n != want {
-			t.Errorf("stateless=%v: %d client sessions, want %d", o.Stateless, n, want)
-		}
-	}
-}
-
 // TestMCPGoThroughProxy: the mark3labs/mcp-go client works through the proxy.
 func TestMCPGoThroughProxy(t *testing.T) {
 	t.Parallel()

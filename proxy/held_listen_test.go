@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// Tests of a held session's GET stream and its listens (held_listen.go).
+
+// TestShutdownEndsHeldListens: a 2026-07-28 agent's subscriptions/listen
+// stays open until its agent leaves; a shutdown ends it at once instead of
+// waiting its whole drain timeout for it (it took the full 20 s, and the
+// process exited 2).
+func TestShutdownEndsHeldListens(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{State: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	r, err := NewRouter(addr, []Config{{Upstream: up.URL(), Listen: addr, AdminListen: adminOff}}, nopLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(ln) }()
+	body := `{"jsonrpc":"2.0","id":9,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"l","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 256)
+	if n, err := resp.Body.Read(first); err != nil || !strings.Contains(string(first[:n]), "subscriptions/acknowledged") {
+		t.Fatalf("listen: %d %q %v; want its acknowledgment", resp.StatusCode, first[:n], err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Shutdown took %v with a listen open; want it ended at once", took)
+	}
+	<-served
+}
+
+// openListen opens a subscriptions/listen on the held route and returns
+// the open answer, or the error answer's body.
+func openListen(t *testing.T, url string, id int) (*http.Response, string) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"l","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 512)
+	n, _ := resp.Body.Read(first)
+	if strings.Contains(string(first[:n]), "subscriptions/acknowledged") {
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp, ""
+	}
+	resp.Body.Close()
+	return nil, string(first[:n])
+}
+
+// TestHeldListensBounded: a held session takes at most maxListens
+// subscriptions/listen, each counted in the memory budget while open and
+// given back when it ends; past either limit the agent is told which. They
+// had neither: 12 000 listens took 470 MB at a 64 MiB budget.
+func TestHeldListensBounded(t *testing.T) {
+	t.Parallel()
+	t.Run("per session", func(t *testing.T) {
+		t.Parallel()
+		up := startGoSDK(t, goSDKOpts{State: true})
+		// A closed listen is noticed at its next write: a keepalive.
+		s, url := startProxy(t, up.URL(), func(c *Config) { c.StreamKeepalive = 50 * time.Millisecond })
+		before := s.mem.used.Load()
+		var open []*http.Response
+		for i := range maxListens {
+			resp, errBody := openListen(t, url, 100+i)
+			if resp == nil {
+				t.Fatalf("listen %d: %s", i, errBody)
+			}
+			open = append(open, resp)
+		}
+		if _, errBody := openListen(t, url, 999); !strings.Contains(errBody, strconv.Itoa(codeTooMany)) {
+			t.Fatalf("listen past maxListens: %q; want -32015", errBody)
+		}
+		held := s.mem.used.Load() - before
+		if held < maxListens*listenCost {
+			t.Errorf("%d bytes counted for %d listens, want at least %d", held, maxListens, maxListens*listenCost)
+		}
+		for _, resp := range open {
+			resp.Body.Close()
+		}
+		if !waitFor(5*time.Second, func() bool { return s.mem.used.Load()-before < listenCost }) {
+			t.Errorf("budget after the listens closed: %d bytes above the start, want < %d", s.mem.used.Load()-before, listenCost)
+		}
+	})
+	t.Run("memory budget", func(t *testing.T) {
+		t.Parallel()
+		up := startGoSDK(t, goSDKOpts{State: true})
+		_, url := startProxy(t, up.URL(), func(c *Config) { c.MemoryBudget = 6 * listenCost })
+		refused := ""
+		for i := range 10 {
+			if resp, errBody := openListen(t, url, 200+i); resp == nil {
+				refused = errBody
+				break
+			}
+		}
+		if !strings.Contains(refused, strconv.Itoa(codeBudget)) {
+			t.Fatalf("listens past a budget of %d bytes: refusal %q; want -32017", 6*listenCost, refused)
+		}
+	})
+}
+
+// TestHeldRefusalsBounded: a session-era upstream that floods a held
+// session's GET stream with requests (which no 2026-07-28 agent can get
+// outside a call) is refused at most maxRefusing at a time; each refusal
+// was a goroutine and a POST of its own, without bound (227 MB of heap).
+// A call of the agent goes on meanwhile.
+func TestHeldRefusalsBounded(t *testing.T) {
+	t.Parallel()
+	const flood = 2000
+	release := make(chan struct{})
+	var inFlight, most, refusals atomic.Int64
+	url := startStub(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		for i := range flood {
+			_, _ = io.WriteString(w, `data: {"jsonrpc":"2.0","id":"flood-`+strconv.Itoa(i)+`","method":"sampling/createMessage","params":{}}`+"\n\n")
+		}
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}, func(w http.ResponseWriter, r *http.Request, method string) {
+		switch method {
+		case "server/discover":
+			http.Error(w, "Bad Request: Server not initialized", http.StatusBadRequest)
+		case "":
+			// A refusal of one of the flood's requests: held open.
+			refusals.Add(1)
+			n := inFlight.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			inFlight.Add(-1)
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			body, _ := io.ReadAll(r.Body)
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":`+gjson.GetBytes(body, "id").Raw+`,"result":{"tools":[]}}`)
+		}
+	})
+	_, purl := startProxy(t, url, nil)
+	if st, res := heldPost(t, purl, "", "tools/list", "", 1); st != http.StatusOK {
+		t.Fatalf("tools/list: %d %s", st, res.Raw)
+	}
+	if !waitFor(5*time.Second, func() bool { return inFlight.Load() >= maxRefusing }) {
+		t.Fatalf("%d refusals in flight, want %d", inFlight.Load(), maxRefusing)
+	}
+	if st, res := heldPost(t, purl, "", "tools/list", "", 2); st != http.StatusOK {
+		t.Fatalf("tools/list during the flood: %d %s", st, res.Raw)
+	}
+	if m := most.Load(); m > maxRefusing {
+		t.Errorf("%d refusals in flight at once, want at most %d", m, maxRefusing)
+	}
+	close(release)
+	if n := refusals.Load(); n >= flood {
+		t.Errorf("%d refusals for a flood of %d while %d were pending: not bounded", n, flood, maxRefusing)
+	}
+}
