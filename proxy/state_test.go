@@ -11,7 +11,6 @@ package proxy
 // proxy.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -165,83 +164,6 @@ func TestStateLogLevelAcrossHeal(t *testing.T) {
 			})
 		}
 	}
-}
-
-// TestStateGetStreamAcrossRestart: the agent's standalone GET stream stays
-// open while the upstream restarts, without any agent request: the proxy
-// sees its upstream stream die, heals the session by itself, opens the new
-// session's GET stream, and a notification the new server sends unprompted
-// (resources/list_changed, gated by no session state) reaches the agent on
-// the GET it opened before the restart.
-func TestStateGetStreamAcrossRestart(t *testing.T) {
-	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
-	_, url := startProxy(t, up.URL(), nil)
-	tap := &wireTap{}
-	var changed atomic.Int64
-	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
-		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed.Add(1) },
-	}, tap.wrap)
-	peerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
-	var n atomic.Int64
-	addResource := func() { up.AddResource(fmt.Sprintf("test://peer/added/%d", n.Add(1))) }
-	nudge(t, "resources/list_changed before the restart", addResource, func() bool { return changed.Load() > 0 })
-	old := up.SessionIDs()
-	if len(old) != 1 {
-		t.Fatalf("upstream sessions = %q, want 1", old)
-	}
-
-	up.Restart()
-	peerWait(t, "the proxy's GET on a new upstream session", func() bool {
-		for _, r := range up.Requests() {
-			if r.HTTPMethod == http.MethodGet && r.SessionID != "" && r.SessionID != old[0] {
-				return true
-			}
-		}
-		return false
-	})
-	seen := changed.Load()
-	nudge(t, "resources/list_changed after the restart", addResource, func() bool { return changed.Load() > seen })
-	if w := tap.snapshot(); w.gets != 1 || w.getsEnded != 0 {
-		t.Errorf("agent opened %d GET streams, %d ended; want its first one held open", w.gets, w.getsEnded)
-	}
-	if got := up.Inits(); got != 2 {
-		t.Errorf("upstream initializes = %d, want 2 (the first, then one heal by the stream)", got)
-	}
-	callEcho(t, cs, "after")
-	if got := up.Inits(); got != 2 {
-		t.Errorf("upstream initializes after a call = %d, want still 2: the stream already healed the session", got)
-	}
-}
-
-// TestStateGetStreamAgentReconnect: the connection between the agent and
-// the proxy breaks while the GET stream is idle, so the proxy learns of it
-// only at its next write, and the agent's SDK reopens its GET stream. The
-// new stream must be accepted (the go-sdk client fails its whole session
-// when a GET reconnect is refused), carry the server's notifications, and
-// the session keep working. Directly against the go-sdk server this works:
-// it releases a GET stream as soon as its connection closes.
-func TestStateGetStreamAgentReconnect(t *testing.T) {
-	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
-	_, url := startProxy(t, up.URL(), nil)
-	tap := &wireTap{}
-	var changed atomic.Int64
-	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
-		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed.Add(1) },
-	}, tap.wrap)
-	peerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
-
-	tap.cutGET()
-	// go-sdk reconnects after 1-2 s (its first backoff, with jitter).
-	peerWait(t, "the agent's GET reconnect", func() bool { return len(tap.snapshot().getStatus) >= 2 })
-	if st := tap.snapshot().getStatus; st[1] != http.StatusOK {
-		t.Fatalf("agent's GET reconnect answered %d, want 200 (GET answers %v)", st[1], st)
-	}
-	callEcho(t, cs, "after")
-	var n atomic.Int64
-	nudge(t, "resources/list_changed on the reopened stream", func() { up.AddResource(fmt.Sprintf("test://peer/added/%d", n.Add(1))) },
-		func() bool { return changed.Load() > 0 })
 }
 
 // TestStateLastEventIDGenerations: event ids the agent sees are the proxy's,
@@ -504,64 +426,6 @@ func TestStateSamplingAcrossHeal(t *testing.T) {
 	}
 	if got := upstreamAnswers(up); len(got) != len(answers) {
 		t.Errorf("upstream answers after two late ones = %q, want still %q", got, answers)
-	}
-}
-
-// TestStateKeepalive: an idle GET stream gets ": keepalive" comments every
-// Config.StreamKeepalive, with headers that keep proxies in between from
-// buffering it.
-func TestStateKeepalive(t *testing.T) {
-	t.Parallel()
-	const every = 100 * time.Millisecond
-	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.StreamKeepalive = every })
-	sid := peerRawInitialize(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
-	req.Header.Set("Mcp-Session-Id", sid)
-	start := time.Now()
-	resp, err := peerRawClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET = %d %q, want 200", resp.StatusCode, b)
-	}
-	for h, want := range map[string]string{
-		"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
-	} {
-		if got := resp.Header.Get(h); got != want {
-			t.Errorf("GET %s = %q, want %q", h, got, want)
-		}
-	}
-	// The upstream's own lines pass through too (go-sdk opens its GET stream
-	// with ": ok"); on an idle stream they are comments. The first
-	// keepalive goes with the head, at once; then one every StreamKeepalive.
-	const want = 3 + 1
-	var keepalives int
-	sc := bufio.NewScanner(resp.Body)
-	for keepalives < want && sc.Scan() {
-		switch l := sc.Text(); {
-		case l == ": keepalive":
-			keepalives++
-		case l != "" && !strings.HasPrefix(l, ":"):
-			t.Errorf("idle GET stream line %q, want comments only", l)
-		}
-	}
-	el := time.Since(start)
-	if keepalives < want {
-		t.Fatalf("GET stream ended after %d keepalives (%v)", keepalives, sc.Err())
-	}
-	if el < (want-1)*every-every/2 || el > 20*every {
-		t.Errorf("%d keepalives took %v, want about %v", want, el, (want-1)*every)
 	}
 }
 
