@@ -319,7 +319,9 @@ func TestUpstreamDownAtStart(t *testing.T) {
 		t.Fatalf("first agent answered after %v; want its heal budget of 6 s spent waiting", took)
 	}
 	up := startContactServer(t, upAddr)
-	time.Sleep(300 * time.Millisecond) // the outage watcher tries a connection every 100 ms
+	waitFor(t, "the outage watcher's line", func() bool { // it tries a connection every 100 ms
+		return strings.Contains(c.stderr.String(), "upstream takes connections again")
+	})
 	start = time.Now()
 	status, _, body = postRPC(t, url, "", contactInit)
 	if status != http.StatusOK || time.Since(start) > 2*time.Second {

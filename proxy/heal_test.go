@@ -268,7 +268,7 @@ func TestRecipeRefused(t *testing.T) {
 func TestOutageOneRetryPerSession(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), nil)
+	s, url := startProxy(t, up.URL(), nil)
 	cs := goSDKClient(t, url)
 	callEcho(t, cs, "warm")
 	dead := lastUpstreamID(t, up)
@@ -287,7 +287,10 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(700 * time.Millisecond) // every call waits; the probe retried at ~630 ms, next at ~1270 ms
+	// Every call waits (the client's GET stream is one more request).
+	if !waitFor(peerTimeout, func() bool { return s.inflight.Load() >= n }) {
+		t.Fatalf("%d requests in flight; want the %d calls waiting", s.inflight.Load(), n)
+	}
 	before := len(up.Requests())
 	start := time.Now()
 	up.Start()

@@ -123,6 +123,7 @@ func (l *link) watchOutage() {
 		if l.up.Probe(time.Now().Add(time.Second)) == nil {
 			if open && refused {
 				l.breaker.Reachable()
+				l.log.Info().Msg("upstream takes connections again: the next request goes to it")
 			}
 			refused = false
 			l.wakeAll()

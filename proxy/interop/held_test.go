@@ -648,8 +648,12 @@ func TestHeldSessionExpiry(t *testing.T) {
 			if s.Stats().Heals <= heals {
 				t.Errorf("mcpheal counted no heal after the session expired")
 			}
+			if n := s.Stats().UnsafeResends; n != 0 {
+				t.Errorf("mcpheal sent a request that is not replay-safe again %d times", n)
+			}
 			if hs.work {
-				time.Sleep(300 * time.Millisecond) // a late resend would have started by now
+				// Each call was answered after its last exchange ended: no
+				// send of it is left in flight to run it later.
 				for _, tag := range []string{"before", "after"} {
 					if n := runs(countFile, tag); n != 1 {
 						t.Errorf("work %s ran %d times, want exactly 1", tag, n)
@@ -673,7 +677,7 @@ func TestHeldCallInFlightWhenServerDies(t *testing.T) {
 			t.Parallel()
 			countFile := filepath.Join(t.TempDir(), "work.count")
 			srv := hs.start(t, freeFixedPort(t), countFile)
-			_, proxyURL := startProxyServer(t, srv.url())
+			s, proxyURL := startProxyServer(t, srv.url())
 			c := startHeldClient(t, proxyURL, "held-inflight")
 			c.mustConnect(t, hs.serverName)
 			if r := c.list(); !r.OK {
@@ -693,7 +697,12 @@ func TestHeldCallInFlightWhenServerDies(t *testing.T) {
 
 			c.callText(t, hs.echo, hs.echoArgs("still here"), "still here")
 			c.callText(t, "work", map[string]any{"tag": "next"}, "done next")
-			time.Sleep(500 * time.Millisecond) // a late replay would have started by now
+			// Every call has its answer, given after its last exchange
+			// ended, and none that may have run was sent again: no send is
+			// left to run one later.
+			if n := s.Stats().UnsafeResends; n != 0 {
+				t.Errorf("mcpheal sent a request that is not replay-safe again %d times", n)
+			}
 			if n := runs(countFile, "inflight"); n != 1 {
 				t.Errorf("the work call in flight ran %d times across both server lives, want exactly 1", n)
 			}

@@ -233,7 +233,8 @@ func TestToolCallInFlightWhenServerDies(t *testing.T) {
 				t.Parallel()
 				countFile := filepath.Join(t.TempDir(), "work.count")
 				srv := startV1Server(t, v1Opts{countFile: countFile, restartable: true})
-				a := newAgent(t, flavour, startProxy(t, srv.url()), "proxied-"+flavour)
+				s, proxyURL := startProxyServer(t, srv.url())
+				a := newAgent(t, flavour, proxyURL, "proxied-"+flavour)
 				if r := a.connect(); !r.OK {
 					t.Fatalf("through mcpheal: %v", r)
 				}
@@ -256,7 +257,12 @@ func TestToolCallInFlightWhenServerDies(t *testing.T) {
 				if !after.OK || after.TextHead != "still here" {
 					t.Errorf("the next call through mcpheal: %v, text %q; want the session to work", after, after.TextHead)
 				}
-				time.Sleep(500 * time.Millisecond) // a late replay would have started by now
+				// Both calls have their answers, each given after its last
+				// exchange ended, and none that may have run was sent again:
+				// no send is left to run the tool later.
+				if n := s.Stats().UnsafeResends; n != 0 {
+					t.Errorf("mcpheal sent a request that is not replay-safe again %d times", n)
+				}
 				if n := countLines(countFile); n != 1 {
 					t.Errorf("the work tool ran %d times across both server lives, want exactly 1", n)
 				}
