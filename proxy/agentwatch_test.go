@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 
 	"github.com/mcpheal/mcpheal/classify"
 )
@@ -270,5 +271,35 @@ func TestWatchForgetsGoneAgent(t *testing.T) {
 	w.arm(nil, nil)    // no socket: not watched
 	if w.gone.Load() || w.stop() {
 		t.Fatal("the next request, not watched, inherits the last agent's departure")
+	}
+}
+
+// TestPooledWatchStartsClean: an attempt's watch goes back to the pool
+// with it; whatever its last user left (an agent that left, and no
+// unwatch: the answer drain once forgot it), the next attempt watches
+// nobody and takes no agent for gone (a held session's initialize, which
+// has no agent connection, once failed with "the agent closed its
+// connection").
+func TestPooledWatchStartsClean(t *testing.T) {
+	s, err := New(Config{Upstream: "http://127.0.0.1:9/mcp", Listen: "127.0.0.1:0"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := &request{}
+	a := newAttempt(s, nil, r)
+	w := a.watch
+	w.gone.Store(true)
+	a.release()
+	for range 100 {
+		b := newAttempt(s, nil, r)
+		same, gone := b.watch == w, b.agentGone()
+		b.release()
+		if gone {
+			t.Fatalf("a new attempt (its watch the last one's: %v) takes its agent for gone", same)
+		}
+		if same {
+			return
+		}
 	}
 }

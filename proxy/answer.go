@@ -678,6 +678,10 @@ func (b *sseBody) drain() {
 func (b *sseBody) Close() error {
 	a := (*attempt)(b)
 	if a.draining {
+		// The agent is gone: its watch ends here, or it would cut the
+		// drain's upstream read, and leave its flag to the attempt's next
+		// user.
+		a.unwatch()
 		go b.drain() // it owns the attempt now
 		return nil
 	}
