@@ -15,7 +15,7 @@ import (
 // write_timeout and counted. (A POST's relayed SSE answer is the
 // upstream's own events, rewritten line by line: sseBody.)
 type agentStream struct {
-	s    *Server
+	s    *routeKit
 	w    *bufio.Writer
 	conn net.Conn
 	buf  []byte
@@ -28,7 +28,7 @@ var keepaliveComment = sse.AppendComment(nil, "keepalive")
 
 // write writes b, whole events, and flushes; false once the agent is gone.
 func (st *agentStream) write(b []byte) bool {
-	st.s.armWrite(st.conn)
+	armWrite(st.conn, st.s.cfg.WriteTimeout)
 	if _, err := st.w.Write(b); err != nil || st.w.Flush() != nil {
 		return false
 	}

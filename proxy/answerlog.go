@@ -410,7 +410,7 @@ func (s *Server) serveLog(ctx *fasthttp.RequestCtx, r *request, l *answerLog, se
 		defer l.detach()
 		t := time.NewTicker(s.cfg.StreamKeepalive)
 		defer t.Stop()
-		out := agentStream{s: s, w: w, conn: conn}
+		out := agentStream{s: s.kit, w: w, conn: conn}
 		var evs []byte
 		for {
 			var wake <-chan struct{}

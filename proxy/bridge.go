@@ -39,7 +39,7 @@ import (
 //   - notifications/cancelled ends the upstream request;
 //   - what cannot be translated gets a JSON-RPC error that names it.
 type bridge struct {
-	s       *Server
+	s       *routeKit
 	inputs  sync.Map // raw JSON id of a request sent to an agent → *pendingInput
 	calls   sync.Map // callKey → *bridgeCall, for notifications/cancelled
 	listens sync.Map // session.ClientID → *listenState (bridge_listen.go)
@@ -81,7 +81,7 @@ func (b *bridge) serve(ctx *fasthttp.RequestCtx, r *request) {
 			ctx.SetStatusCode(status)
 			return
 		}
-		writeJSONAnswer(ctx, status, body, r.sess, &b.s.mem)
+		writeJSONAnswer(ctx, status, body, r.sess, b.s.mem)
 	}
 }
 
@@ -151,7 +151,7 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 		ctx.Response.Header.Set("Retry-After", "1")
 		return
 	}
-	body := &budgetBody{mem: &s.mem, n: int64(size), b: make([]byte, 0, size)}
+	body := &budgetBody{mem: s.mem, n: int64(size), b: make([]byte, 0, size)}
 	sess := s.sessions.newSession(r, r.hdr, version, "")
 	if err := s.sessions.admit(sess); err != nil {
 		body.Close()
@@ -245,7 +245,7 @@ type bridgeCall struct {
 // as they come), or JSON when the upstream answered JSON at once.
 func (b *bridge) call(ctx *fasthttp.RequestCtx, r *request) {
 	s := b.s
-	a := newAttempt(s, ctx, r)
+	a := s.attempt(ctx, r)
 	c := &bridgeCall{b: b, a: a, key: callKey(r.sess.ID, r.msg.id), hdr: new(fasthttp.RequestHeader),
 		body: append([]byte(nil), r.body...)}
 	r.hdr.CopyTo(c.hdr)

@@ -19,12 +19,15 @@
 //     (max_journal, memory_budget). Its result is a [request]: what every
 //     later stage reads, so that none goes back to the RequestCtx.
 //  2. route ([Server.route], pipeline.go): a session-era agent of an
-//     upstream that speaks only 2026-07-28 goes to the bridge (bridge.go);
-//     everything else passes through ([Server.forward]; a new session:
-//     [Server.initialize]; a GET stream: [Server.serveStream],
+//     upstream that speaks only 2026-07-28 goes to the bridge (bridge.go),
+//     a 2026-07-28 agent of a session-era upstream to the held route
+//     (held.go); everything else passes through ([Server.forward]; a new
+//     session: [Server.initialize]; a GET stream: [Server.serveStream],
 //     getstream.go; a GET resuming an answer mcpheal keeps:
-//     [Server.serveLog], answerlog.go). New sessions are admitted by [sessions.admit], under
-//     the store's caps and the memory budget.
+//     [Server.serveLog], answerlog.go). New sessions are admitted by
+//     [sessions.admit], under the store's caps and the memory budget. The
+//     bridge, the held route and open streams hold a [routeKit], the
+//     stages they use, not the Server.
 //  3. attempt (attempt.go, decide.go): [attempt.loop] is send → judge →
 //     decide → act, for every route. [attempt.send] makes one exchange
 //     through the upstream link (link.go; a request that is not replay-safe

@@ -28,7 +28,7 @@ import (
 // The pump owns the upstream side, the writer the agent side; the writer
 // stops the pump when the agent goes away.
 type getStream struct {
-	s    *Server
+	s    *routeKit
 	conn net.Conn // the agent's connection: each write is bounded by WriteTimeout
 	sess *session.Session
 	hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
@@ -53,7 +53,7 @@ type getStream struct {
 // outlives upstream sessions.
 func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 	sess := r.sess
-	g := &getStream{s: s, sess: sess, hdr: new(fasthttp.RequestHeader),
+	g := &getStream{s: s.kit, sess: sess, hdr: new(fasthttp.RequestHeader),
 		out: make(chan []byte, 16), quit: make(chan struct{}), done: make(chan struct{})}
 	r.hdr.CopyTo(g.hdr)
 	stripRequestHeader(g.hdr, s.link.requestDrops())

@@ -52,7 +52,7 @@ import (
 // of its key, never leaves mcpheal; with a fleet's store, a restarted
 // process takes it over (adopt).
 type held struct {
-	s      *Server
+	s      *routeKit
 	scope  string // heldScope
 	mu     sync.Mutex
 	byKey  map[heldKey]*heldEntry
@@ -601,7 +601,7 @@ func (h *held) open(r *request, id session.ClientID) (*session.Session, *discove
 	}
 	ir := &request{msg: message{method: "initialize", id: gjson.GetBytes(body, "id").Raw}, body: body, hdr: r.hdr,
 		auth: r.auth, tctx: r.tctx, heldID: id, heldGen: r.heldGen}
-	a := newAttempt(s, nil, ir)
+	a := s.attempt(nil, ir)
 	defer a.release()
 	a.gen = 1
 	s.link.copyRequest(r.hdr, body, a.req)
@@ -715,7 +715,7 @@ func (h *held) discover(ctx *fasthttp.RequestCtx, r *request, d *discovery) {
 	out = append(out, d.serverInfo...)
 	out = append(out, "}}}"...)
 	h.s.count.request(m, classify.OK)
-	writeJSONAnswer(ctx, fasthttp.StatusOK, out, nil, &h.s.mem)
+	writeJSONAnswer(ctx, fasthttp.StatusOK, out, nil, h.s.mem)
 }
 
 // stripStateless removes the headers of a 2026-07-28 request that a

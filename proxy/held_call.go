@@ -92,7 +92,7 @@ type heldIDk struct {
 // InputRequiredResult.
 func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	s := h.s
-	a := newAttempt(s, ctx, r)
+	a := s.attempt(ctx, r)
 	a.heals = true
 	c := &heldCall{h: h, a: a, sess: r.sess, agentID: strings.Clone(r.msg.id), hdr: r.hdr}
 	c.follow(r.body)
@@ -130,7 +130,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 		}
 		if len(msg) == 0 {
 			ctx.SetStatusCode(status)
-		} else if writeJSONAnswer(ctx, status, msg, nil, &s.mem) {
+		} else if writeJSONAnswer(ctx, status, msg, nil, s.mem) {
 			s.count.bytesOut.Add(uint64(len(msg)))
 		}
 		c.a.answered(msg, status)
@@ -140,7 +140,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 		// its own status (-32601 404, -32021 400): a JSON answer with it,
 		// not a stream already answered 200.
 		msg, status := c.modernAnswer(fasthttp.StatusOK, sse.Data(nil, a.first))
-		if writeJSONAnswer(ctx, status, msg, nil, &s.mem) {
+		if writeJSONAnswer(ctx, status, msg, nil, s.mem) {
 			s.count.bytesOut.Add(uint64(len(msg)))
 		}
 		c.a.answered(msg, status)

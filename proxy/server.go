@@ -278,6 +278,7 @@ type Server struct {
 	eras     *eraState
 	bridge   *bridge
 	held     *held
+	kit      *routeKit // what the bridge, the held route and agent streams use of the Server
 	streams  streamSet
 	answers  answerLogs // answers agents may resume (answerlog.go)
 	// prm is the path of the upstream's protected resource metadata its
@@ -295,6 +296,42 @@ type Server struct {
 	readyMu  sync.Mutex // protects readyAt, readyErr
 	readyAt  time.Time
 	readyErr error
+}
+
+// routeKit is what a route that translates between eras (held.go,
+// bridge.go) and an agent's open stream (getstream.go, agentstream.go) use
+// of the Server: the stages every route shares, named one by one, and the
+// pipeline's attempt, through which they send. They hold it, not the
+// Server.
+type routeKit struct {
+	cfg      *Config
+	log      *zerolog.Logger
+	count    *counters
+	mem      *budget
+	bg       *bgGroup
+	done     <-chan struct{}
+	link     *link
+	sessions *sessions
+	healer   *healer
+	eras     *eraState
+	streams  *streamSet
+	trace    *tracing
+	// attempt takes an attempt of the pipeline for r (newAttempt); ctx may
+	// be nil.
+	attempt func(ctx *fasthttp.RequestCtx, r *request) *attempt
+	// passChallenge gives the agent the upstream's 401 or 403 challenge,
+	// naming mcpheal's protected resource metadata (oauth.go).
+	passChallenge func(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader)
+	// ownChallenge is a challenge naming mcpheal's metadata (oauth.go).
+	ownChallenge func(h *fasthttp.RequestHeader, challenge []byte) []byte
+}
+
+// routeKit names the stages a translating route uses.
+func (s *Server) routeKit() *routeKit {
+	return &routeKit{cfg: &s.cfg, log: &s.log, count: &s.count, mem: &s.mem, bg: &s.bg, done: s.done,
+		link: s.link, sessions: s.sessions, healer: s.healer, eras: s.eras, streams: &s.streams, trace: s.trace,
+		attempt:       func(ctx *fasthttp.RequestCtx, r *request) *attempt { return newAttempt(s, ctx, r) },
+		passChallenge: s.passChallenge, ownChallenge: s.ownChallenge}
 }
 
 // New returns a Server for cfg. It does not listen yet.
@@ -335,8 +372,9 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		streams: &s.streams, bg: &s.bg, trace: s.trace}
 	s.eras = &eraState{cfg: &s.cfg, log: &s.log, link: s.link, mem: &s.mem, bg: &s.bg}
 	s.link.onRecover = s.eras.recheck
-	s.bridge = &bridge{s: s}
-	s.held = &held{s: s, scope: heldScope(s.cfg.Listen), byKey: make(map[heldKey]*heldEntry),
+	s.kit = s.routeKit()
+	s.bridge = &bridge{s: s.kit}
+	s.held = &held{s: s.kit, scope: heldScope(s.cfg.Listen), byKey: make(map[heldKey]*heldEntry),
 		hubs: make(map[*session.Session]*heldHub)}
 	s.guard.eras, s.guard.held = s.eras, s.held
 	if f := s.sessions.fleet; f != nil && f.watcher != nil && s.bg.Add(1) {
@@ -593,14 +631,17 @@ func orDur(d, def time.Duration) time.Duration {
 // agent that stops reading its answer (or never started) loses its
 // connection instead of pinning the answer in memory. Streams re-arm before
 // each write; fasthttp writes a buffered answer right after the handler.
-func (s *Server) armWrite(c net.Conn) {
+func (s *Server) armWrite(c net.Conn) { armWrite(c, s.cfg.WriteTimeout) }
+
+// armWrite bounds the next writes to c by d.
+func armWrite(c net.Conn, d time.Duration) {
 	if c == nil {
 		return
 	}
 	// A RequestCtx made by Init (tests, fasthttp.TimeoutHandler) has a
 	// stand-in connection whose methods panic.
 	defer func() { _ = recover() }()
-	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	_ = c.SetWriteDeadline(time.Now().Add(d))
 }
 
 // wellKnown forwards OAuth discovery (RFC 9728 protected resource metadata,
