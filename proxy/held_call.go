@@ -165,13 +165,8 @@ func (c *heldCall) streamTo(ctx *fasthttp.RequestCtx) {
 	ctx.SetBodyStreamWriter(c.stream)
 }
 
-// stream relays the upstream's events to the agent: its notifications as
-// they come, then its answer with the agent's id, or, when it asks for
-// input, an InputRequiredResult that parks the call. The session era asks
-// one request at a time but may send several at once (the Go SDK sends a
-// tool's elicitation, sampling and roots concurrently): after a request
-// the stream is read on for gatherInputs, and what else it asks in that
-// time goes to the agent in the same result, as 2026-07-28 has it.
+// stream relays the upstream's events to the agent (relay), and ends the
+// call unless it is parked for its agent's input.
 func (c *heldCall) stream(w *bufio.Writer) {
 	a := c.a
 	c.st.w = w
@@ -180,9 +175,40 @@ func (c *heldCall) stream(w *bufio.Writer) {
 		c.rewatch = false
 		a.watch.arm(c.st.conn, a.resp)
 	}
-	var final []byte
+	end, final, parked := c.relay()
+	switch end {
+	case eventsDone:
+		if parked {
+			close(c.handoff)
+			return // the agent's retry resumes it (resume)
+		}
+		c.a.answered(final, fasthttp.StatusOK)
+	case eventsGone:
+		c.cancelUpstream()
+	case eventsCut:
+		if a.agentGone() { // the agent closed its connection: how 2026-07-28 cancels
+			c.cancelUpstream()
+			break
+		}
+		c.fail(a.cut())
+	case eventsTooLarge:
+		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
+	}
+	c.finish()
+}
+
+// relay writes the upstream's notifications as they come, then its answer
+// with the agent's id (final), or, when it asks for input, an
+// InputRequiredResult that parks the call (parked). The session era asks
+// one request at a time but may send several at once (the Go SDK sends a
+// tool's elicitation, sampling and roots concurrently): after a request
+// the stream is read on for gatherInputs, and what else it asks in that
+// time, or on the session's GET stream (inject), goes to the agent in the
+// same result, as 2026-07-28 has it. end is how the events ended.
+func (c *heldCall) relay() (end int, final []byte, parked bool) {
+	a := c.a
 	var asks [][]byte
-	parked, tried := false, false
+	tried := false
 	gather := func(more ...[]byte) bool {
 		asks = append(asks, more...)
 		if len(asks) >= maxAsks || a.resp.SetReadDeadline(time.Now().Add(gatherInputs)) != nil {
@@ -190,7 +216,6 @@ func (c *heldCall) stream(w *bufio.Writer) {
 		}
 		return tried
 	}
-	var end int
 	for {
 		if more := c.takeAside(); len(more) > 0 {
 			a.resp.TakeWake() // what woke the stream is here
@@ -237,25 +262,7 @@ func (c *heldCall) stream(w *bufio.Writer) {
 			end = eventsDone
 		}
 	}
-	switch end {
-	case eventsDone:
-		if parked {
-			close(c.handoff)
-			return // the agent's retry resumes it (resume)
-		}
-		c.a.answered(final, fasthttp.StatusOK)
-	case eventsGone:
-		c.cancelUpstream()
-	case eventsCut:
-		if a.agentGone() { // the agent closed its connection: how 2026-07-28 cancels
-			c.cancelUpstream()
-			break
-		}
-		c.fail(a.cut())
-	case eventsTooLarge:
-		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
-	}
-	c.finish()
+	return end, final, parked
 }
 
 // inject gives the call a request the upstream sent on its session's GET
