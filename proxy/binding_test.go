@@ -9,11 +9,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,15 +23,19 @@ import (
 // authSeenSince returns the Authorization headers up received from the
 // n-th request on.
 func authSeenSince(up *authServer, n int) []string {
-	up.mu.Lock()
-	defer up.mu.Unlock()
-	return append([]string(nil), up.seen[n:]...)
+	up.rec.mu.Lock()
+	defer up.rec.mu.Unlock()
+	var seen []string
+	for _, q := range up.rec.got[n:] {
+		seen = append(seen, q.auth)
+	}
+	return seen
 }
 
 func authSeenCount(up *authServer) int {
-	up.mu.Lock()
-	defer up.mu.Unlock()
-	return len(up.seen)
+	up.rec.mu.Lock()
+	defer up.rec.mu.Unlock()
+	return len(up.rec.got)
 }
 
 // TestRotatedTokenFollowsSessionAcrossReplicas: the upstream accepts the
@@ -59,12 +60,12 @@ func TestRotatedTokenFollowsSessionAcrossReplicas(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "secret-answer") {
 			t.Fatalf("second token on replica A: %d %s; want the upstream's answer", resp.StatusCode, body)
 		}
-		inits := up.inits.Load()
+		inits := up.rec.calls("initialize")
 		resp, body = authPost(t, b, sid, tok2, echoCall)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "secret-answer") {
 			t.Fatalf("second token on replica B: %d %s; want the session", resp.StatusCode, body)
 		}
-		if n := up.inits.Load() - inits; n != 0 {
+		if n := up.rec.calls("initialize") - inits; n != 0 {
 			t.Fatalf("replica B made %d upstream initializes; want 0 (it adopts the live upstream session)", n)
 		}
 
@@ -76,7 +77,7 @@ func TestRotatedTokenFollowsSessionAcrossReplicas(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "secret-answer") {
 			t.Fatalf("second token on replica B after the upstream session expired: %d %s; want healed", resp.StatusCode, body)
 		}
-		if n := up.inits.Load() - inits; n != 1 {
+		if n := up.rec.calls("initialize") - inits; n != 1 {
 			t.Fatalf("%d upstream initializes for the heal, want 1", n)
 		}
 		for _, h := range authSeenSince(up, seen) {
@@ -147,18 +148,14 @@ func jwtClaims(tok string) map[string]any {
 type jwtServer struct {
 	url string
 	srv *mcp.Server
-
-	mu     sync.Mutex
-	seen   []string
-	status map[int]int
-	inits  int
+	rec *recorder // what reached the server
 }
 
 const jwtIssuer = "https://issuer.mcpheal.test"
 
 func startJWTServer(t *testing.T) *jwtServer {
 	t.Helper()
-	j := &jwtServer{status: map[int]int{}}
+	j := &jwtServer{}
 	j.srv = mcp.NewServer(&mcp.Implementation{Name: "jwt-peer", Version: "1"}, nil)
 	mcp.AddTool(j.srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
 		return peerText(in.Text), nil, nil
@@ -172,42 +169,14 @@ func startJWTServer(t *testing.T) *jwtServer {
 		return &auth.TokenInfo{UserID: sub, Expiration: time.Now().Add(time.Hour)}, nil
 	}
 	h := auth.RequireBearerToken(verify, nil)(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return j.srv }, nil))
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
-		j.mu.Lock()
-		j.seen = append(j.seen, r.Header.Get("Authorization"))
-		if strings.Contains(string(body), `"method":"initialize"`) {
-			j.inits++
-		}
-		j.mu.Unlock()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		h.ServeHTTP(sw, r)
-		j.mu.Lock()
-		j.status[sw.status]++
-		j.mu.Unlock()
-	}))
-	t.Cleanup(hs.Close)
-	j.url = hs.URL + "/mcp"
+	j.rec = startRecorder(t, h)
+	j.url = j.rec.url
 	return j
 }
 
-func (j *jwtServer) saw(auth string) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, s := range j.seen {
-		if s == auth {
-			return true
-		}
-	}
-	return false
-}
+func (j *jwtServer) saw(auth string) bool { return j.rec.saw(auth) }
 
-func (j *jwtServer) answered(status int) int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.status[status]
-}
+func (j *jwtServer) answered(status int) int { return int(j.rec.answered(status)) }
 
 // statusWriter records the status an http.Handler answered.
 type statusWriter struct {

@@ -1,10 +1,7 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -19,14 +16,13 @@ import (
 // 2026-07-28 (stateless, SupportedProtocolVersions 2026-07-28), counting
 // what it receives.
 type modernServer struct {
-	url      string
-	srv      *mcp.Server
-	inits    atomic.Int64 // initialize requests: a bridge never sends one
-	discover atomic.Int64
-	echoes   atomic.Int64
-	samples  atomic.Int64 // sample calls that completed
-	aborted  atomic.Int64 // slow calls whose request context ended early
-	close    func()
+	url     string
+	srv     *mcp.Server
+	rec     *recorder // what reached the server: a bridge never sends initialize
+	echoes  atomic.Int64
+	samples atomic.Int64 // sample calls that completed
+	aborted atomic.Int64 // slow calls whose request context ended early
+	close   func()
 }
 
 func startModern(t *testing.T) *modernServer {
@@ -90,22 +86,9 @@ func startModern(t *testing.T) *modernServer {
 	})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.srv },
 		&mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			body, _ := io.ReadAll(r.Body)
-			var msg struct{ Method string }
-			_ = json.Unmarshal(body, &msg)
-			switch msg.Method {
-			case "initialize":
-				m.inits.Add(1)
-			case "server/discover":
-				m.discover.Add(1)
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-		}
-		h.ServeHTTP(w, r)
-	}))
-	m.url = hs.URL + "/mcp"
+	m.rec = startRecorder(t, h)
+	m.url = m.rec.url
+	hs := m.rec.srv
 	m.close = func() { hs.CloseClientConnections(); hs.Close() }
 	t.Cleanup(m.close)
 	return m
@@ -145,7 +128,7 @@ func TestBridgeGoSDK(t *testing.T) {
 		}
 		t.Logf("directly: %v", err)
 	}
-	direct := up.inits.Load()
+	direct := up.rec.calls("initialize")
 
 	_, url := startProxy(t, up.url, nil)
 	var progress, logs atomic.Int64
@@ -195,7 +178,7 @@ func TestBridgeGoSDK(t *testing.T) {
 	nudge(t, "resources/updated through the bridge", func() {
 		_ = up.srv.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: "test://r1"})
 	}, func() bool { return updated.count("test://r1") > 0 })
-	if n := up.inits.Load() - direct; n != 0 {
+	if n := up.rec.calls("initialize") - direct; n != 0 {
 		t.Errorf("the server saw %d initialize through the bridge, want 0", n)
 	}
 	if n := up.echoes.Load(); n != 1 {
@@ -284,7 +267,7 @@ func TestBridgeOff(t *testing.T) {
 	if err == nil {
 		t.Fatal("a legacy agent worked through mcpheal with era_bridge off")
 	}
-	if n := up.discover.Load(); n != 0 {
+	if n := up.rec.calls("server/discover"); n != 0 {
 		t.Fatalf("%d server/discover probes with era_bridge off, want 0", n)
 	}
 	if _, err := New(Config{Upstream: up.url, EraBridge: "sometimes"}, nopLog()); err == nil {

@@ -76,27 +76,28 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 // idle expiry of its own never fills up with sessions nobody uses.
 func TestChurnDeletesEverySession(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex // protects created, deleted
-	created, deleted := map[string]bool{}, map[string]int{}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "churn", Version: "1"}, nil)
 	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
 		return peerText(in.Text), nil, nil
 	})
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{JSONResponse: true})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodDelete {
-			mu.Lock()
-			deleted[r.Header.Get("Mcp-Session-Id")]++
-			mu.Unlock()
+	up := startRecorder(t, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{JSONResponse: true}))
+	// sessions: the upstream sessions the answers named, and the DELETEs
+	// of each.
+	sessions := func() (created map[string]bool, deleted map[string]int) {
+		created, deleted = map[string]bool{}, map[string]int{}
+		up.mu.Lock()
+		defer up.mu.Unlock()
+		for _, q := range up.got {
+			if q.minted != "" {
+				created[q.minted] = true
+			}
+			if q.httpMethod == http.MethodDelete {
+				deleted[q.session]++
+			}
 		}
-		h.ServeHTTP(&sessionSpy{ResponseWriter: w, seen: func(id string) {
-			mu.Lock()
-			created[id] = true
-			mu.Unlock()
-		}}, r)
-	}))
-	t.Cleanup(up.Close)
-	_, url := startProxy(t, up.URL+"/mcp", func(c *Config) {
+		return created, deleted
+	}
+	_, url := startProxy(t, up.url, func(c *Config) {
 		c.SessionTTL, c.Keepalive, c.EraBridge = 300*time.Millisecond, -1, "off"
 	})
 	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"churn"}}}`
@@ -121,12 +122,10 @@ func TestChurnDeletesEverySession(t *testing.T) {
 		}
 	}
 	peerWait(t, "a DELETE of every upstream session", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
+		created, deleted := sessions()
 		return len(deleted) >= len(created)
 	})
-	mu.Lock()
-	defer mu.Unlock()
+	created, deleted := sessions()
 	if len(created) < 30 {
 		t.Fatalf("%d upstream sessions created, want at least 30", len(created))
 	}
@@ -140,24 +139,4 @@ func TestChurnDeletesEverySession(t *testing.T) {
 			t.Errorf("a DELETE of %.8s, which was never created", id)
 		}
 	}
-}
-
-// sessionSpy tells seen the Mcp-Session-Id an answer carries.
-type sessionSpy struct {
-	http.ResponseWriter
-	seen func(string)
-}
-
-func (s *sessionSpy) WriteHeader(code int) {
-	if id := s.Header().Get("Mcp-Session-Id"); id != "" {
-		s.seen(id)
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *sessionSpy) Write(b []byte) (int, error) {
-	if id := s.Header().Get("Mcp-Session-Id"); id != "" {
-		s.seen(id)
-	}
-	return s.ResponseWriter.Write(b)
 }

@@ -200,7 +200,7 @@ func TestSealedIDRefusals(t *testing.T) {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
 	a.s.sessions.store.Remove(session.ClientID(sid)) // as if the process had lost it: the next use restores
-	inits := up.inits.Load()
+	inits := up.rec.calls("initialize")
 	tampered := []byte(sid)
 	tampered[len(tampered)/2] ^= 1
 	for name, c := range map[string]struct{ sid, token string }{
@@ -216,7 +216,7 @@ func TestSealedIDRefusals(t *testing.T) {
 			t.Errorf("%s: %d %s; want 404 -32001", name, resp.StatusCode, body)
 		}
 	}
-	if n := up.inits.Load() - inits; n != 0 {
+	if n := up.rec.calls("initialize") - inits; n != 0 {
 		t.Fatalf("%d upstream initializes for refused ids, want 0", n)
 	}
 	if resp, body := authPost(t, url, sid, "victim-token-0001", echoCall); resp.StatusCode != http.StatusOK {

@@ -38,9 +38,8 @@ type authServer struct {
 	srv    *mcp.Server
 	mu     sync.Mutex
 	tokens map[string]string
-	inits  atomic.Int64
 	echoes atomic.Int64 // executions of echo
-	seen   []string     // Authorization headers received
+	rec    *recorder    // what reached the server
 }
 
 func startAuthServer(t *testing.T, tokens map[string]string) *authServer {
@@ -62,19 +61,8 @@ func startAuthServer(t *testing.T, tokens map[string]string) *authServer {
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return a.srv }, nil)
 	protected := auth.RequireBearerToken(verify, nil)(h)
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
-		a.mu.Lock()
-		a.seen = append(a.seen, r.Header.Get("Authorization"))
-		a.mu.Unlock()
-		if strings.Contains(string(body), `"method":"initialize"`) {
-			a.inits.Add(1)
-		}
-		protected.ServeHTTP(w, r)
-	}))
-	t.Cleanup(hs.Close)
-	a.url = hs.URL + "/mcp"
+	a.rec = startRecorder(t, protected)
+	a.url = a.rec.url
 	return a
 }
 
@@ -90,16 +78,7 @@ func (a *authServer) expireAll() {
 	}
 }
 
-func (a *authServer) sawAuthorization(v string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, s := range a.seen {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
+func (a *authServer) sawAuthorization(v string) bool { return a.rec.saw(v) }
 
 // authPost POSTs a JSON-RPC message with a bearer token.
 func authPost(t *testing.T, url, sid, token, body string) (*http.Response, []byte) {
@@ -146,14 +125,14 @@ func TestStolenSessionID(t *testing.T) {
 		t.Fatalf("attacker on the owner's session: %d %q; want the upstream's 403", resp.StatusCode, body)
 	}
 	up.expireAll()
-	inits := up.inits.Load()
+	inits := up.rec.calls("initialize")
 	resp, body = authPost(t, url, sid, "attacker-token-01", echoCall)
-	if resp.StatusCode != http.StatusNotFound || up.inits.Load() != inits {
+	if resp.StatusCode != http.StatusNotFound || up.rec.calls("initialize") != inits {
 		t.Fatalf("attacker on the dead session: %d %q, %d initializes; want the upstream's 404 and no heal",
-			resp.StatusCode, body, up.inits.Load()-inits)
+			resp.StatusCode, body, up.rec.calls("initialize")-inits)
 	}
 	resp, body = authPost(t, url, sid, "victim-token-0001", echoCall)
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || up.inits.Load() != inits+1 {
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || up.rec.calls("initialize") != inits+1 {
 		t.Fatalf("owner after expiry: %d %q; want healed", resp.StatusCode, body)
 	}
 }
@@ -173,9 +152,9 @@ func TestTokenRotation(t *testing.T) {
 		t.Fatalf("new token: %d %q", resp.StatusCode, body)
 	}
 	up.expireAll()
-	inits := up.inits.Load()
+	inits := up.rec.calls("initialize")
 	resp, body := authPost(t, url, sid, "alice-token-new1", echoCall)
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || up.inits.Load() != inits+1 {
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "secret-answer") || up.rec.calls("initialize") != inits+1 {
 		t.Fatalf("rotated token after expiry: %d %q", resp.StatusCode, body)
 	}
 	if !up.sawAuthorization("Bearer alice-token-new1") {
@@ -301,11 +280,10 @@ func TestLoginRefreshedMidHeal(t *testing.T) {
 		t.Errorf("refresh request %q lacks the resource %s", forms, up.url)
 	}
 	mu.Unlock()
-	up.mu.Lock()
-	last := up.seen[len(up.seen)-1]
-	up.mu.Unlock()
-	if last != "Bearer login-token-1" || up.inits.Load() != 2 {
-		t.Errorf("after the heal: last Authorization %q, %d initializes; want the refreshed token and 2", last, up.inits.Load())
+	auths := authSeenSince(up, 0)
+	last := auths[len(auths)-1]
+	if last != "Bearer login-token-1" || up.rec.calls("initialize") != 2 {
+		t.Errorf("after the heal: last Authorization %q, %d initializes; want the refreshed token and 2", last, up.rec.calls("initialize"))
 	}
 	f, err := login.Read(file)
 	if err != nil || f.AccessToken != "login-token-1" || f.RefreshToken != "refresh-1" {

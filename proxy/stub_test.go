@@ -11,10 +11,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tidwall/gjson"
 )
 
 // startStub serves a stub upstream until the test ends and returns its MCP
@@ -203,4 +207,80 @@ func TestStreamed503Judged(t *testing.T) {
 		resp.Header.Get("Retry-After") == "" || time.Since(start) > 3*time.Second {
 		t.Fatalf("after %v: %d %s; want the server's 503 and words at once", time.Since(start), resp.StatusCode, raw)
 	}
+}
+
+// recorder serves a real server's handler (a Go SDK handler behind its
+// own authentication, say) and records what reached it: the one wrapper
+// for the tests that count an upstream's requests, in place of a fake.
+type recorder struct {
+	url string // the MCP endpoint
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []recorded
+}
+
+// recorded is one request the recorder served.
+type recorded struct {
+	httpMethod string // POST, GET, DELETE
+	method     string // the JSON-RPC method of a POST
+	auth       string // Authorization
+	session    string // the Mcp-Session-Id it named
+	minted     string // the Mcp-Session-Id its answer set
+	status     int    // the status it was answered
+}
+
+// startRecorder serves h on a 127.0.0.1 port until the test ends.
+func startRecorder(t testing.TB, h http.Handler) *recorder {
+	t.Helper()
+	rec := &recorder{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := recorded{httpMethod: r.Method, auth: r.Header.Get("Authorization"), session: r.Header.Get("Mcp-Session-Id")}
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			q.method = gjson.GetBytes(body, "method").Str
+		}
+		// Recorded as it arrives (an agent may count before the handler
+		// returns); its answer's status and session id once answered.
+		rec.mu.Lock()
+		i := len(rec.got)
+		rec.got = append(rec.got, q)
+		rec.mu.Unlock()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		rec.mu.Lock()
+		rec.got[i].status, rec.got[i].minted = sw.status, w.Header().Get("Mcp-Session-Id")
+		rec.mu.Unlock()
+	}))
+	t.Cleanup(hs.Close)
+	rec.url, rec.srv = hs.URL+"/mcp", hs
+	return rec
+}
+
+// count counts the recorded requests for which match is true.
+func (rec *recorder) count(match func(recorded) bool) int64 {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var n int64
+	for _, q := range rec.got {
+		if match(q) {
+			n++
+		}
+	}
+	return n
+}
+
+// calls counts the POSTs of a JSON-RPC method.
+func (rec *recorder) calls(method string) int64 {
+	return rec.count(func(q recorded) bool { return q.method == method })
+}
+
+// saw reports whether a request came with Authorization auth.
+func (rec *recorder) saw(auth string) bool {
+	return rec.count(func(q recorded) bool { return q.auth == auth }) > 0
+}
+
+// answered counts the requests answered status.
+func (rec *recorder) answered(status int) int64 {
+	return rec.count(func(q recorded) bool { return q.status == status })
 }
