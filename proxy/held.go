@@ -60,7 +60,8 @@ type held struct {
 	calls  sync.Map // callKey → heldCancel, for notifications/cancelled
 	infos  sync.Map // *session.Session → *discovery: its initialize's answer
 	hubs   map[*session.Session]*heldHub
-	// refusing counts the refusals of upstream requests in flight (refuse).
+	// refusing counts the answers to upstream requests on GET streams in
+	// flight (refuse, ask).
 	refusing atomic.Int32
 }
 

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -298,13 +300,7 @@ func (hub *heldHub) deliver(h *held, msg []byte) {
 	m := gjson.ParseBytes(msg)
 	method := m.Get("method").Str
 	if id := m.Get("id"); id.Exists() && method != "" {
-		if !asksAUser(method) {
-			h.refuse(hub.g.sess, id.Raw, method)
-			return
-		}
-		if c := h.onlyCall(hub.g.sess); c == nil || !c.inject(msg) {
-			h.refuse(hub.g.sess, id.Raw, method)
-		}
+		h.ask(hub.g.sess, msg, id.Raw, method)
 		return
 	}
 	uri := ""
@@ -378,6 +374,32 @@ func (hub *heldHub) want(h *held, r *request, uri string) error {
 		hub.mu.Unlock()
 	}
 	return err
+}
+
+// ask gives a request the upstream sent on a held session's GET stream
+// to the session's one call in flight (inject), in the background: the
+// call's stream may take a moment to begin, and the hub's other events do
+// not wait for it. Anything else, or past maxRefusing such requests at a
+// time, is refused.
+func (h *held) ask(sess *session.Session, msg []byte, id, method string) {
+	c := h.onlyCall(sess)
+	if !asksAUser(method) || c == nil {
+		h.refuse(sess, id, method)
+		return
+	}
+	if h.refusing.Add(1) > maxRefusing || !h.s.bg.Add(1) {
+		h.refusing.Add(-1)
+		h.refuse(sess, id, method)
+		return
+	}
+	msg, id, method = bytes.Clone(msg), strings.Clone(id), strings.Clone(method) // the hub's buffer is reused
+	go func() {
+		defer h.s.bg.Done()
+		defer h.refusing.Add(-1)
+		if !c.inject(msg) {
+			h.refuse(sess, id, method)
+		}
+	}()
 }
 
 // asksAUser reports the requests a server makes on its GET stream within
