@@ -111,7 +111,29 @@ func TestHeldAsksAside(t *testing.T) {
 	_, url := startProxy(t, up.URL(), func(c *Config) { c.ResponseTimeout = 5 * time.Second })
 	const caps = `{"elicitation":{}}`
 	call := `"name":"ask_aside","arguments":{},`
-	st, first := heldPostCaps(t, url, "alice", caps, "tools/call", call, 1)
+	// The held session's GET stream opens in the background: until the Go
+	// SDK has it, the tool's elicitation fails on the server ("stream not
+	// connected", the tool does not count). Open the session first, and
+	// wait for the GET to reach the server.
+	if st, res := heldPostCaps(t, url, "alice", caps, "tools/list", "", 1); st != http.StatusOK {
+		t.Fatalf("tools/list: %d %s", st, res.Raw)
+	}
+	peerWait(t, "the held session's GET stream", func() bool {
+		for _, r := range up.Requests() {
+			if r.HTTPMethod == http.MethodGet {
+				return true
+			}
+		}
+		return false
+	})
+	var st int
+	var first gjson.Result
+	if !waitFor(peerTimeout, func() bool {
+		st, first = heldPostCaps(t, url, "alice", caps, "tools/call", call, 1)
+		return !strings.Contains(first.Raw, "stream not connected")
+	}) {
+		t.Fatalf("the server's GET stream never connected: %s", first.Raw)
+	}
 	key, ask := "", gjson.Result{}
 	first.Get("result.inputRequests").ForEach(func(k, v gjson.Result) bool { key, ask = k.Str, v; return false })
 	if st != http.StatusOK || first.Get("result.resultType").Str != "input_required" || ask.Get("method").Str != "elicitation/create" {
