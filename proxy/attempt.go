@@ -120,7 +120,7 @@ func newAttempt(s *Server, ctx *fasthttp.RequestCtx, r *request) *attempt {
 		tryAnswer: tryAnswer{rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0], idBuf: a.rw.idBuf[:0]}, buf: a.buf, out: a.out[:0]}}
 	if a.watch == nil {
 		a.watch = newAgentWatch()
-	} else {
+	} else if a.watch.state.Load() != watchIdle || a.watch.gone.Load() {
 		a.watch.stop() // whatever its last user left: an attempt starts watching nobody
 	}
 	a.req = fasthttp.AcquireRequest()

@@ -384,16 +384,12 @@ func nameMismatch(r *request) (string, bool) {
 	default:
 		return "", false
 	}
-	v := strings.Trim(b2s(r.hdr.Peek("Mcp-Name")), " \t")
-	if v == "" {
+	v, ok := carriedValue(r.hdr.Peek("Mcp-Name"))
+	switch {
+	case v == "" && ok:
 		return "missing required Mcp-Name header for " + r.msg.method, true
-	}
-	if enc, ok := strings.CutPrefix(v, "=?base64?"); ok && strings.HasSuffix(enc, "?=") {
-		b, err := base64.StdEncoding.DecodeString(strings.TrimSuffix(enc, "?="))
-		if err != nil {
-			return "Mcp-Name header is not valid base64", true
-		}
-		v = string(b)
+	case !ok:
+		return "Mcp-Name header is not valid base64", true
 	}
 	if v != want {
 		return "header mismatch: Mcp-Name header value " + strconv.Quote(v) + " does not match body value " + strconv.Quote(want), true
@@ -421,19 +417,29 @@ func paramMismatch(r *request) (string, bool) {
 		if raw == nil {
 			return "missing required Mcp-Param-" + name + " header for argument " + strconv.Quote(param), true
 		}
-		v := strings.Trim(b2s(raw), " \t")
-		if enc, ok := strings.CutPrefix(v, "=?base64?"); ok && strings.HasSuffix(enc, "?=") {
-			b, err := base64.StdEncoding.Strict().DecodeString(strings.TrimSuffix(enc, "?="))
-			if err != nil {
-				return "Mcp-Param-" + name + " header is not valid base64", true
-			}
-			v = string(b)
+		v, ok := carriedValue(raw)
+		if !ok {
+			return "Mcp-Param-" + name + " header is not valid base64", true
 		}
 		if v != want {
 			return "header mismatch: Mcp-Param-" + name + " header value does not match argument " + strconv.Quote(param), true
 		}
 	}
 	return "", false
+}
+
+// carriedValue is the value of a 2026-07-28 header that carries a request's
+// value (Mcp-Name, Mcp-Param-*): leading and trailing white space aside
+// (RFC 9110 §5.5), decoded from =?base64?…?= when so written; ok is false
+// when that base64 is not strictly valid.
+func carriedValue(raw []byte) (v string, ok bool) {
+	v = strings.Trim(b2s(raw), " \t")
+	enc, coded := strings.CutPrefix(v, "=?base64?")
+	if !coded || !strings.HasSuffix(enc, "?=") {
+		return v, true
+	}
+	b, err := base64.StdEncoding.Strict().DecodeString(strings.TrimSuffix(enc, "?="))
+	return string(b), err == nil
 }
 
 // sessionOnly reports the methods of the session era that MCP 2026-07-28

@@ -382,8 +382,11 @@ func (hub *heldHub) want(h *held, r *request, uri string) error {
 // not wait for it. Anything else, or past maxRefusing such requests at a
 // time, is refused.
 func (h *held) ask(sess *session.Session, msg []byte, id, method string) {
-	c := h.onlyCall(sess)
-	if !asksAUser(method) || c == nil {
+	var c *heldCall
+	if asksAUser(method) {
+		c = h.onlyCall(sess)
+	}
+	if c == nil {
 		h.refuse(sess, id, method)
 		return
 	}
@@ -395,8 +398,9 @@ func (h *held) ask(sess *session.Session, msg []byte, id, method string) {
 	msg, id, method = bytes.Clone(msg), strings.Clone(id), strings.Clone(method) // the hub's buffer is reused
 	go func() {
 		defer h.s.bg.Done()
-		defer h.refusing.Add(-1)
-		if !c.inject(msg) {
+		ok := c.inject(msg)
+		h.refusing.Add(-1) // before refuse, which takes a place of its own
+		if !ok {
 			h.refuse(sess, id, method)
 		}
 	}()
