@@ -116,8 +116,8 @@ var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
 // response; ctx may be nil (no agent connection to watch or answer).
 func newAttempt(s *Server, ctx *fasthttp.RequestCtx, r *request) *attempt {
 	a := attemptPool.Get().(*attempt)
-	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg, watch: a.watch,
-		tryAnswer: tryAnswer{rw: eventRewriter{fr: a.rw.fr, held: a.rw.held[:0], idBuf: a.rw.idBuf[:0]}, buf: a.buf, out: a.out[:0]}}
+	// Its answer state was reset by release (or is new): its buffers stay.
+	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg, watch: a.watch, tryAnswer: a.tryAnswer}
 	if a.watch == nil {
 		a.watch = newAgentWatch()
 	} else if a.watch.state.Load() != watchIdle || a.watch.gone.Load() {
@@ -140,15 +140,14 @@ func (a *attempt) release() {
 		upstream.ReleaseResponse(a.resp)
 	}
 	a.s.mem.give(a.charged)
-	o, b, h := a.out, a.buf, a.rw.held
-	if cap(o) > 64<<10 {
-		o = nil // do not pin large buffers (golang/go#23199)
+	if cap(a.out) > 64<<10 {
+		a.out = nil // do not pin large buffers (golang/go#23199)
 	}
-	if cap(h) > 64<<10 {
-		h = nil
+	if cap(a.rw.held) > 64<<10 {
+		a.rw.held = nil
 	}
-	a.rw.fr.Reset(64 << 10)
-	*a = attempt{tryAnswer: tryAnswer{rw: eventRewriter{fr: a.rw.fr, held: h[:0], idBuf: a.rw.idBuf[:0]}, buf: b, out: o[:0]}, watch: a.watch}
+	a.tryAnswer.reset()
+	*a = attempt{tryAnswer: a.tryAnswer, watch: a.watch}
 	attemptPool.Put(a)
 }
 

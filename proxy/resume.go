@@ -59,9 +59,13 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 			switch {
 			case err == nil:
 				return n, nil
-			case a.quiet && upstream.IsTimeout(err) && n > 0:
-				return n, nil // the deadline has passed, or a wake: the next read says so
-			case a.quiet && upstream.IsTimeout(err) && (a.quietArmed || a.resp.TakeWake()):
+			case a.quiet && (a.quietArmed || a.resp.Woken()) && upstream.IsTimeout(err):
+				// IsTimeout last: it allocates, and a short answer's peek
+				// ends with io.EOF.
+				if n > 0 {
+					return n, nil // the deadline has passed, or a wake: the next read says so
+				}
+				a.resp.TakeWake()
 				return 0, errQuiet
 			case n > 0:
 				a.rerr = err

@@ -560,6 +560,9 @@ func (r *Response) Wake() bool {
 	return true
 }
 
+// Woken reports whether Wake ran since the last TakeWake, and leaves it.
+func (r *Response) Woken() bool { return r.woken.Load() }
+
 // TakeWake reports whether Wake ran since the last TakeWake, and takes
 // it: the stream's reads have no deadline again.
 func (r *Response) TakeWake() bool {
