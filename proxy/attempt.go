@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -617,7 +618,7 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 		n, err := a.resp.Read(a.readBuf())
 		fr.Feed(a.buf[:n])
 		if err != nil && n == 0 {
-			if upstream.IsTimeout(err) {
+			if err != io.EOF && upstream.IsTimeout(err) { // IsTimeout allocates: not on every stream's end
 				a.resp.TakeWake()
 				return eventsQuiet // only a route that set a deadline, or woke it, sees it
 			}
