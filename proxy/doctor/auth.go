@@ -49,11 +49,13 @@ func (d *prober) auth(ctx context.Context) *AuthProbe {
 }
 
 // needsAuthProbe: a version probe met a 401, or the caller sends a
-// credential.
+// credential (with -H, or mcpheal's own).
 func (d *prober) needsAuthProbe(r *Report) bool {
-	if d.hdr.Get("Authorization") != "" {
-		return true
-	}
+	return d.hdr.Get("Authorization") != "" || r.Credential != nil || r.unauthorized()
+}
+
+// unauthorized reports whether a version probe met a 401.
+func (r *Report) unauthorized() bool {
 	for _, v := range r.Versions {
 		if v.Status == http.StatusUnauthorized {
 			return true
@@ -62,9 +64,64 @@ func (d *prober) needsAuthProbe(r *Report) bool {
 	return false
 }
 
+// loginCommand is the `mcpheal login` that logs mcpheal in to url, its
+// tokens kept in file.
+func (p *AuthProbe) loginCommand(file, url string) string {
+	how := "mcpheal login -token-file " + file + " " + url
+	if !p.Dynamic {
+		how += " -client-id ID (register mcpheal first: no dynamic registration)"
+	}
+	return how
+}
+
+// loginNotes say, for a server mcpheal cannot probe without a login
+// (VerdictNeedsLogin), why and what to run.
+func (r *Report) loginNotes() []string {
+	a := r.Auth
+	if a == nil {
+		a = &AuthProbe{}
+	}
+	c := r.Credential
+	file := "FILE"
+	if c != nil && c.LoginFile != "" {
+		file = c.LoginFile
+	}
+	var notes []string
+	switch {
+	case c != nil && c.Err != "":
+		notes = append(notes, "mcpheal's credential cannot be had: "+c.Err+"; until it can, mcpheal sends this server "+
+			"no request, and every agent gets that error")
+		if !a.Required {
+			return notes
+		}
+	case c != nil && c.Refused:
+		notes = append(notes, "the server refuses mcpheal's credential ("+c.From+") with 401, a new token included")
+	case r.authGiven:
+		notes = append(notes, "the server refuses the Authorization given (401)")
+	default:
+		what := "a login"
+		if a.OAuth {
+			what = "an OAuth login"
+		}
+		notes = append(notes, "the server wants "+what+" (401), and the doctor was given no credential: "+
+			"nothing is known of its sessions yet")
+	}
+	switch {
+	case !a.OAuth:
+		return append(notes, "it is not an OAuth login mcpheal can run: give mcpheal a static credential "+
+			"(the upstream's headers: or credentials:) and run the doctor again with it (-H, or --config FILE)")
+	case !a.PKCE:
+		return append(notes, "its OAuth login lacks PKCE (S256), which mcpheal login needs: give mcpheal a static "+
+			"credential and run the doctor again with it (-H, or --config FILE)")
+	}
+	return append(notes, "it is an OAuth login: log mcpheal in once with "+a.loginCommand(file, r.URL)+
+		", then probe as mcpheal will with mcpheal doctor --upstream-login "+file+" "+r.URL+
+		" (mcpheal itself: --upstream-login "+file+", or credentials: {oauth: {token_file: "+file+"}})")
+}
+
 // describe prints the probe: how the server authenticates, then what each
 // way of logging in through mcpheal needs.
-func (p *AuthProbe) describe(line func(k, f string, a ...any), url string) {
+func (p *AuthProbe) describe(line func(k, f string, a ...any), url, file string) {
 	switch {
 	case !p.Required:
 		line("auth", "none asked: an unauthenticated initialize got %d", p.Status)
@@ -92,10 +149,7 @@ func (p *AuthProbe) describe(line func(k, f string, a ...any), url string) {
 	}
 	line("agent login", "through mcpheal, if the authorization server issues tokens for mcpheal's URL and the server "+
 		"does not check its tokens' audience (not visible from outside: docs/oauth.md)")
-	how := "mcpheal login -token-file FILE " + url
-	if !p.Dynamic {
-		how += " -client-id ID (register mcpheal first: no dynamic registration)"
-	}
+	how := p.loginCommand(file, url)
 	refresh := "no offline_access scope offered: expect to log in again when the token expires"
 	if p.RefreshTokens {
 		refresh = "refresh tokens offered (offline_access): mcpheal renews the login itself"

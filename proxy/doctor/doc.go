@@ -11,6 +11,14 @@
 // [classify.Classify], exactly as the proxy classifies it, and decides the
 // [Verdict].
 //
+// [RunWith] sends the same probes with mcpheal's own credential for the
+// server ([Credential]: the token file of `mcpheal login`, a configured
+// OAuth client or header, made by the caller as mcpheal makes it), as
+// mcpheal's requests carry it: a 401 to it drops the token and the probe
+// goes once more with a new one. A server that wants a login the doctor
+// has no usable credential for is [VerdictNeedsLogin], with the command
+// that logs mcpheal in, not a verdict on its sessions.
+//
 // What it must not do:
 //
 //   - import package proxy (or session, upstream): it is a one-shot CLI over

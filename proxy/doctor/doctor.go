@@ -32,9 +32,42 @@ const clientInfo = `{"name":"mcpheal-doctor","version":"1"}`
 
 // prober holds one run's client and settings.
 type prober struct {
-	url string
-	hdr http.Header
-	c   *http.Client
+	url  string
+	hdr  http.Header
+	c    *http.Client
+	cred Credential     // nil: none, or no longer usable
+	use  *CredentialUse // what became of cred; nil without one
+}
+
+// Options are what RunWith sends besides its probes.
+type Options struct {
+	// Header is added to every request (Authorization, for one; the auth
+	// probe goes without it).
+	Header http.Header
+	// Credential is the credential mcpheal owns for the server, which
+	// every probe but the auth probe carries, as mcpheal would; nil: none.
+	Credential Credential
+	// LoginFile is the token file of `mcpheal login` that Credential
+	// reads, if that is what it is: the report names it in the command
+	// that logs in again.
+	LoginFile string
+}
+
+// Credential is a credential mcpheal owns for a server (the token file of
+// `mcpheal login`, a configured OAuth client or header), kept by its owner
+// as mcpheal keeps it: fetched, refreshed, dropped after a 401. The doctor
+// never prints what it returns.
+type Credential interface {
+	// Header returns the header(s) to send with the next request; an
+	// error means there is no usable credential (no login yet, a refresh
+	// the authorization server refused) and says what to do.
+	Header(ctx context.Context) (http.Header, error)
+	// Refused says the server answered 401 to h: the next Header fetches
+	// a new token, if the credential has a way to.
+	Refused(h http.Header)
+	// String names the credential in the report (where it comes from,
+	// never its secret).
+	String() string
 }
 
 // Run probes the MCP server at url (a Streamable HTTP endpoint) and reports
@@ -43,10 +76,28 @@ type prober struct {
 // be reached at all; everything else is in the Report. Sessions it opens are
 // DELETEd before it returns.
 func Run(ctx context.Context, url string, hdr http.Header) (*Report, error) {
+	return RunWith(ctx, url, Options{Header: hdr})
+}
+
+// RunWith is Run with mcpheal's own credential for the server, if any:
+// the probes carry it as mcpheal's requests would, a 401 to it makes the
+// doctor drop the token and send once more with a new one (as mcpheal
+// does), and the verdict is what mcpheal would make of the server with
+// it. A credential that cannot be had is reported, and the probes go
+// without it.
+func RunWith(ctx context.Context, url string, o Options) (*Report, error) {
 	tr := &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 4}
 	defer tr.CloseIdleConnections()
-	d := &prober{url: url, hdr: hdr, c: &http.Client{Transport: tr}}
-	r := &Report{URL: url}
+	d := &prober{url: url, hdr: o.Header, c: &http.Client{Transport: tr}}
+	r := &Report{URL: url, authGiven: o.Header.Get("Authorization") != ""}
+	if o.Credential != nil {
+		d.cred = o.Credential
+		d.use = &CredentialUse{From: o.Credential.String(), LoginFile: o.LoginFile}
+		r.Credential = d.use
+		cctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		d.credHeader(cctx) // a credential that cannot be had is known before the first probe
+		cancel()
+	}
 	if err := d.probeVersions(ctx, r); err != nil {
 		return nil, err
 	}
@@ -188,13 +239,15 @@ func (d *prober) tools(ctx context.Context, sid, version string) ToolSummary {
 func (d *prober) getStream(ctx context.Context, sid, version string) Answer {
 	ctx, cancel := context.WithTimeout(ctx, getTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url, nil)
-	if err != nil {
-		return Answer{Err: err.Error()}
-	}
-	d.headers(req, sid, version)
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := d.c.Do(req)
+	resp, err := d.do(ctx, func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url, nil)
+		if err != nil {
+			return nil, err
+		}
+		d.headers(req, sid, version)
+		req.Header.Set("Accept", "text/event-stream")
+		return req, nil
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return Answer{Err: fmt.Sprintf("no answer head within %v", getTimeout)}
@@ -230,12 +283,14 @@ func (d *prober) delete(ctx context.Context, sid, version string) Answer {
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, d.url, nil)
-	if err != nil {
-		return Answer{Err: err.Error()}
-	}
-	d.headers(req, sid, version)
-	resp, err := d.c.Do(req)
+	resp, err := d.do(ctx, func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, d.url, nil)
+		if err != nil {
+			return nil, err
+		}
+		d.headers(req, sid, version)
+		return req, nil
+	})
 	if err != nil {
 		return Answer{Err: err.Error()}
 	}
@@ -259,6 +314,11 @@ func conclude(r *Report) {
 	}
 	r.Held = !r.Discover.Accepted && r.Protocol != ""
 	switch {
+	case r.Credential != nil && r.Credential.Err != "":
+		// mcpheal would send no request at all: every agent would get
+		// its error instead.
+		r.Verdict = VerdictNeedsLogin
+		r.Notes = append(r.Notes, r.loginNotes()...)
 	case r.Bridged:
 		r.Verdict = VerdictStateless
 		r.Notes = append(r.Notes, "speaks only 2026-07-28 (no sessions): mcpheal bridges session-era agents to it "+
@@ -266,10 +326,9 @@ func conclude(r *Report) {
 	case r.Protocol == "" && r.Discover.Accepted:
 		r.Verdict = VerdictStateless
 		r.Notes = append(r.Notes, "speaks only 2026-07-28 (no sessions): mcpheal passes it through and retries transport failures only")
-	case r.Protocol == "" && r.Auth != nil && r.Auth.Required:
-		r.Verdict = VerdictNotHealable
-		r.Notes = append(r.Notes, "the server asks for a login (auth above): run the doctor again with "+
-			"-H 'Authorization: Bearer …' to probe its sessions")
+	case r.Protocol == "" && r.unauthorized():
+		r.Verdict = VerdictNeedsLogin
+		r.Notes = append(r.Notes, r.loginNotes()...)
 	case r.Protocol == "":
 		r.Verdict = VerdictNotHealable
 		r.Notes = append(r.Notes, "accepted no initialize of "+strings.Join(sessionVersions, ", ")+

@@ -41,15 +41,17 @@ func (d *prober) post(ctx context.Context, sid, version, method, body string) (A
 func (d *prober) exchange(ctx context.Context, sid, version, method, body string) (raw []byte, a Answer, msg []byte, h http.Header) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, strings.NewReader(body))
-	if err != nil {
-		return nil, Answer{Err: err.Error()}, nil, http.Header{}
-	}
-	d.headers(req, sid, version)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Method", method) // 2026-07-28 standard header; ignored before
-	resp, err := d.c.Do(req)
+	resp, err := d.do(ctx, func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		d.headers(req, sid, version)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Method", method) // 2026-07-28 standard header; ignored before
+		return req, nil
+	})
 	if err != nil {
 		return nil, Answer{Err: err.Error()}, nil, http.Header{}
 	}

@@ -32,6 +32,11 @@ const (
 	// in a way the proxy does not recognise as a dead session, or accepts
 	// no initialize the proxy can record.
 	VerdictNotHealable
+	// VerdictNeedsLogin: the server wants a login (401) that the doctor
+	// was given no usable credential for, or mcpheal's own credential
+	// cannot be had: nothing is known of its sessions yet, and the notes
+	// say what to run (mcpheal login, for an OAuth server).
+	VerdictNeedsLogin
 )
 
 // String returns the verdict's name.
@@ -47,6 +52,8 @@ func (v Verdict) String() string {
 		return "expiry invisible"
 	case VerdictNotHealable:
 		return "not healable"
+	case VerdictNeedsLogin:
+		return "needs a login"
 	}
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
@@ -126,8 +133,13 @@ type Report struct {
 	Tools  ToolSummary
 	Delete Answer
 	// Auth is how the server authenticates, when it asked for a login (a
-	// 401) or the doctor was given an Authorization header; nil otherwise.
+	// 401) or the doctor was given a credential; nil otherwise.
 	Auth *AuthProbe
+	// Credential is what became of mcpheal's own credential, when the
+	// doctor was given one (Options.Credential); nil otherwise.
+	Credential *CredentialUse
+	// authGiven: an Authorization header was given (Options.Header).
+	authGiven bool
 	// Verdict is the conclusion; Notes explain it and anything odd.
 	Verdict Verdict
 	Notes   []string
@@ -150,6 +162,9 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	fmt.Fprintf(&b, "mcpheal doctor %s\n", r.URL)
 	if r.Server != "" {
 		line("server", "%s", r.Server)
+	}
+	if c := r.Credential; c != nil {
+		line("credential", "mcpheal's own, %s: %s", c.From, c.describe())
 	}
 	for _, v := range r.Versions {
 		line("initialize", "%s: %s", v.Version, v.describe())
@@ -183,7 +198,11 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 		line("DELETE", "%s", r.Delete.describe())
 	}
 	if r.Auth != nil {
-		r.Auth.describe(line, r.URL)
+		file := "FILE"
+		if r.Credential != nil && r.Credential.LoginFile != "" {
+			file = r.Credential.LoginFile
+		}
+		r.Auth.describe(line, r.URL, file)
 	}
 	fmt.Fprintf(&b, "verdict: %s\n", r.Verdict)
 	for _, n := range r.Notes {
@@ -275,4 +294,14 @@ func yesNo(ok bool, a Answer) string {
 		return "supported"
 	}
 	return "not supported: " + a.describe()
+}
+
+func (c *CredentialUse) describe() string {
+	switch {
+	case c.Err != "":
+		return "cannot be had (see below): the probes went without it"
+	case c.Refused:
+		return "refused by the server (401), a new token included"
+	}
+	return "sent with every probe but the auth probe, as mcpheal sends it"
 }
