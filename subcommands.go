@@ -13,7 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/proxy"
 	"github.com/mcpheal/mcpheal/proxy/doctor"
+	"github.com/mcpheal/mcpheal/upstream"
 	"github.com/mcpheal/mcpheal/upstream/login"
 )
 
@@ -110,44 +114,153 @@ func headerFlags(hdrs []string) (http.Header, error) {
 	return h, nil
 }
 
-// runDoctor is `mcpheal doctor [-H 'Name: value']... URL`: exit 0 if the
-// proxy can keep sessions with that server alive, 1 if not.
+// runDoctor is `mcpheal doctor [-H 'Name: value']... [--upstream-login FILE]
+// URL`, or `mcpheal doctor --config FILE [NAME]`: exit 0 if the proxy can
+// keep sessions with that server alive, 1 if not, or if the server wants a
+// login the doctor has no credential for. It probes with the credential
+// mcpheal would use for the server: the login of --upstream-login, or the
+// upstream's headers and credentials in the config file, each made by the
+// code mcpheal's own configuration goes through (resolve).
 func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var hdrs listFlag
 	fs := flag.NewFlagSet("mcpheal doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var(&hdrs, "H", "header sent with every request, e.g. -H 'Authorization: Bearer $TOKEN' (repeatable)")
+	loginFile := fs.String("upstream-login", "", "`FILE` written by mcpheal login: probe with that login, as mcpheal --upstream-login FILE would send it")
+	config := fs.String("config", "", "probe an upstream of this config `FILE` as mcpheal would: its URL, headers and credentials; "+
+		"the argument is then the upstream's name (needless with one upstream)")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: mcpheal doctor [-H 'Name: value']... [-timeout D] URL")
+		fmt.Fprintln(stderr, "usage: mcpheal doctor [-H 'Name: value']... [--upstream-login FILE] [-timeout D] URL\n"+
+			"       mcpheal doctor --config FILE [--upstream-login FILE] [-H 'Name: value']... [-timeout D] [NAME]")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after the URL.
-	urls, err := parseInterleaved(fs, args)
+	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(urls) != 1 {
+	o := &options{config: *config, loginFile: *loginFile, listen: "127.0.0.1:0", set: map[string]bool{}}
+	switch {
+	case *config == "" && len(pos) != 1:
 		fs.Usage()
-		return errors.New("doctor needs exactly one URL, the MCP endpoint (e.g. http://127.0.0.1:3000/mcp)")
+		return errors.New("doctor needs exactly one URL, the MCP endpoint (e.g. http://127.0.0.1:3000/mcp), or --config")
+	case *config == "":
+		o.upstream = pos[0]
+	case len(pos) > 1:
+		fs.Usage()
+		return errors.New("doctor --config takes at most one argument, the name of the upstream to probe")
 	}
 	h, err := headerFlags(hdrs)
 	if err != nil {
 		return err
 	}
+	creds := newCredCache()
+	defer creds.Close()
+	rc, err := resolve(o, os.LookupEnv, creds)
+	if err != nil {
+		return err
+	}
+	up, err := doctorUpstream(rc.ups, pos, *config)
+	if err != nil {
+		return err
+	}
+	for k, v := range up.Headers {
+		if h.Get(k) == "" { // -H wins over the file
+			h.Set(k, v)
+		}
+	}
+	opts := doctor.Options{Header: h}
+	if up.Credentials != nil {
+		dc := &doctorCredential{c: up.Credentials, file: creds.tokenFile(up.Credentials)}
+		switch {
+		case *loginFile != "":
+			dc.name = "--upstream-login " + *loginFile
+		default:
+			dc.name = fmt.Sprintf("the credentials of upstream %s in %s", up.Name, *config)
+		}
+		opts.Credential, opts.LoginFile = dc, dc.file
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	rep, err := doctor.Run(ctx, urls[0], h)
+	rep, err := doctor.RunWith(ctx, up.Upstream, opts)
 	if err != nil {
 		return err
 	}
 	if _, err := rep.WriteTo(stdout); err != nil {
 		return err
 	}
-	if !rep.Healable() {
+	switch {
+	case rep.Verdict == doctor.VerdictNeedsLogin:
+		return &exitError{code: 1, err: errors.New("mcpheal cannot probe this server without a login (see the report for the command to run)")}
+	case !rep.Healable():
 		return &exitError{code: 1, err: errors.New("mcpheal cannot heal this server (see the report)")}
 	}
 	return nil
+}
+
+// doctorUpstream picks the upstream the doctor probes: the only one, or
+// the one named.
+func doctorUpstream(ups []proxy.Config, pos []string, file string) (proxy.Config, error) {
+	if file == "" || len(pos) == 0 {
+		if len(ups) != 1 {
+			names := make([]string, 0, len(ups))
+			for _, c := range ups {
+				names = append(names, c.Name)
+			}
+			return proxy.Config{}, fmt.Errorf("%s has %d upstreams (%s): name the one to probe", file, len(ups), strings.Join(names, ", "))
+		}
+		return ups[0], nil
+	}
+	for _, c := range ups {
+		if c.Name == pos[0] {
+			return c, nil
+		}
+	}
+	return proxy.Config{}, fmt.Errorf("%s has no upstream named %q", file, pos[0])
+}
+
+// doctorCredential is an upstream's credential as the doctor sends it:
+// the object mcpheal itself would use (credCache), applied to each request
+// as the proxy applies it, and dropped after a 401 as the proxy drops it.
+type doctorCredential struct {
+	c    upstream.Credentials
+	name string // how the report names it
+	file string // the token file of mcpheal login it reads, if it is one
+}
+
+func (d *doctorCredential) Header(ctx context.Context) (http.Header, error) {
+	var fh fasthttp.RequestHeader
+	if err := d.c.Apply(ctx, &fh); err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	for k, v := range fh.All() {
+		h.Add(string(k), string(v))
+	}
+	return h, nil
+}
+
+func (d *doctorCredential) Refused(h http.Header) { d.c.Invalidate(h.Get("Authorization")) }
+
+func (d *doctorCredential) String() string {
+	if d.file != "" && !strings.Contains(d.name, d.file) {
+		return d.name + " (token file " + d.file + ")"
+	}
+	return d.name
+}
+
+// tokenFile is the token file of `mcpheal login` that cr reads, if c made
+// cr from one (credentials: {oauth: {token_file: …}} or --upstream-login).
+func (c *credCache) tokenFile(cr upstream.Credentials) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, v := range c.m {
+		if v == cr {
+			return k.tokenFile
+		}
+	}
+	return ""
 }
 
 // runHealthcheck is `mcpheal healthcheck [URL]`: GET the proxy's /healthz
