@@ -48,6 +48,15 @@ func TestCallBodyIsEchoed(t *testing.T) {
 	if string(body) != want {
 		t.Errorf("CallBody(42) = %s, want %s", body, want)
 	}
+	body = AppendToolCallBody(nil, 42, "bench-echo")
+	want = `{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"bench-echo","arguments":{"text":"bench-42"}}}`
+	if string(body) != want {
+		t.Errorf("AppendToolCallBody(42, bench-echo) = %s, want %s", body, want)
+	}
+	h := Session{Auth: "Bearer x"}.Header()
+	if got := h.Get("Authorization"); got != "Bearer x" {
+		t.Errorf("Session.Header Authorization = %q, want the session's Auth", got)
+	}
 }
 
 // TestCallSplitAnswer: Session.Call checks an SSE answer that arrives in

@@ -22,6 +22,20 @@ type Session struct {
 	ID string
 	// Protocol is the negotiated protocol version.
 	Protocol string
+	// Auth is the Authorization header every request carries; empty for
+	// none (a gateway in front of the upstream may want a bearer token).
+	Auth string
+	// Tool is the name the echo tool is called by; empty for EchoTool (a
+	// gateway that federates the upstream may prefix its tools' names).
+	Tool string
+}
+
+// ToolName is the name s calls the echo tool by.
+func (s Session) ToolName() string {
+	if s.Tool == "" {
+		return EchoTool
+	}
+	return s.Tool
 }
 
 // Header returns the headers every request of the session carries.
@@ -34,6 +48,9 @@ func (s Session) Header() http.Header {
 	if s.ID != "" {
 		h["Mcp-Session-Id"] = []string{s.ID}
 	}
+	if s.Auth != "" {
+		h["Authorization"] = []string{s.Auth}
+	}
 	return h
 }
 
@@ -44,7 +61,14 @@ var initBody = []byte(`{"jsonrpc":"2.0","id":"init","method":"initialize","param
 // notifications/initialized, then tools/list (which also lets a proxy learn
 // that the echo tool is read-only). With full unset it sends initialize only.
 func Initialize(ctx context.Context, hc *http.Client, url string, full bool) (Session, error) {
-	s := Session{URL: url, Protocol: ProtocolVersion}
+	return InitializeAs(ctx, hc, Session{URL: url}, full)
+}
+
+// InitializeAs is Initialize with the Authorization header and the echo
+// tool's name of s (its URL, Auth and Tool); the session it returns keeps
+// them.
+func InitializeAs(ctx context.Context, hc *http.Client, s Session, full bool) (Session, error) {
+	s.ID, s.Protocol = "", ProtocolVersion
 	st, hdr, body, err := s.post(ctx, hc, initBody)
 	if err != nil {
 		return s, fmt.Errorf("initialize: %w", err)
@@ -65,15 +89,15 @@ func Initialize(ctx context.Context, hc *http.Client, url string, full bool) (Se
 	if err != nil || st != http.StatusOK {
 		return s, fmt.Errorf("tools/list: status %d %.200s: %v", st, body, err)
 	}
-	if !gjson.GetBytes(Answer(body), `result.tools.#(name=="`+EchoTool+`")`).Exists() {
-		return s, fmt.Errorf("tools/list: no %s tool in %.200s", EchoTool, body)
+	if !gjson.GetBytes(Answer(body), `result.tools.#(name=="`+s.ToolName()+`")`).Exists() {
+		return s, fmt.Errorf("tools/list: no %s tool in %.200s", s.ToolName(), body)
 	}
 	return s, nil
 }
 
 // Call sends one echo call with the given id and checks its answer.
 func (s Session) Call(ctx context.Context, hc *http.Client, id uint64) error {
-	st, _, body, err := s.post(ctx, hc, CallBody(id))
+	st, _, body, err := s.post(ctx, hc, AppendToolCallBody(nil, id, s.ToolName()))
 	if err != nil {
 		return err
 	}
@@ -126,9 +150,17 @@ func CallBody(id uint64) []byte {
 
 // AppendCallBody appends CallBody(id) to dst.
 func AppendCallBody(dst []byte, id uint64) []byte {
+	return AppendToolCallBody(dst, id, EchoTool)
+}
+
+// AppendToolCallBody appends CallBody(id) with the echo tool called tool
+// (a name without characters JSON escapes) to dst.
+func AppendToolCallBody(dst []byte, id uint64, tool string) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	dst = strconv.AppendUint(dst, id, 10)
-	dst = append(dst, `,"method":"tools/call","params":{"name":"`+EchoTool+`","arguments":{"text":"bench-`...)
+	dst = append(dst, `,"method":"tools/call","params":{"name":"`...)
+	dst = append(dst, tool...)
+	dst = append(dst, `","arguments":{"text":"bench-`...)
 	dst = strconv.AppendUint(dst, id, 10)
 	return append(dst, `"}}}`...)
 }

@@ -17,6 +17,15 @@
 #                          attack with its default limits, then with
 #                          --memory-budget 64 MiB; needs no nginx or vegeta;
 #                          writes no results file unless -out is given
+#   bench/run.sh -peers [-peer-rates 10,100,200,1000,2000] [-peer-rounds 3] [-out F]
+#                          IBM ContextForge beside nginx and mcpheal (~25
+#                          min), then what it does with upstream sessions,
+#                          restarts and writes: installs ContextForge from
+#                          bench/peers/contextforge.lock (bench/peers/
+#                          contextforge.sh, Python >= 3.12) and nginx like a
+#                          full run; writes bench/RESULTS-peers.md unless
+#                          -out is given. -peer-rounds 0: the observations
+#                          only (~3 min)
 #
 # Other arguments are passed to mcpbench (see `go run ./bench/cmd/mcpbench -h`).
 set -euo pipefail
@@ -31,6 +40,7 @@ for a in "$@"; do
 	case "$a" in
 	--smoke | -smoke) smoke=1; args+=("-smoke") ;;
 	-only=* | --only=*) only="${a#*=}"; args+=("$a") ;;
+	-peers | --peers) only=peers; args+=("-only" "peers") ;;
 	*) args+=("$a"); case "$prev" in -only | --only) only="$a" ;; esac ;;
 	esac
 	prev="$a"
@@ -49,6 +59,12 @@ if [ "$smoke" = 0 ] && [ "$only" != hostile ] && ! have_nginx; then
 	else
 		echo "note: nginx is not installed and apt-get is not usable; its target is skipped"
 	fi
+fi
+
+if [ "$only" = peers ]; then
+	# The peer's own install step: never part of a smoke run (CI).
+	venv=$(bash bench/peers/contextforge.sh | tail -n 1)
+	args+=("-contextforge" "$venv")
 fi
 
 bin=$(mktemp -d)

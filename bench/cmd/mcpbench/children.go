@@ -37,14 +37,15 @@ type upstreamStats struct {
 }
 
 // runUpstream is the "upstream" subcommand: the Go SDK echo server (JSON or
-// SSE answers), the stub, the large-event server (large.go) or the hostile
-// server (hostile_upstream.go), on -listen,
+// SSE answers), the stub, the large-event server (large.go), the hostile
+// server (hostile_upstream.go) or the observe server (observe.go), on -listen,
 // until SIGTERM, when it shuts down gracefully as a restarted server would.
 // /admin/stats and /admin/expire serve the harness.
 func runUpstream(args []string) error {
 	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
-	mode := fs.String("mode", "json", "json, sse, stub, large or hostile")
+	mode := fs.String("mode", "json", "json, sse, stub, large, hostile or observe")
+	events := fs.String("events", "", "mode observe: the file every initialize and tool execution is appended to (observe.go)")
 	size := fs.Int("size", 12<<20, "mode large: bytes of tool-result text in the one SSE event of every tools/call answer")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,8 +75,14 @@ func runUpstream(args []string) error {
 		})
 	case "hostile":
 		newHostileUpstream().register(mux)
+	case "observe":
+		obs, err := observeServer(*events)
+		if err != nil {
+			return err
+		}
+		mux.Handle("/mcp", obs)
 	default:
-		return fmt.Errorf("upstream -mode %q: want json, sse, stub, large or hostile", *mode)
+		return fmt.Errorf("upstream -mode %q: want json, sse, stub, large, hostile or observe", *mode)
 	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

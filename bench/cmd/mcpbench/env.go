@@ -83,6 +83,15 @@ type target struct {
 	sess  bench.Session
 	pids  func() []int // the proxy's processes; nil for direct
 	stats string       // mcpheal's /stats URL; "" otherwise
+	// tree: the proxy's CPU is that of pids()[0]'s whole process tree
+	// (tree.go), walked at every sample.
+	tree bool
+	// peer: a gateway measured beside mcpheal in the peers leg (peers.go).
+	// Its failed answers are figures, not correctness failures, and a run's
+	// second sample waits until the work it queued is done.
+	peer bool
+	// cg, when not nil, counts the proxy's CPU in nanoseconds (tree.go).
+	cg *cpuGroup
 }
 
 // env is one upstream variant with the proxies in front of it.

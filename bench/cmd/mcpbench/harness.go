@@ -42,6 +42,7 @@ type harness struct {
 	storeBench       []benchLine // BenchmarkSessionStore, -count 5
 	profile          *profileResult
 	traceTotals      []*traceTotal // mcpheal-traced's whole life, per variant
+	peersRes         peersState    // the peers leg (peers.go)
 	failed           []string      // correctness failures
 	started          time.Time
 }
@@ -144,6 +145,9 @@ func (h *harness) fail(format string, args ...any) {
 
 // run does every part of the benchmark that the configuration asks for.
 func (h *harness) run(ctx context.Context) error {
+	if h.cfg.only == onlyPeers {
+		return h.peersRun(ctx)
+	}
 	for _, v := range h.cfg.variants {
 		if err := h.runVariant(ctx, v); err != nil {
 			return fmt.Errorf("variant %s: %w", v, err)

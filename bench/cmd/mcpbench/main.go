@@ -16,6 +16,7 @@
 //	bench/run.sh --smoke    # CI: 2 s per target, one rate, correctness only
 //	bench/run.sh -only large  # the large-SSE-event section alone (~1 min)
 //	bench/run.sh -only hostile  # the hostile-input section alone (~3 min)
+//	bench/run.sh -peers     # IBM ContextForge beside nginx and mcpheal (~25 min)
 //
 // The same binary is its own upstream and proxy processes (subcommands
 // "upstream" and "proxy"), and the OTLP collector mcpheal-traced exports
@@ -113,6 +114,7 @@ type config struct {
 	nginxBufKB     int    // proxy_buffer_size in KiB; 0: nginx\'s default (one page)
 	dir            string
 	timeout        time.Duration
+	peers          peersConfig // -only peers: ContextForge beside nginx and mcpheal (peers.go)
 }
 
 func parseFlags(args []string) (config, error) {
@@ -153,7 +155,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&hostileAttacks, "hostile-attacks", "", "hostile input: only these attacks, comma-separated, of "+strings.Join(hostileAttackIDs, ","))
 	fs.DurationVar(&c.hostileLinger, "hostile-linger", 0, "hostile input: after each attack, watch mcpheal's RSS this much longer (at most 5m; Go's forced GC runs every 2 min)")
 	fs.StringVar(&c.mcphealBin, "mcpheal", "", "mcpheal binary for the hostile-input section (default: go build from the repository root)")
-	fs.StringVar(&c.only, "only", "", "run only one section: \"large\" (the large SSE event) or \"hostile\" (hostile input); writes no results file or plot unless -out/-plot are given")
+	fs.StringVar(&c.only, "only", "", "run only one section: \"large\" (the large SSE event) or \"hostile\" (hostile input), which write no results file or plot unless -out/-plot are given; or \"peers\" (ContextForge beside nginx and mcpheal, -peer-* flags), which writes bench/RESULTS-peers.md unless -out is given")
 	fs.StringVar(&c.out, "out", "bench/RESULTS.md", "results file (\"\" writes none)")
 	fs.StringVar(&c.plot, "plot", "bench/latency.svg", "latency plot (SVG)")
 	fs.StringVar(&c.vegeta, "vegeta", "", "vegeta binary (default: build bench/tools' pinned vegeta)")
@@ -161,7 +163,11 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.nginxBufKB, "nginx-buffer-kb", 0, "nginx proxy_buffer_size in KiB (proxy_buffers 4 of it); 0 keeps nginx's default of one page (an experiment: it changes how nginx relays large answers)")
 	fs.StringVar(&c.dir, "dir", "", "work directory for logs and results (default: a temp dir)")
 	fs.DurationVar(&c.timeout, "timeout", 45*time.Minute, "stop everything after this long")
+	peerRates := c.peers.flags(fs)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.peers.parseRates(*peerRates); err != nil {
 		return c, err
 	}
 	c.variants = strings.Split(variants, ",")
@@ -217,8 +223,12 @@ func parseFlags(args []string) (config, error) {
 		c.onlyLarge(fs)
 	case "hostile":
 		c.onlyHostile(fs)
+	case onlyPeers:
+		if err := c.onlyPeersLeg(fs); err != nil {
+			return c, err
+		}
 	default:
-		return c, fmt.Errorf("-only %q: the sections that run alone are \"large\" and \"hostile\"", c.only)
+		return c, fmt.Errorf("-only %q: the sections that run alone are \"large\", \"hostile\" and \"peers\"", c.only)
 	}
 	return c, nil
 }

@@ -209,7 +209,12 @@ func (h *harness) finish() (int, error) {
 		}
 		h.logf("wrote %s", h.cfg.plot)
 	}
-	if h.cfg.out != "" {
+	if h.cfg.out != "" && h.cfg.only == onlyPeers {
+		if err := h.writePeers(h.cfg.out); err != nil {
+			return 0, err
+		}
+		h.logf("wrote %s", h.cfg.out)
+	} else if h.cfg.out != "" {
 		if err := h.writeResults(h.cfg.out); err != nil {
 			return 0, err
 		}

@@ -21,6 +21,7 @@ type attackSpec struct {
 	rate     int // requests per second; 0 is the closed model
 	workers  int // closed model: concurrent workers
 	duration time.Duration
+	timeout  time.Duration // of one request; 0: 30 s
 }
 
 // hit is one vegeta result, as `vegeta encode -to json` writes it.
@@ -47,7 +48,7 @@ func writeTargets(path string, s bench.Session, first uint64, n int) error {
 	prefix := `{"method":"POST","url":` + strconv.Quote(s.URL) + `,"header":` + string(hdr) + `,"body":"`
 	var body, enc []byte
 	for i := range n {
-		body = bench.AppendCallBody(body[:0], first+uint64(i))
+		body = bench.AppendToolCallBody(body[:0], first+uint64(i), s.ToolName())
 		enc = base64.StdEncoding.AppendEncode(enc[:0], body)
 		_, _ = w.WriteString(prefix)
 		_, _ = w.Write(enc)
@@ -66,8 +67,12 @@ func writeTargets(path string, s bench.Session, first uint64, n int) error {
 // connections without bound; the achieved-rate check then flags the run.
 func (h *harness) runVegeta(ctx context.Context, spec attackSpec, targets string, lazy bool) (string, time.Duration, error) {
 	bin := filepath.Join(h.dir, spec.label+".bin")
+	timeout := spec.timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
 	args := []string{h.vegeta, "attack", "-format=json", "-targets=" + targets, "-output=" + bin,
-		"-duration=" + spec.duration.String(), "-timeout=30s", "-http2=false", "-name=" + spec.label}
+		"-duration=" + spec.duration.String(), "-timeout=" + timeout.String(), "-http2=false", "-name=" + spec.label}
 	if spec.rate > 0 {
 		args = append(args, "-rate="+strconv.Itoa(spec.rate)+"/1s", "-max-workers="+strconv.Itoa(maxWorkers))
 	} else {
