@@ -78,8 +78,9 @@ func connect(a agent) result { return a.connect() }
 func list(a agent) result    { return a.list() }
 
 // TestPlainUse: each real client works through mcpheal exactly as it does
-// directly against each real server: the same initialize, the same tools,
-// the same tool result.
+// directly against each real server (npm's and, for the npm clients, the
+// Python stack's: TestPyPlainUse runs the Python clients): the same
+// initialize, the same tools, the same tool result.
 func TestPlainUse(t *testing.T) {
 	t.Parallel()
 	servers := []struct {
@@ -92,6 +93,8 @@ func TestPlainUse(t *testing.T) {
 		{"ts-sdk-v1-server", func(t *testing.T) *server { return startV1Server(t, v1Opts{}) }, "echo", map[string]any{"text": "plain use"}, 3},
 		{"server-everything", func(t *testing.T) *server { return startEverything(t) }, "echo", map[string]any{"message": "plain use"}, 0},
 		{"fastmcp", func(t *testing.T) *server { return startFastMCP(t) }, "echo", map[string]any{"text": "plain use"}, 2},
+		{"fastmcp-py", func(t *testing.T) *server { return startPyServer(t, pyServerOpts{impl: pyFastMCP}) }, "echo", map[string]any{"text": "plain use"}, 7},
+		{"mcpserver-py-json", func(t *testing.T) *server { return startPyServer(t, pyServerOpts{impl: pyMCPServer, json: true}) }, "echo", map[string]any{"text": "plain use"}, 7},
 	}
 	for _, sv := range servers {
 		t.Run(sv.name, func(t *testing.T) {
@@ -397,6 +400,16 @@ type result struct {
 	TextLen    int    `json:"textLen"`
 	TextSha256 string `json:"textSha256"`
 	TextHead   string `json:"textHead"`
+
+	// The Python agents (testdata/python) also answer these: the progress
+	// notifications a call received, the string Hermes handed its model,
+	// and the events and waitEvent counts.
+	ProgressCount  int    `json:"progressCount"`
+	Raw            string `json:"raw"`
+	ToolsChanged   int    `json:"toolsChanged"`
+	ToolsRefreshed int    `json:"toolsRefreshed"`
+	Reconnects     int    `json:"reconnects"`
+	Logs           int    `json:"logs"`
 }
 
 func (r result) String() string {
@@ -437,6 +450,10 @@ func newAgent(t testing.TB, flavour, url, name string) agent {
 		return startSDKClient(t, "v2", url, name)
 	case "mcp-remote":
 		return startRemote(t, url, name)
+	case "hermes":
+		return startHermes(t, url, name)
+	case "py-sdk", "py-client-auto", "py-client-legacy", "fastmcp-py":
+		return startPyClient(t, flavour, url, name)
 	}
 	t.Fatalf("unknown client %q", flavour)
 	return nil
@@ -449,6 +466,8 @@ type sdkClient struct {
 	t    testing.TB
 	p    *nodeProc
 	next int // first stdout line not yet consumed
+	// timeout bounds the wait for each answer; zero means opTimeout.
+	timeout time.Duration
 }
 
 func startSDKClient(t testing.TB, version, url, name string) *sdkClient {
@@ -468,9 +487,13 @@ func (c *sdkClient) send(cmd map[string]any) {
 
 func (c *sdkClient) wait(op string) result {
 	c.t.Helper()
-	i, line, ok := c.p.out.waitFor(c.next, opTimeout, func(l string) bool { return strings.HasPrefix(l, "RESULT ") })
+	wait := c.timeout
+	if wait == 0 {
+		wait = opTimeout
+	}
+	i, line, ok := c.p.out.waitFor(c.next, wait, func(l string) bool { return strings.HasPrefix(l, "RESULT ") })
 	if !ok {
-		return result{Op: op, Kind: "timeout", Message: fmt.Sprintf("no answer within %v; client stderr:\n%s", opTimeout, c.p.stderr.String())}
+		return result{Op: op, Kind: "timeout", Message: fmt.Sprintf("no answer within %v; client stderr:\n%s", wait, c.p.stderr.String())}
 	}
 	c.next = i + 1
 	var r result

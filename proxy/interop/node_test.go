@@ -53,15 +53,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// setup finds node and installs the pinned npm fixtures when node_modules is
-// missing or does not hold the versions package.json pins. A machine without
-// node or npm fails here, loudly: these tests are never skipped.
+// setup installs the pinned Python environments (setupPython) and finds
+// node and installs the pinned npm fixtures when node_modules is missing or
+// does not hold the versions package.json pins. A machine without
+// python3.11, node or npm fails here, loudly: these tests are never skipped.
 func setup() error {
 	dir, err := filepath.Abs("testdata")
 	if err != nil {
 		return err
 	}
 	testdata = dir
+	if err := setupPython(filepath.Join(dir, "python")); err != nil {
+		return err
+	}
 	if _, err := exec.LookPath("node"); err != nil {
 		return fmt.Errorf("node (20 or later) is needed to run the npm MCP clients and servers in %s: %w", dir, err)
 	}
@@ -216,8 +220,15 @@ type nodeProc struct {
 // guard.mjs servers alive.
 func startNode(t testing.TB, name string, env []string, args ...string) *nodeProc {
 	t.Helper()
-	cmd := exec.Command("node", args...)
-	cmd.Dir = testdata
+	return startProcess(t, name, testdata, env, "node", args...)
+}
+
+// startProcess runs prog with args in dir, as startNode runs node: in its
+// own process group, killed in cleanup, stdout collected line by line.
+func startProcess(t testing.TB, name, dir string, env []string, prog string, args ...string) *nodeProc {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := &nodeProc{name: name, cmd: cmd, out: newLineLog(), stderr: &tail{max: 16 << 10}, exited: make(chan struct{})}
@@ -286,6 +297,9 @@ type server struct {
 	args []string
 	port int
 	proc *nodeProc
+	// launch, if set, starts the process on a port instead of node with
+	// guard.mjs (the Python servers); it prints "LISTENING <port>" too.
+	launch func(port int) *nodeProc
 }
 
 // startServer runs a node server script (through guard.mjs) on port, 0
@@ -299,8 +313,12 @@ func startServer(t testing.TB, name string, port int, env []string, args ...stri
 
 func (s *server) start(port int) {
 	s.t.Helper()
-	env := append(append([]string{}, s.env...), "PORT="+strconv.Itoa(port))
-	s.proc = startNode(s.t, s.name, env, append([]string{"--import", "./guard.mjs"}, s.args...)...)
+	if s.launch != nil {
+		s.proc = s.launch(port)
+	} else {
+		env := append(append([]string{}, s.env...), "PORT="+strconv.Itoa(port))
+		s.proc = startNode(s.t, s.name, env, append([]string{"--import", "./guard.mjs"}, s.args...)...)
+	}
 	_, line, ok := s.proc.out.waitFor(0, startTimeout, func(l string) bool { return strings.HasPrefix(l, "LISTENING ") })
 	if !ok {
 		s.t.Fatalf("%s did not start listening within %v; stderr:\n%s", s.name, startTimeout, s.proc.stderr.String())
