@@ -40,6 +40,7 @@ type peersConfig struct {
 	idleMax     time.Duration // wait at most this long for a peer's queue to drain after a run
 	rpm         int           // ContextForge's RATE_LIMIT_MEDIUM_RPM in the rounds
 	observe     bool
+	sweep       []int // rates at which ContextForge alone runs once, to find where it saturates
 }
 
 // flags registers the -peer-* flags; the rates are parsed by parseRates.
@@ -52,24 +53,37 @@ func (p *peersConfig) flags(fs *flag.FlagSet) *string {
 	fs.DurationVar(&p.timeout, "peer-timeout", 10*time.Second, "-only peers: vegeta's timeout of one request, every target")
 	fs.DurationVar(&p.idleMax, "peer-idle-max", time.Minute, "-only peers: after a run, wait at most this long for ContextForge to finish the requests it queued")
 	fs.IntVar(&p.rpm, "peer-rpm", 1_000_000, "-only peers: ContextForge's RATE_LIMIT_MEDIUM_RPM (MCP requests per minute per client IP and per user; its default, 100, would refuse the rounds)")
+	fs.Func("peer-sweep", "-only peers: rates (req/s, comma-separated) at which ContextForge alone runs once after the rounds, to find the rate it holds (default 15,20,25,30,40; \"\" skips)", func(s string) error {
+		var err error
+		p.sweep, err = parseRateList("-peer-sweep", s)
+		return err
+	})
+	p.sweep = []int{15, 20, 25, 30, 40}
 	fs.BoolVar(&p.observe, "peer-observe", true, "-only peers: after the rounds, observe upstream sessions, restarts and writes through ContextForge and mcpheal")
 	return rates
 }
 
 // parseRates sets the rates from -peer-rates.
 func (p *peersConfig) parseRates(s string) error {
-	p.rates = nil
+	var err error
+	p.rates, err = parseRateList("-peer-rates", s)
+	return err
+}
+
+// parseRateList parses comma-separated positive rates; "" is none.
+func parseRateList(flagName, s string) ([]int, error) {
+	var rates []int
 	for _, r := range strings.Split(s, ",") {
 		if r = strings.TrimSpace(r); r == "" {
 			continue
 		}
 		n, err := strconv.Atoi(r)
 		if err != nil || n <= 0 {
-			return fmt.Errorf("-peer-rates: %q is not a positive rate", r)
+			return nil, fmt.Errorf("%s: %q is not a positive rate", flagName, r)
 		}
-		p.rates = append(p.rates, n)
+		rates = append(rates, n)
 	}
-	return nil
+	return rates, nil
 }
 
 // runLength is how long a run at rate lasts: -peer-duration, or long
@@ -105,10 +119,11 @@ func (c *config) onlyPeersLeg(fs *flag.FlagSet) error {
 
 // peersState is what the leg keeps for its report.
 type peersState struct {
-	version   string        // ContextForge's
-	idleCPU   float64       // ContextForge's CPU while no request came, ms per second
-	nsCPU     bool          // CPU counted by cpuacct groups (tree.go), not ticks
-	obs       []observation // observe.go
+	version   string             // ContextForge's
+	idleCPU   map[string]float64 // each proxy's CPU while no request came, ms per second
+	nsCPU     bool               // CPU counted by cpuacct groups (tree.go), not ticks
+	obs       []observation      // observe.go
+	sweep     []*runResult       // ContextForge alone at -peer-sweep's rates
 	obsNote   []string
 	elapsed   time.Duration
 	cfLog     string
@@ -190,10 +205,10 @@ func (h *harness) peersRun(ctx context.Context) error {
 		srv.Tools[bench.EchoTool], map[bool]string{true: "cpuacct groups (ns)", false: "/proc ticks"}[p.nsCPU])
 	cft := e.target(viaContextForge)
 	h.waitIdle(ctx, cft)
-	if p.idleCPU, err = h.idleCPU(ctx, cft, 10*time.Second); err != nil {
+	if p.idleCPU, err = h.idleCPU(ctx, e.targets[1:], 10*time.Second); err != nil {
 		return err
 	}
-	h.logf("peers: ContextForge idle: %.1f ms CPU per second", p.idleCPU)
+	h.logf("peers: idle, ms CPU per second: %v", p.idleCPU)
 	if h.cfg.peers.rounds > 0 {
 		for _, t := range e.targets {
 			if _, err := h.measure(ctx, e, t, h.cfg.peers.rates[0], h.cfg.warmup, -1); err != nil {
@@ -211,6 +226,21 @@ func (h *harness) peersRun(ctx context.Context) error {
 				h.runs = append(h.runs, r)
 				h.logRun(r)
 			}
+		}
+	}
+	if len(h.cfg.peers.sweep) > 0 {
+		if h.cfg.peers.rounds == 0 {
+			if _, err := h.measure(ctx, e, cft, h.cfg.peers.sweep[0], h.cfg.warmup, -1); err != nil {
+				return fmt.Errorf("warm-up %s: %w", cft.name, err)
+			}
+		}
+		for _, rate := range h.cfg.peers.sweep {
+			r, err := h.measure(ctx, e, cft, rate, h.cfg.peers.runLength(rate), 0)
+			if err != nil {
+				return err
+			}
+			p.sweep = append(p.sweep, r)
+			h.logRun(r)
 		}
 	}
 	if h.cfg.peers.observe {
@@ -264,19 +294,29 @@ func (h *harness) waitIdle(ctx context.Context, t *target) {
 	h.logf("%s: still busy %s after the run", t.name, h.cfg.peers.idleMax)
 }
 
-// idleCPU measures t's CPU over d with no request sent, in ms per second.
-func (h *harness) idleCPU(ctx context.Context, t *target, d time.Duration) (float64, error) {
-	a, err := treeCPU(t)
-	if err != nil {
-		return 0, err
+// idleCPU measures each target's CPU over the same d with no request
+// sent, in ms per second.
+func (h *harness) idleCPU(ctx context.Context, ts []*target, d time.Duration) (map[string]float64, error) {
+	a := map[string]float64{}
+	for _, t := range ts {
+		v, err := treeCPU(t)
+		if err != nil {
+			return nil, err
+		}
+		a[t.name] = v
 	}
-	select {
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(d):
+	if err := sleepCtx(ctx, d); err != nil {
+		return nil, err
 	}
-	b, err := treeCPU(t)
-	return (b - a) / d.Seconds(), err
+	out := map[string]float64{}
+	for _, t := range ts {
+		v, err := treeCPU(t)
+		if err != nil {
+			return nil, err
+		}
+		out[t.name] = (v - a[t.name]) / d.Seconds()
+	}
+	return out, nil
 }
 
 // peerTargets are the targets of the leg's tables, in order.
@@ -298,8 +338,10 @@ func (h *harness) writePeers(path string) error {
 	w("## ContextForge\n\n| | |\n|---|---|\n")
 	w("| version | %s (PyPI `mcp-contextforge-gateway`, `bench/peers/contextforge.lock`), `mcpgateway --workers 1` (uvicorn, one worker), SQLite, its defaults but the settings below |\n", p.version)
 	w("| settings | `JWT_SECRET_KEY`, `AUTH_ENCRYPTION_SECRET` (random), `BASIC_AUTH_PASSWORD`, `PLATFORM_ADMIN_PASSWORD`, `DEFAULT_USER_PASSWORD` (random, 28 characters), `PLATFORM_ADMIN_EMAIL=%s`, `DATABASE_URL=sqlite:///…/mcp.db`, `SSRF_ALLOW_LOCALHOST=true`, `RATE_LIMIT_MEDIUM_RPM=%d` |\n", contextForgeAdmin, h.cfg.peers.rpm)
-	w("| idle | %.1f ms CPU per second with no request (its own background work, inside every run's figure) |\n\n", p.idleCPU)
+	w("| idle | %.1f ms CPU per second with no request (its own background work, inside every run's figure; nginx %.2f, mcpheal %.2f, over the same 10 s) |\n\n",
+		p.idleCPU[viaContextForge], p.idleCPU[viaNginx], p.idleCPU[mcpheal])
 	h.writePeerRounds(w)
+	h.writePeerSweep(w)
 	h.writeObservations(w)
 	w("## Method\n\n")
 	w("- One Go SDK echo upstream (JSON answers, stateful sessions) behind every target, all on 127.0.0.1; ContextForge reaches it as gateway `bench` (transport `STREAMABLEHTTP`) through virtual server `%s`, its agents with `Authorization: Bearer <JWT>` (`python -m mcpgateway.utils.create_jwt_token --username %s --exp 10080 --secret $JWT_SECRET_KEY`).\n", p.serverURL, contextForgeAdmin)
@@ -388,6 +430,22 @@ func (h *harness) writePeerRounds(w writer) {
 			ks = append(ks, fmt.Sprintf("%s × %d", k, n))
 		}
 		w("| %d | %d | %s | %s |\n", rate, failed, orDash(strings.Join(ks, ", ")), orDash(mdEscape(sample, 160)))
+	}
+	w("\n")
+}
+
+// writePeerSweep writes ContextForge's runs alone at -peer-sweep's rates.
+func (h *harness) writePeerSweep(w writer) {
+	rs := h.peersRes.sweep
+	if len(rs) == 0 {
+		return
+	}
+	w("## Where ContextForge saturates\n\n")
+	w("ContextForge alone, one run per rate (the other targets idle), as in the rounds: max(%s, %d requests), `-timeout %s`.\n\n", h.cfg.peers.duration, h.cfg.peers.minRequests, h.cfg.peers.timeout)
+	w("| rate | verified | success | answered req/s | p50 ms | p99 ms | CPU ms/req | upstream inits/req | foreign %% |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		w("| %d | %d/%d | %.1f %% | %.1f | %.3f | %.3f | %.3f | %.3f | %.0f |\n", r.Rate, r.OK, r.Requests, 100*float64(r.OK)/float64(r.Requests),
+			r.Throughput, msOf(r.P50), msOf(r.P99), r.CPUus/1e3, r.UpInits, r.ForeignPct)
 	}
 	w("\n")
 }
