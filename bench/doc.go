@@ -1,4 +1,5 @@
-// Package bench measures mcpheal against a direct connection and nginx.
+// Package bench measures mcpheal against a direct connection and nginx
+// (and, in the -peers leg of bench/run.sh, IBM ContextForge).
 //
 // It holds what the harness (bench/cmd/mcpbench) and the micro-benchmarks
 // share: the benchmark upstream (the official Go SDK's Streamable HTTP

@@ -148,7 +148,7 @@ func vegetaVersion(bin string) string {
 func runArgs() string {
 	var out []string
 	for i := 1; i < len(os.Args); i++ {
-		if os.Args[i] == "-vegeta" || os.Args[i] == "-dir" || os.Args[i] == "-mcpheal" {
+		if os.Args[i] == "-vegeta" || os.Args[i] == "-dir" || os.Args[i] == "-mcpheal" || os.Args[i] == "-contextforge" {
 			i++
 			continue
 		}
