@@ -300,7 +300,11 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 // ended by the close) as its bytes arrive. Past the budget the read stops
 // with ErrOverBudget.
 func (c *Client) readBody(cn *conn, resp *Response) error {
-	if cl := resp.Header.ContentLength(); resp.budget != nil && cl <= c.maxBody {
+	limit := c.maxBody
+	if resp.max > 0 {
+		limit = min(limit, resp.max)
+	}
+	if cl := resp.Header.ContentLength(); resp.budget != nil && cl <= limit {
 		n := cl
 		if cl < 0 {
 			n = cn.br.Buffered() // read with the head; the rest is metered
@@ -311,13 +315,13 @@ func (c *Client) readBody(cn *conn, resp *Response) error {
 			return ErrOverBudget
 		}
 	}
-	err := resp.ReadBody(cn.br, c.maxBody)
+	err := resp.ReadBody(cn.br, limit)
 	cn.meter = nil
 	switch {
 	case cn.overBudget:
 		return ErrOverBudget
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return &TooLargeError{Limit: c.maxBody}
+		return &TooLargeError{Limit: limit}
 	}
 	return err
 }
@@ -431,6 +435,7 @@ type Response struct {
 
 	budget Budget // charged for the body (SetBudget); nil: not counted
 	held   int64  // taken from budget for the current body
+	max    int    // caps a JSON body below Config.MaxResponseBody (SetMaxBody); 0: no cap of its own
 
 	// wakeMu guards woken (Wake ran, its reader has not taken it) and
 	// streaming (the streamed answer's connection until Close), so that
@@ -452,6 +457,11 @@ type Budget interface {
 // SetBudget makes the JSON answers read into r count against b, from their
 // first byte until r is released or sent again (see Client.Do).
 func (r *Response) SetBudget(b Budget) { r.budget = b }
+
+// SetMaxBody caps the JSON answers read into r at n bytes, below the
+// client's Config.MaxResponseBody (an answer that is small by its nature,
+// such as an OAuth metadata document); zero means the client's cap.
+func (r *Response) SetMaxBody(n int) { r.max = n }
 
 // charge takes twice n bytes from r's budget for its body (see readBody).
 func (r *Response) charge(n int) bool {
@@ -488,7 +498,7 @@ func ReleaseResponse(r *Response) {
 	r.Close()
 	r.Response.Reset()
 	r.giveBack()
-	r.eof, r.chunked, r.got, r.budget = false, false, 0, nil
+	r.eof, r.chunked, r.got, r.budget, r.max = false, false, 0, nil, 0
 	r.live.Store(nil)
 	r.woken.Store(false)
 	responsePool.Put(r)

@@ -4,6 +4,10 @@ package upstream
 
 import "net"
 
-// peerGone cannot look without a read here: a dead peer shows at the first
+// peeker cannot look without a read here: a dead peer shows at the first
 // read, as before.
-func peerGone(net.Conn) bool { return false }
+type peeker struct{}
+
+func newPeeker(net.Conn) *peeker { return nil }
+
+func (*peeker) peerGone() bool { return false }

@@ -30,6 +30,7 @@ type conn struct {
 	// exchange, -1 otherwise.
 	slot int
 	wait *waiter // nil where Response.Arrived cannot wait
+	peek *peeker // nil where a close cannot be seen before a read
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -74,13 +75,6 @@ type pool struct {
 
 const bufSize = 16 << 10
 
-// peekAfter is the idle time after which a connection is checked for a
-// close from its peer before a request that must not run twice goes on it
-// (one non-blocking recv). Busier connections are not checked: a server
-// would have to die within this window, and the request then gets -32011,
-// never a second run.
-const peekAfter = time.Millisecond
-
 // get returns the freshest pooled connection idle for less than maxIdle, or
 // dials one. With fresh set it also refuses a connection idle for staleAfter
 // or longer, for a request that must not meet a dropped flow.
@@ -120,9 +114,13 @@ func (p *pool) get(deadline time.Time, fresh bool) (*conn, error) {
 		p.discard(c)
 		c = nil
 	}
-	if c != nil && fresh && now.Sub(c.idleSince) >= peekAfter && (c.br.Buffered() > 0 || peerGone(c.nc)) {
-		// The server closed it while it idled (a restart): a request
-		// written now would be lost with no way to tell whether it ran.
+	if c != nil && fresh && (c.br.Buffered() > 0 || c.peek.peerGone()) {
+		// The server closed it while it idled (a restart), however short
+		// the idle: a request written now would be lost with no way to
+		// tell whether it ran. One non-blocking recv tells, for every
+		// request that must not run twice: under a burst of writes the
+		// connections are reused within microseconds, and a server killed
+		// then left -32011 for writes it never read.
 		p.discard(c)
 		c = nil
 	}
@@ -157,7 +155,7 @@ func (p *pool) dial(deadline time.Time) (*conn, error) {
 		}
 		nc = tc
 	}
-	c := &conn{nc: nc, slot: -1, wait: newWaiter(nc)}
+	c := &conn{nc: nc, slot: -1, wait: newWaiter(nc), peek: newPeeker(nc)}
 	c.br = bufio.NewReaderSize(c, bufSize)
 	c.bw = bufio.NewWriterSize(c, bufSize)
 	return c, nil
