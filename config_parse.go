@@ -324,9 +324,9 @@ func (p *parser) setting(s *settings, path, key string, v *yaml.Node) {
 		s.WriteTimeout = p.duration(v, path, false)
 	case "era_bridge":
 		switch s.EraBridge = p.str(v, path); s.EraBridge {
-		case "auto", "off", "legacy-agents", "2026-agents":
+		case "auto", "off", "legacy-agents", "2026-agents", "prefer-2026":
 		default:
-			p.errorf(v, path, "want auto, legacy-agents, 2026-agents or off, got %q", s.EraBridge)
+			p.errorf(v, path, "want auto, legacy-agents, 2026-agents, prefer-2026 or off, got %q", s.EraBridge)
 		}
 	}
 }

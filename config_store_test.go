@@ -35,7 +35,7 @@ func TestSessionStoreConfig(t *testing.T) {
 		{"unknown kind", "session_store: etcd\n" + up, `^bad.yaml:1: session_store: want memory or redis, got "etcd"`},
 		{"bad addr", "session_store: redis\nredis: {addr: valkey}\n" + up, `^bad.yaml:2: redis.addr: want host:port`},
 		{"redis without session_store", "redis: {addr: r:6379}\n" + up, `session_store: redis is set but session_store is not redis`},
-		{"bad era_bridge", "defaults: {era_bridge: maybe}\n" + up, `^bad.yaml:1: defaults.era_bridge: want auto, legacy-agents, 2026-agents or off, got "maybe"`},
+		{"bad era_bridge", "defaults: {era_bridge: maybe}\n" + up, `^bad.yaml:1: defaults.era_bridge: want auto, legacy-agents, 2026-agents, prefer-2026 or off, got "maybe"`},
 		{"unknown redis key", "session_store: redis\nredis: {addr: r:6379, cluster: true}\n" + up, `^bad.yaml:2: redis.cluster: unknown key`},
 	}
 	for _, tc := range bad {

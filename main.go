@@ -112,7 +112,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.adminListen, "admin-listen", "",
 		"address to serve /metrics, /readyz and /healthz on, for operators only (default: the --listen port + 1 on loopback, 127.0.0.1:8788 for the default --listen); empty or off disables")
 	fs.StringVar(&o.path, "path", "/mcp", "URL path agents use (with --upstream)")
-	fs.DurationVar(&o.s.HealTimeout, "heal-timeout", builtin.HealTimeout, "most a request may spend healing before it gets 503")
+	fs.DurationVar(&o.s.HealTimeout, "heal-timeout", builtin.HealTimeout, "most a request may spend healing or waiting out an outage before it gets mcpheal's error")
 	fs.DurationVar(&o.s.ResponseTimeout, "response-timeout", builtin.ResponseTimeout, "wait for the head of an upstream answer")
 	fs.DurationVar(&o.s.SessionTTL, "session-ttl", builtin.SessionTTL, "drop a client session idle this long")
 	fs.IntVar(&o.s.MaxSessions, "max-sessions", builtin.MaxSessions, "most live client sessions")
@@ -127,7 +127,7 @@ func newFlags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.s.MemoryBudget, "memory-budget", builtin.MemoryBudget, "bytes of session state and buffered answers mcpheal may hold per upstream (503 beyond)")
 	fs.IntVar(&o.s.MaxJournal, "max-journal", builtin.MaxJournal, "bytes of state (log level, subscribed URIs) mcpheal keeps per session to restore after a heal (-32019 beyond)")
 	fs.DurationVar(&o.s.WriteTimeout, "write-timeout", builtin.WriteTimeout, "a single write to an agent taking longer ends its connection")
-	fs.StringVar(&o.s.EraBridge, "era-bridge", builtin.EraBridge, "across protocol eras, auto: bridge session-era agents to an upstream that speaks only MCP 2026-07-28, and hold sessions for 2026-07-28 agents of an upstream of the session era only; legacy-agents or 2026-agents: only that direction; off: neither, pass all traffic through")
+	fs.StringVar(&o.s.EraBridge, "era-bridge", builtin.EraBridge, "across protocol eras, auto: bridge session-era agents to an upstream that speaks only MCP 2026-07-28, and hold sessions for 2026-07-28 agents of an upstream of the session era only; legacy-agents or 2026-agents: only that direction; prefer-2026: auto, and bridge session-era agents of an upstream of both eras too; off: neither, pass all traffic through")
 	storeFlags(fs, o)
 	fs.Var(&o.hosts, "allow-host", "extra Host name accepted by the DNS-rebinding guard (repeatable)")
 	fs.Var(&o.tools, "replay-tool", "tool safe to run twice although not annotated so (repeatable)")

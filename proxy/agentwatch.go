@@ -126,6 +126,6 @@ func (a *attempt) unwatch() {
 		return
 	}
 	a.s.count.agentGone.Add(1)
-	a.s.log.Debug().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).
+	a.s.log.Debug().Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).
 		Msg("agent closed its connection while its request waited on the upstream; upstream exchange interrupted")
 }

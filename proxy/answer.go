@@ -111,7 +111,7 @@ func (a *attempt) fail(out outcome) failure {
 			return failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget, msg: "upstream answer not relayed (at least " +
 				strconv.Itoa(len(a.resp.Body())) + " bytes): mcpheal's memory_budget is reached; retry later", retryAfter: 1}
 		}
-		a.s.log.Warn().Str(logMethod, m.method).Str("tool", m.tool).Err(out.err).
+		a.s.log.Warn().Str(logMethod, logText(m.method)).Str(logTool, logText(m.tool)).Err(out.err).
 			Msg("upstream answer too large; not relayed")
 		return failure{status: fasthttp.StatusBadGateway, code: codeTooLarge, msg: "upstream answer larger than mcpheal's max_answer limit (" + out.err.Error() + ")"}
 	case outCredential:
@@ -175,15 +175,47 @@ func admissionFailure(err error) failure {
 		msg: "Too many sessions: mcpheal's session cap (max_sessions) is reached; retry later"}
 }
 
-// writeFailure writes mcpheal's error f as a JSON answer carrying id.
-func writeFailure(ctx *fasthttp.RequestCtx, id string, f failure) {
-	writeError(ctx, f.status, f.code, id, f.msg)
+// writeFailure writes mcpheal's error f as the JSON answer to m, with
+// the status agentStatus gives it.
+func writeFailure(ctx *fasthttp.RequestCtx, m *message, f failure) {
+	status := agentStatus(m, f.status)
+	if status == fasthttp.StatusAccepted {
+		ctx.Response.Reset()
+		ctx.SetStatusCode(status)
+		return
+	}
+	writeError(ctx, status, f.code, m.idOrNull(), f.msg)
 	if f.retryAfter > 0 {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(f.retryAfter))
 	}
 	if f.challenge != "" {
 		ctx.Response.Header.Set("WWW-Authenticate", f.challenge)
 	}
+}
+
+// agentStatus is the HTTP status that mcpheal's own answer of the given
+// status goes to the agent with (docs/observability.md "Errors mcpheal
+// answers itself"). An operational failure (the upstream down, the breaker
+// open, a cap or the memory budget reached, an answer mcpheal could not
+// carry: a 5xx or a 429) to a JSON-RPC request goes as HTTP 200 with its
+// JSON-RPC error and Retry-After, because that is the one answer every
+// real client surfaces to its caller at once: the MCP Python SDK 1.x
+// (Hermes' client) raises on any other status inside its transport task,
+// where the pending call is never answered and waits for its own timeout.
+// The same failure for a notification or a response is 202: it is
+// dropped, as MCP's rule for a notification to a dead session has it,
+// because that SDK tears its whole transport down on anything else. A GET
+// stream, a refusal of the agent's own input (400, 413, …), a credential
+// challenge (401, 403) and a session the agent must start again (404)
+// keep their status.
+func agentStatus(m *message, status int) int {
+	if status < 500 && status != fasthttp.StatusTooManyRequests || m.get {
+		return status
+	}
+	if m.isRequest() || m.batch {
+		return fasthttp.StatusOK
+	}
+	return fasthttp.StatusAccepted
 }
 
 // cut is the error that ends an SSE answer whose upstream stream ended
@@ -196,6 +228,16 @@ func (a *attempt) cut() failure {
 	a.s.count.replaysRefused.Add(1)
 	return failure{code: codeMaybeExecuted, msg: (*upstreamStream)(a).ended() + ", after " + a.msg.method +
 		" was sent; it may or may not have run and was not retried"}
+}
+
+// overBudgetEvent is the error that ends an answer stream whose next event
+// mcpheal would have to hold whole past memory_budget (holdMeter). The
+// request ran, or may have: it is not sent again.
+func overBudgetEvent(a *attempt) failure {
+	a.s.log.Warn().Str(logMethod, logText(a.msg.method)).Int64("budget", a.s.mem.limit).
+		Msg("answer stream cut: an event to hold whole would pass the memory budget")
+	return failure{code: codeBudget, msg: "an upstream event of " + a.msg.method + "'s answer would pass mcpheal's " +
+		"memory_budget held whole; the answer was cut, and the request was not sent again"}
 }
 
 // errorText is err's message for an agent: the credential error's own
@@ -250,7 +292,7 @@ func (a *attempt) answer(out outcome) bool {
 		a.s.count.bytesOut.Add(uint64(len(a.out)))
 		return false
 	}
-	writeFailure(a.ctx, a.msg.idOrNull(), f)
+	writeFailure(a.ctx, &a.msg, f)
 	return false
 }
 
@@ -274,7 +316,7 @@ func (a *attempt) refusal(cls classify.Class, err error) failure {
 	case err == nil:
 		cause = "the upstream answered " + strconv.Itoa(a.resp.StatusCode()) + " (a gateway's error, not the server's refusal)"
 	}
-	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Stringer(logClass, cls).
+	a.s.log.Warn().Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).Stringer(logClass, cls).
 		Err(err).Str("cause", cause).Msg("not replayed: the request may have run")
 	return failure{status: fasthttp.StatusOK, code: codeMaybeExecuted, msg: cause + " after " + a.msg.method +
 		" was sent; it may or may not have run and was not retried"}
@@ -351,7 +393,7 @@ func (a *attempt) respond() bool {
 		// counted until the handler ends.
 		n := 2 * int64(len(r.Body()))
 		if !s.mem.take(n) {
-			writeFailure(ctx, a.msg.idOrNull(), a.fail(outcome{kind: outTooLarge, class: classify.Protocol, err: upstream.ErrOverBudget}))
+			writeFailure(ctx, &a.msg, a.fail(outcome{kind: outTooLarge, class: classify.Protocol, err: upstream.ErrOverBudget}))
 			return false
 		}
 		a.charged = n
@@ -503,11 +545,14 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 	// The stream ended before the answer: without one the agent's call
 	// would wait for its own timeout. It gets mcpheal's error instead.
 	f := a.cut()
-	if serr != nil {
+	switch {
+	case errors.Is(serr, errHoldBudget):
+		f = overBudgetEvent(a)
+	case serr != nil:
 		f = failure{code: codeTooLarge, msg: "upstream answer has an SSE line larger than mcpheal's limit of " +
 			strconv.Itoa(a.rw.max) + " bytes (max_sse_line); the answer was cut"}
 	}
-	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Int("code", f.code).AnErr("cut", rerr).
+	a.s.log.Warn().Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).Int("code", f.code).AnErr("cut", rerr).
 		AnErr("too_large", serr).Msg("SSE answer ended before its response")
 	// End the agent's current event first: a blank line, after ending a
 	// line cut mid-way (its event is lost either way).
@@ -516,6 +561,17 @@ func (a *attempt) settle(res []byte, serr, rerr error) []byte {
 	}
 	res = append(res, '\n')
 	return sse.AppendEvent(res, "message", appendError(nil, f.code, a.msg.idOrNull(), f.msg))
+}
+
+// handedOn runs when what the relay made of the stream so far has gone to
+// the agent (or its log): a large output buffer is not kept, and what the
+// memory budget counted of a line held whole is given back
+// (eventRewriter.handedOn).
+func (a *attempt) handedOn() {
+	if cap(a.out) > freeHold {
+		a.out = nil
+	}
+	a.rw.handedOn()
 }
 
 // sseBody is a POST's streamed SSE answer as the agent's response body.
@@ -541,6 +597,7 @@ func (b *sseBody) Read(p []byte) (n int, err error) {
 		}
 	}()
 	for a.outPos == len(a.out) {
+		a.handedOn()
 		if a.eof {
 			return 0, io.EOF
 		}
@@ -614,6 +671,7 @@ func (b *sseBody) WriteTo(w io.Writer) (total int64, err error) {
 // the next pull.
 func (b *sseBody) pull(buf []byte) []byte {
 	a := (*attempt)(b)
+	a.handedOn()
 	n, rerr := (*upstreamStream)(a).Read(buf)
 	res, aliased := a.relay(a.out[:0], buf[:n], rerr)
 	if !aliased {
@@ -737,7 +795,9 @@ func (b *jsonBody) Close() error {
 // reports false when the budget had no room (the agent got -32017).
 func writeJSONAnswer(ctx *fasthttp.RequestCtx, status int, body []byte, sess *session.Session, mem *budget) bool {
 	if !mem.take(int64(len(body))) {
-		writeFailure(ctx, gjson.GetBytes(body, "id").Raw, failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget,
+		// body answers a request: its id is the request's.
+		req := message{id: gjson.GetBytes(body, "id").Raw, method: "request"}
+		writeFailure(ctx, &req, failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget,
 			msg: "answer not relayed: mcpheal's memory_budget is reached; retry later", retryAfter: 1})
 		return false
 	}

@@ -107,6 +107,7 @@ type tryAnswer struct {
 // reset starts the answer over for another exchange: what it learnt of
 // the last stream is that stream's; its buffers stay.
 func (t *tryAnswer) reset() {
+	t.rw.meter.release()
 	t.rw.fr.Reset(64 << 10)
 	*t = tryAnswer{rw: eventRewriter{fr: t.rw.fr, held: t.rw.held[:0], idBuf: t.rw.idBuf[:0]}, buf: t.buf, out: t.out[:0]}
 }
@@ -193,7 +194,13 @@ func (a *attempt) loop() outcome {
 	for {
 		if ok, wait := a.s.link.breaker.Allow(); !ok {
 			if a.budget.IsZero() {
-				return outcome{kind: outBreakerOpen, wait: wait} // a new request fails fast
+				// A new request waits out a young outage (a redeploy) to
+				// its end, and fails fast past it.
+				end := a.s.link.outageEnd()
+				if !time.Now().Before(end) {
+					return outcome{kind: outBreakerOpen, wait: wait}
+				}
+				a.budget = end
 			}
 			// Already waiting out the outage within its heal budget: it
 			// goes on waiting (the outage watcher wakes it when the
@@ -205,6 +212,9 @@ func (a *attempt) loop() outcome {
 			continue
 		}
 		err := a.send()
+		if err == nil {
+			a.sent()
+		}
 		f := a.judge(err)
 		if a.xspan != nil {
 			endExchange(a.xspan, a.resp.StatusCode(), f.class, err)
@@ -265,7 +275,7 @@ func (a *attempt) send() error {
 		// decide never lets this happen; count it so that every test can
 		// assert it did not.
 		a.s.count.unsafeResends.Add(1)
-		a.s.log.Error().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).
+		a.s.log.Error().Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).
 			Msg("BUG: a request that may have run is sent again")
 	}
 	if a.heals {
@@ -281,6 +291,15 @@ func (a *attempt) send() error {
 		return a.s.link.do(a.req, a.resp, deadline)
 	}
 	return a.s.link.doOnce(a.req, a.resp, deadline)
+}
+
+// sent runs once an exchange of the request has reached the upstream and
+// its answer began: what was put off until the agent's request went first
+// (Session.DueTools) goes now.
+func (a *attempt) sent() {
+	if a.sess != nil {
+		a.s.healer.toolsDue(a.sess)
+	}
 }
 
 // judge turns one exchange into the facts decide needs: the class of the
@@ -363,6 +382,7 @@ func (a *attempt) judge(err error) facts {
 // broke first.
 func (a *attempt) peek() bool {
 	a.rw.gen, a.rw.max = a.gen, a.s.cfg.MaxSSELine
+	a.rw.meter.mem = &a.s.mem
 	if !a.heals {
 		a.rw.gen = 1 // nothing to renumber: no session, or the bridge's own
 	}
@@ -459,6 +479,8 @@ func (a *attempt) backoff() bool {
 	a.next()
 	if a.budget.IsZero() {
 		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
+	}
+	if a.wait.Min == 0 {
 		a.wait = upstream.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
 	}
 	left := time.Until(a.budget)
@@ -566,27 +588,37 @@ func (t *tryAnswer) peeked() [][]byte {
 
 // How eachEvent ended.
 const (
-	eventsDone     = iota // fn said the answer is complete
-	eventsGone            // fn could not write to the agent
-	eventsCut             // the upstream stream ended first
-	eventsTooLarge        // an upstream event passed max_sse_line
-	eventsQuiet           // nothing came before the read deadline fn set, or a wake
+	eventsDone       = iota // fn said the answer is complete
+	eventsGone              // fn could not write to the agent
+	eventsCut               // the upstream stream ended first
+	eventsTooLarge          // an upstream event passed max_sse_line
+	eventsOverBudget        // holding an upstream event whole would pass memory_budget
+	eventsQuiet             // nothing came before the read deadline fn set, or a wake
 )
 
 // eachEvent reads the SSE answer's events, the first exchange's peek
 // first, and gives fn the data of each that has any, until fn reports the
 // answer done (done) or the agent gone (!ok), or the stream ends. It is how
 // a route that reads the events itself (the bridges) reads them; data is
-// valid until fn returns.
+// valid until fn returns. A stream of a session mcpheal holds that ends
+// before its response is resumed upstream as the relay resumes it
+// (resume.go), from the last event id it read.
 func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 	fr := &a.rw.fr // it holds what the attempt's peek read past its first events
 	fr.Max = a.s.cfg.MaxSSELine
 	var data []byte
+	a.rw.meter.mem = &a.s.mem
+	// The peek's events were rewritten (their ids noted by the rewriter
+	// then); those framed here are the upstream's own, noted here.
 	feed := func(ev []byte) (int, bool) {
 		if data = sse.Data(data[:0], ev); len(data) == 0 {
 			return 0, false
 		}
-		switch done, ok := fn(data); {
+		done, ok := fn(data)
+		if cap(data) > freeHold {
+			data = nil // a large event's copy is not kept for the next
+		}
+		switch {
 		case !ok:
 			return eventsGone, true
 		case done:
@@ -608,6 +640,7 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 			if !ok {
 				break
 			}
+			a.rw.noteEvent(ev)
 			if end, stop := feed(ev); stop {
 				return end
 			}
@@ -615,12 +648,23 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 		if a.resp.TakeWake() {
 			return eventsQuiet // a route's own reason to look up (held_call.go inject)
 		}
+		if fr.Buffered() == 0 && fr.Held() > freeHold {
+			fr.Reset(freeHold) // a large event has passed: its room is not kept
+		}
 		n, err := a.resp.Read(a.readBuf())
 		fr.Feed(a.buf[:n])
+		// An event is held whole until it ends, then copied for fn (data)
+		// and translated by it: counted past freeHold, with its copies.
+		if !a.rw.meter.hold(fr.Held() + 2*max(cap(data), fr.Buffered())) {
+			return eventsOverBudget
+		}
 		if err != nil && n == 0 {
 			if err != io.EOF && upstream.IsTimeout(err) { // IsTimeout allocates: not on every stream's end
 				a.resp.TakeWake()
 				return eventsQuiet // only a route that set a deadline, or woke it, sees it
+			}
+			if us := (*upstreamStream)(a); us.resumable() && us.resume(err) {
+				continue // the rest of the answer, on a GET with Last-Event-ID
 			}
 			return eventsCut
 		}

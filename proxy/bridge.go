@@ -137,7 +137,8 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 	s, m := b.s, &r.msg
 	d := s.eras.info.Load()
 	if d == nil {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeUpstreamDown, m.idOrNull(), "upstream unreachable")
+		writeFailure(ctx, m, failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
+			msg: "upstream unreachable: " + s.link.up.Origin()})
 		return
 	}
 	version := gjson.GetBytes(r.body, "params.protocolVersion").Str
@@ -146,9 +147,8 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	size := 128 + len(m.id) + len(d.capabilities) + len(d.serverInfo) + len(d.instructions)
 	if !s.mem.take(int64(size)) {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, m.idOrNull(),
-			"initialize not answered: mcpheal's memory_budget is reached; retry later")
-		ctx.Response.Header.Set("Retry-After", "1")
+		writeFailure(ctx, m, failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget, retryAfter: 1,
+			msg: "initialize not answered: mcpheal's memory_budget is reached; retry later"})
 		return
 	}
 	body := &budgetBody{mem: s.mem, n: int64(size), b: make([]byte, 0, size)}
@@ -156,7 +156,7 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 	if err := s.sessions.admit(sess); err != nil {
 		body.Close()
 		s.count.request(m, classify.OK)
-		writeFailure(ctx, m.idOrNull(), admissionFailure(err))
+		writeFailure(ctx, m, admissionFailure(err))
 		return
 	}
 	out := append(body.b, `{"jsonrpc":"2.0","id":`...)
@@ -402,6 +402,8 @@ func (c *bridgeCall) relayRound() ([]byte, bool) {
 	}) {
 	case eventsTooLarge:
 		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
+	case eventsOverBudget:
+		c.fail(overBudgetEvent(a))
 	case eventsCut:
 		if !c.isCancelled() {
 			c.fail(a.cut())

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/mcpheal/mcpheal/session"
@@ -20,11 +21,59 @@ import (
 // the agent's connection has taken it: the agent's answer is written from
 // that buffer (jsonBody), so a slow agent's answer stays counted, for at
 // most write_timeout. An SSE answer relayed line by line holds one read
-// buffer and at most one held line (max_sse_line), and is not counted.
+// buffer, not counted, and at most one held line (max_sse_line), counted
+// past freeHold (holdMeter), as are the events a route reads whole.
 type budget struct {
 	limit int64
 	used  atomic.Int64
 }
+
+// freeHold is what a stream may hold whole without counting it (a line,
+// an event): the read buffer's size, which every stream has anyway. Past
+// it, holdMeter counts what is held.
+const freeHold = 64 << 10
+
+// errHoldBudget ends a stream that would hold a line or an event whole
+// past freeHold, and the budget has no room for it.
+var errHoldBudget = errors.New("memory_budget reached holding an event")
+
+// holdMeter counts in the budget what a stream holds whole past freeHold:
+// a line the relay must see whole (an id, a server→client request it
+// renumbers after a heal), an event a route reads itself and its copies
+// (the held route, the bridge), an event of a GET stream. Without it, a
+// server sending large events to many calls at once would make mcpheal
+// hold them outside memory_budget. Its zero value (no budget) counts
+// nothing; it is not safe for concurrent use.
+type holdMeter struct {
+	mem     *budget
+	charged int64
+}
+
+// hold makes the charge n bytes, or nothing for n ≤ freeHold, taking or
+// giving back the difference. It reports false, the charge unchanged,
+// when the budget has no room.
+func (m *holdMeter) hold(n int) bool {
+	if m.mem == nil {
+		return true
+	}
+	want := int64(0)
+	if n > freeHold {
+		want = int64(n)
+	}
+	switch d := want - m.charged; {
+	case d > 0:
+		if !m.mem.take(d) {
+			return false
+		}
+	case d < 0:
+		m.mem.give(-d)
+	}
+	m.charged = want
+	return true
+}
+
+// release gives the charge back.
+func (m *holdMeter) release() { m.hold(0) }
 
 // sessionOverhead approximates what one session costs beyond its recipe.
 const sessionOverhead = 2 << 10

@@ -151,9 +151,17 @@ func (e *eraState) recheck() {
 }
 
 // bridged reports whether legacy agents of this upstream go through the
-// bridge.
+// bridge: when it speaks 2026-07-28 only, or (era_bridge prefer-2026) both
+// eras.
 func (e *eraState) bridged(auth []byte) bool {
-	return e.cfg.EraBridge != eraBridge2026 && e.era(auth) == eraModern
+	switch e.cfg.EraBridge {
+	case eraBridge2026:
+		return false
+	case eraBridgePrefer2026:
+		v := e.era(auth)
+		return v == eraModern || v == eraBoth && e.info.Load() != nil
+	}
+	return e.era(auth) == eraModern
 }
 
 // heldRoute reports whether 2026-07-28 agents of this upstream go through
@@ -166,6 +174,10 @@ func (e *eraState) heldRoute(auth []byte) bool {
 const (
 	eraBridgeLegacy = "legacy-agents" // session-era agents of 2026-07-28-only upstreams only
 	eraBridge2026   = "2026-agents"   // 2026-07-28 agents of session-era upstreams only
+	// eraBridgePrefer2026 is auto, and session-era agents of an upstream of
+	// both eras go through the bridge too: the upstream sees 2026-07-28
+	// traffic only (docs/eras.md "Servers of both eras").
+	eraBridgePrefer2026 = "prefer-2026"
 )
 
 // ask probes without the agent's credential first (the upstream's 401
@@ -225,11 +237,19 @@ func (e *eraState) probe(auth []byte) (_ int, d *discovery, refused bool) {
 		// (binding.go).
 		e.link.judgesCredentials.Store(true)
 	}
-	// A 401 or 403, or -32022 (this version unsupported: a server may
-	// refuse the first request it sees so, to test its clients' retry),
-	// says nothing of the era.
-	if rep.status == fasthttp.StatusUnauthorized || rep.status == fasthttp.StatusForbidden ||
-		gjson.GetBytes(rep.msg, "error.code").Int() == -32022 {
+	// A -32022 (this version unsupported) names the versions the server
+	// does support (2026-07-28 basic/versioning; the Go SDK's server of the
+	// session era answers so): none of 2026-07-28 says the session era.
+	// One that names 2026-07-28 itself (a server may refuse the first
+	// request it sees so, to test its clients' retry), or names none, says
+	// nothing of the era; nor does a 401 or a 403.
+	unsupported := gjson.GetBytes(rep.msg, "error.code").Int() == -32022
+	if unsupported {
+		if v, ok := supportedEra(gjson.GetBytes(rep.msg, "error.data.supported")); ok {
+			return v, nil, false
+		}
+	}
+	if rep.status == fasthttp.StatusUnauthorized || rep.status == fasthttp.StatusForbidden || unsupported {
 		if e.refused == nil {
 			e.refused = map[string]time.Time{}
 		}
@@ -251,11 +271,8 @@ func (e *eraState) probe(auth []byte) (_ int, d *discovery, refused bool) {
 			legacy = true
 		}
 	}
-	switch {
-	case !modern:
+	if !modern {
 		return eraLegacy, nil, false
-	case legacy:
-		return eraBoth, nil, false
 	}
 	d = &discovery{capabilities: []byte(res.Get("capabilities").Raw)}
 	if len(d.capabilities) == 0 {
@@ -269,7 +286,62 @@ func (e *eraState) probe(auth []byte) (_ int, d *discovery, refused bool) {
 	if ins := res.Get("instructions"); ins.Type == gjson.String {
 		d.instructions = []byte(ins.Raw)
 	}
+	if legacy || e.servesSessions(auth) {
+		// Listing only 2026-07-28 does not make a server of it alone: the
+		// MCP Python SDK 2.x and FastMCP 4.x list only the era they belong
+		// to, yet open a session for an initialize as well. What discover
+		// said is kept for era_bridge prefer-2026 (bridged).
+		return eraBoth, d, false
+	}
 	return eraModern, d, false
+}
+
+// supportedEra reads the data.supported list of a -32022 refusal: the
+// session era when it names versions and none of 2026-07-28 or later; ok
+// is false when it names none, or names 2026-07-28.
+func supportedEra(list gjson.Result) (v int, ok bool) {
+	n := 0
+	for _, s := range list.Array() {
+		if s.Type != gjson.String {
+			continue
+		}
+		if s.Str >= statelessVersion {
+			return eraUnknown, false
+		}
+		n++
+	}
+	return eraLegacy, n > 0
+}
+
+// servesSessions reports whether an upstream whose server/discover lists
+// 2026-07-28 alone serves the session era too: whether it answers a
+// session-era initialize with a session-era protocol version and an
+// Mcp-Session-Id, and then a ping on that session. The session is
+// DELETEd at once. A server that answers the initialize without opening a
+// session (the Go SDK's of 2026-07-28 alone answers it so, and refuses
+// what follows) is not taken for one of both eras. e.mu is held.
+func (e *eraState) servesSessions(auth []byte) bool {
+	var hdr *fasthttp.RequestHeader
+	if len(auth) > 0 {
+		hdr = &fasthttp.RequestHeader{}
+		hdr.SetBytesKV(hdrAuthorization, auth)
+	}
+	deadline := time.Now().Add(min(eraProbeTimeout, e.cfg.ResponseTimeout))
+	body := `{"jsonrpc":"2.0","id":` + e.link.upcallID("era") + `,"method":"initialize","params":{"protocolVersion":"` +
+		legacyVersions[0] + `","capabilities":{},"clientInfo":{"name":"mcpheal","version":"1"}}}`
+	rep, err := e.link.call(&upcall{hdr: hdr, body: []byte(body), deadline: deadline, name: "initialize"})
+	if err != nil || rep.session == "" {
+		return false
+	}
+	defer e.link.deleteLater(rep.session, auth, true)
+	version := initializedVersion(rep.status, rep.msg)
+	if version == "" || version >= statelessVersion {
+		return false
+	}
+	ping := `{"jsonrpc":"2.0","id":` + e.link.upcallID("era") + `,"method":"ping"}`
+	rep, err = e.link.call(&upcall{hdr: hdr, body: []byte(ping), session: rep.session, version: version,
+		deadline: deadline, name: "ping"})
+	return err == nil && rep.status == fasthttp.StatusOK && gjson.GetBytes(rep.msg, "result").Exists()
 }
 
 // legacyRefused reports an answer by which a 2026-07-28-only server refuses

@@ -54,7 +54,7 @@ func TestEraUnderAgentCredential(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"echo"`) {
 		t.Errorf("a bridged session-era agent: %d %s", resp.StatusCode, body)
 	}
-	if n := len(up.received("initialize", "")); n != 0 {
+	if n := agentInits(up); n != 0 {
 		t.Errorf("the 2026-07-28-only upstream got %d initialize", n)
 	}
 }

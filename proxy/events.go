@@ -29,6 +29,10 @@ import (
 type eventRewriter struct {
 	fr  sse.Framer
 	gen uint64
+	// meter counts a held line past freeHold, and its rewritten copy, in
+	// the memory budget (relay.go); events a route reads itself too
+	// (attempt.eachEvent).
+	meter holdMeter
 	// lastID is the upstream id of the last event that ended (its blank
 	// line passed), for resumption: the server replays what follows it, so
 	// an event cut half-way comes again whole. nextID is the id field of
@@ -131,6 +135,18 @@ func (er *eventRewriter) endEvent() {
 		er.lastID, er.setID = er.nextID, false
 	}
 	er.inEvent = false
+}
+
+// noteEvent records the id and retry: of a whole event that a route reads
+// itself (attempt.eachEvent) rather than relays: where its stream resumes,
+// and after how long. An id equal to the last allocates nothing.
+func (er *eventRewriter) noteEvent(ev []byte) {
+	if id, ok := sse.ID(ev); ok && string(id) != er.lastID {
+		er.lastID = string(id)
+	}
+	if ms, ok := sse.Retry(ev); ok {
+		er.retryMs = ms
+	}
 }
 
 // line appends one field line, rewritten.

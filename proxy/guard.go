@@ -228,9 +228,8 @@ func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *request) bool {
 	if !g.mem.take(int64(n)) {
 		r.sess.UnreserveJournal(n)
 		r.journal = session.JournalChange{}
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, r.msg.idOrNull(),
-			r.msg.method+" not sent: mcpheal's memory_budget is reached; retry later")
-		ctx.Response.Header.Set("Retry-After", "1")
+		writeFailure(ctx, &r.msg, failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget, retryAfter: 1,
+			msg: r.msg.method + " not sent: mcpheal's memory_budget is reached; retry later"})
 		return false
 	}
 	r.reserved = int64(n)

@@ -66,8 +66,8 @@ func (h *healer) heal(ctx context.Context, sess *session.Session, seen uint64, r
 		ev = h.log.Warn().Uint64(logGen, gen).Dur("upstream_age", age)
 		defer ev.Msg("session healed")
 		h.streams.healed(sess.ID, gen)
-		if sess.ToolsSeen() && h.bg.Add(1) {
-			go h.refreshTools(sess, recipeHeader(sess), true)
+		if sess.ToolsSeen() {
+			sess.DueTools(true) // after the replay (attempt.sent)
 		}
 	case errors.Is(err, session.ErrClosed):
 		outcome = "ended"

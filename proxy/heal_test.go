@@ -8,10 +8,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // TestHealGoSDKExpiry: the upstream expires the session (Go SDK
@@ -199,7 +202,7 @@ func TestUpstreamDownPastBudget(t *testing.T) {
 	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":"d-1","method":"tools/list"}`)
 	el := time.Since(start)
 	code, _, id := rpcError(t, body)
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Retry-After") == "" ||
 		code != codeUpstreamDown || id != `"d-1"` {
 		t.Fatalf("upstream down: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
@@ -316,5 +319,70 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 	}
 	if noticed > 250*time.Millisecond {
 		t.Errorf("the first request reached the upstream %v after it came back; the outage watcher should notice within ~10 ms, not at the probe's next backoff step (~570 ms)", noticed)
+	}
+}
+
+// TestRedeployWaitedOut: the upstream is gone for a redeploy shorter than
+// heal_timeout, long enough for the circuit breaker to open. Every call the
+// agent makes meanwhile, before and after the breaker opened, waits for the
+// upstream and gets its answer (a refused connection sent nothing: latency,
+// not errors), and each tool runs once. An outage older than heal_timeout
+// is not waited out: a call then gets mcpheal's error at once. Before, the
+// calls after the breaker opened failed at once, and the first waited its
+// 15 s budget out and failed.
+func TestRedeployWaitedOut(t *testing.T) {
+	t.Parallel()
+	const window = 3 * time.Second
+	up := startGoSDK(t, goSDKOpts{})
+	s, url := startProxy(t, up.URL(), func(c *Config) {
+		c.HealTimeout = window
+		c.Keepalive = -1
+		c.Breaker = upstream.BreakerConfig{Threshold: 3, MinStreak: 200 * time.Millisecond}
+	})
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "warm")
+	up.Stop()
+	var wg sync.WaitGroup
+	var calls atomic.Int64
+	call := func(i int) {
+		defer wg.Done()
+		calls.Add(1)
+		text := fmt.Sprint("redeploy-", i)
+		res, err := goSDKCall(t, cs, "echo", map[string]any{"text": text})
+		if err != nil || peerResultText(res) != text {
+			t.Errorf("call %d during the redeploy: %q, %v; want its answer", i, peerResultText(res), err)
+		}
+	}
+	wg.Add(1)
+	go call(0)
+	if !waitFor(window, func() bool { return upstreamState(s) == "open" }) {
+		t.Fatalf("breaker %s during the outage; want open", upstreamState(s))
+	}
+	for i := 1; i <= 5; i++ { // while the breaker is open
+		wg.Add(1)
+		go call(i)
+	}
+	if !waitFor(window, func() bool { return s.inflight.Load() >= 6 }) {
+		t.Fatalf("%d requests in flight; want the 6 calls waiting", s.inflight.Load())
+	}
+	up.Start()
+	wg.Wait()
+	if n := up.ToolCalls("echo"); n != 1+calls.Load() {
+		t.Errorf("echo ran %d times for %d calls, want once each", n, 1+calls.Load())
+	}
+
+	// Past the window: fail fast, with the upstream's name and Retry-After.
+	up.Stop()
+	callAfter := time.Now()
+	for upstreamState(s) != "open" || time.Since(callAfter) < window {
+		_, _ = goSDKCall(t, cs, "echo", map[string]any{"text": "down"})
+		if time.Since(callAfter) > 4*window {
+			t.Fatalf("breaker %s %v into the outage", upstreamState(s), time.Since(callAfter))
+		}
+	}
+	start := time.Now()
+	_, err := goSDKCall(t, cs, "echo", map[string]any{"text": "late"})
+	if took := time.Since(start); err == nil || took > time.Second {
+		t.Errorf("a call %v into an outage of %v budget: %v after %v; want mcpheal's error at once", time.Since(callAfter), window, err, took)
 	}
 }

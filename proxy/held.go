@@ -223,6 +223,24 @@ func (h *held) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, sess
 	return err
 }
 
+// logAll sets the held session's log level to debug, once, before the
+// first request that asks for log messages (its _meta's logLevel): every
+// level then comes, and each request gets those of its own level
+// (heldCall.notification), since agents sharing the session may each ask
+// for another. Until one asks, the session spends no request on it: a
+// server that allows a new session only a few requests gets the agent's
+// first.
+func (h *held) logAll(c *heldCall, r *request) {
+	sess := r.sess
+	if c.level < 0 || sess.Journal().Level != "" || !gjson.GetBytes(h.capabilities(sess), "logging").Exists() {
+		return
+	}
+	if err := h.journalled(r.tctx, recipeHeader(sess), sess, session.JournalChange{Level: `{"level":"debug"}`},
+		"logging/setLevel", `{"level":"debug"}`); err != nil {
+		h.s.log.Warn().Str(logSession, sess.ID.Short()).Err(err).Msg("held session: logging/setLevel failed")
+	}
+}
+
 // errJournalFull: the change would pass max_journal.
 var errJournalFull = errors.New("the session's state would pass max_journal")
 
@@ -268,7 +286,7 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 		e, f := h.entry(r)
 		if e == nil {
 			h.s.count.request(m, classify.TransportDead)
-			writeFailure(ctx, m.idOrNull(), heldFailure(f))
+			writeFailure(ctx, m, heldFailure(f))
 			return
 		}
 		r.sess, info = e.sess, e.info
@@ -278,6 +296,7 @@ func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
 	switch {
 	case m.method == "server/discover":
 		h.discover(ctx, r, info)
+		h.s.healer.toolsDue(r.sess) // no request of the agent's waits upstream
 	case m.method == "subscriptions/listen":
 		h.listen(ctx, r)
 	case strings.HasPrefix(gjson.GetBytes(r.body, "params.requestState").Str, heldState):
@@ -524,14 +543,6 @@ func (h *held) create(r *request, e *heldEntry, id session.ClientID) failure {
 			msg: "the upstream did not take notifications/initialized: " + err.Error()}
 	}
 	h.hold(e, sess, info)
-	if gjson.GetBytes(info.capabilities, "logging").Exists() {
-		// Every level, filtered per request (its _meta's logLevel): agents
-		// sharing the session may each ask for another.
-		if err := h.journalled(r.tctx, hdr, sess, session.JournalChange{Level: `{"level":"debug"}`},
-			"logging/setLevel", `{"level":"debug"}`); err != nil {
-			s.log.Warn().Str(logSession, sess.ID.Short()).Err(err).Msg("held session: logging/setLevel failed")
-		}
-	}
 	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", sess.Recipe.ProtocolVersion).
 		Msg("session held for a 2026-07-28 agent")
 	return failure{}
@@ -552,11 +563,13 @@ func (h *held) hold(e *heldEntry, sess *session.Session, info *discovery) {
 }
 
 // learnTools has mcpheal list the held session's tools itself
-// (healer.refreshTools): a 2026-07-28 agent may call a tool it never
-// listed, and the replay rules read the tool's annotations.
+// (healer.refreshTools) once the agent's request that opened it has
+// reached the upstream (attempt.sent), or at once when that request is
+// answered here (server/discover): a 2026-07-28 agent may call a tool it
+// never listed, and the replay rules read the tool's annotations.
 func (h *held) learnTools(sess *session.Session) {
-	if info, ok := h.infos.Load(sess); ok && gjson.GetBytes(info.(*discovery).capabilities, "tools").Exists() && h.s.bg.Add(1) {
-		go h.s.healer.refreshTools(sess, recipeHeader(sess), false)
+	if info, ok := h.infos.Load(sess); ok && gjson.GetBytes(info.(*discovery).capabilities, "tools").Exists() {
+		sess.DueTools(false)
 	}
 }
 

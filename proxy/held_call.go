@@ -96,6 +96,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	a.heals = true
 	c := &heldCall{h: h, a: a, sess: r.sess, agentID: strings.Clone(r.msg.id), hdr: r.hdr}
 	c.follow(r.body)
+	h.logAll(c, r)
 	c.upToken = c.agentToken
 	if r.msg.id != "" {
 		c.upID = s.link.upcallID("call")
@@ -121,7 +122,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 		if out.kind == outAgentGone {
 			ctx.SetConnectionClose()
 		}
-		writeFailure(ctx, r.msg.idOrNull(), f)
+		writeFailure(ctx, &r.msg, f)
 		c.finish()
 	case !a.resp.IsStream():
 		msg, status := c.modernAnswer(a.resp.StatusCode(), a.resp.Body())
@@ -193,6 +194,8 @@ func (c *heldCall) stream(w *bufio.Writer) {
 		c.fail(a.cut())
 	case eventsTooLarge:
 		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
+	case eventsOverBudget:
+		c.fail(overBudgetEvent(a))
 	}
 	c.finish()
 }
@@ -631,7 +634,7 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 		c.cancelUpstream()
 		c.finish()
 		s.count.request(&r.msg, classify.TransportDead)
-		writeFailure(ctx, r.msg.idOrNull(), failure{status: fasthttp.StatusOK, code: codeMaybeExecuted,
+		writeFailure(ctx, &r.msg, failure{status: fasthttp.StatusOK, code: codeMaybeExecuted,
 			msg: "the upstream did not take the agent's input; " + r.msg.method + " may or may not have run and was not retried"})
 		return
 	}

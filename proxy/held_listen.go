@@ -100,12 +100,12 @@ func (h *held) listen(ctx *fasthttp.RequestCtx, r *request) {
 	switch {
 	case n >= maxListens:
 		s.count.request(&r.msg, classify.OK)
-		writeFailure(ctx, r.msg.idOrNull(), heldFailure(failure{code: codeTooMany, retryAfter: 10,
+		writeFailure(ctx, &r.msg, heldFailure(failure{code: codeTooMany, retryAfter: 10,
 			msg: "too many subscriptions/listen open on this agent's session (" + strconv.Itoa(maxListens) + "); close one first"}))
 		return
 	case !s.mem.take(listenCost):
 		s.count.request(&r.msg, classify.OK)
-		writeFailure(ctx, r.msg.idOrNull(), heldFailure(failure{code: codeBudget, retryAfter: 1,
+		writeFailure(ctx, &r.msg, heldFailure(failure{code: codeBudget, retryAfter: 1,
 			msg: "subscriptions/listen not opened: mcpheal's memory_budget is reached; retry later"}))
 		return
 	}
@@ -306,7 +306,9 @@ func (hub *heldHub) deliver(h *held, msg []byte) {
 	uri := ""
 	switch method {
 	case "notifications/tools/list_changed":
-		h.learnTools(hub.g.sess) // what the new list says of its tools' annotations
+		if h.s.bg.Add(1) { // what the new list says of its tools' annotations
+			go h.s.healer.refreshTools(hub.g.sess, recipeHeader(hub.g.sess), false)
+		}
 	case "notifications/prompts/list_changed", "notifications/resources/list_changed":
 	case "notifications/resources/updated":
 		uri = m.Get("params.uri").Str

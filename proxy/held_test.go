@@ -3,9 +3,12 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -672,5 +675,129 @@ func TestHeldSessionBelongsToCredential(t *testing.T) {
 		if got := res.Get("result.content.0.text").Str; st != http.StatusOK || got != c.want {
 			t.Errorf("%s: the other agent reads %q (%d %s), want %q", c.name, got, st, res.Raw, c.want)
 		}
+	}
+}
+
+// TestHeldOnRealRefusal: a Go SDK server limited to the session era
+// (ServerOptions.SupportedProtocolVersions) refuses a 2026-07-28 request
+// with 400 -32022 naming the versions it supports. That is its era: a
+// 2026-07-28 agent gets the held route and speaks 2026-07-28 through
+// mcpheal, where directly it falls back to a session. Before, mcpheal took
+// -32022 for no answer, left the era unknown and passed the agent through.
+func TestHeldOnRealRefusal(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{Versions: []string{"2025-11-25", "2025-06-18", "2025-03-26"}})
+	direct := goSDK2026Client(t, up.URL(), nil)
+	if v := direct.InitializeResult().ProtocolVersion; v == statelessVersion {
+		t.Fatalf("directly the session-era server spoke %s: this test proves nothing", v)
+	}
+	s, url := startProxy(t, up.URL(), nil)
+	cs := goSDK2026Client(t, url, nil)
+	if v := cs.InitializeResult().ProtocolVersion; v != statelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, statelessVersion)
+	}
+	if v := s.eras.v.Load(); v != eraLegacy {
+		t.Errorf("era %s, want %s", eraNames[v], eraNames[eraLegacy])
+	}
+	callEcho(t, cs, "held on a real refusal")
+	if n := up.ToolCalls("echo"); n != 1 {
+		t.Errorf("echo ran %d times, want 1", n)
+	}
+}
+
+// TestHeldResumesPolledStream: a session-era server with an event store
+// closes a call's answer stream on purpose (SSE polling, MCP 2025-11-25:
+// a progress event with an id, retry:, the connection closed) and answers
+// on the GET with Last-Event-ID that resumes it. Through the held route a
+// 2026-07-28 agent gets the answer, as the session-era route's agent does,
+// and the tool runs once; the polls cost the upstream one GET each and no
+// server/discover. Before, the held route read the events itself without
+// resuming, and the agent got -32011 for a call that had run.
+func TestHeldResumesPolledStream(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{EventStore: true, Polls: true})
+	_, url := startProxy(t, up.URL(), nil)
+	cs := goSDK2026Client(t, url, nil)
+	if v := cs.InitializeResult().ProtocolVersion; v != statelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, statelessVersion)
+	}
+	discovers := up.Calls("server/discover")
+	gets := func() int {
+		n := 0
+		for _, r := range up.Requests() {
+			if r.HTTPMethod == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
+				n++
+			}
+		}
+		return n
+	}
+	before := gets()
+	const polls = 3
+	res, err := goSDKCall(t, cs, "poll", map[string]any{"times": polls, "retryMs": 20, "delayMs": 100})
+	if err != nil || peerResultText(res) != "polled" {
+		t.Fatalf("poll through the held route: %q, %v; want its answer", peerResultText(res), err)
+	}
+	if n := up.ToolCalls("poll"); n != 1 {
+		t.Errorf("poll ran %d times, want 1", n)
+	}
+	if n := up.Calls("server/discover") - discovers; n != 0 {
+		t.Errorf("%d server/discover during the polls, want 0 (a stream closed on purpose is no outage)", n)
+	}
+	if n := gets() - before; n < 1 || n > polls {
+		t.Errorf("%d upstream GETs with Last-Event-ID to resume %d polls, want 1 to %d", n, polls, polls)
+	}
+}
+
+// forgetAfter serves upstream through a server that forgets each session
+// after n requests on it: the request after the n-th gets the Go SDK's 404
+// "session not found", as a server short of memory, or with a per-session
+// request quota, might.
+func forgetAfter(t *testing.T, upstream string, n int) string {
+	t.Helper()
+	target, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" && r.Method == http.MethodPost {
+			mu.Lock()
+			seen[sid]++
+			over := seen[sid] > n
+			mu.Unlock()
+			if over {
+				http.Error(w, "session not found", http.StatusNotFound)
+				return
+			}
+		}
+		r.Host = target.Host
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	return hs.URL + target.Path
+}
+
+// TestHeldReplayFirst: a session-era server that lets each session serve
+// three requests. A held session's heal spends two of them (initialize,
+// notifications/initialized); the agent's call goes next, then what can
+// wait (the tools/list by which mcpheal learns the annotations). Every call
+// of a 2026-07-28 agent then gets its answer, and each runs once. Before,
+// the tools/list went first, and the replay met a session already gone.
+func TestHeldReplayFirst(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	_, proxyURL := startProxy(t, forgetAfter(t, up.URL(), 3), func(c *Config) { c.Keepalive = -1 })
+	cs := goSDK2026Client(t, proxyURL, nil)
+	if v := cs.InitializeResult().ProtocolVersion; v != statelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, statelessVersion)
+	}
+	const calls = 7
+	for i := range calls {
+		callEcho(t, cs, fmt.Sprint("quota-", i))
+	}
+	if n := up.ToolCalls("echo"); n != calls {
+		t.Errorf("echo ran %d times for %d calls, want once each", n, calls)
 	}
 }

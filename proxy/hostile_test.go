@@ -86,8 +86,8 @@ func TestFloodKeepsSessionsAtWork(t *testing.T) {
 	for range 30 {
 		resp, raw := peerRawPost(t, url, "",
 			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"junk","version":"1"}}}`)
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			if code, _, _ := rpcError(t, raw); code != codeTooMany || resp.Header.Get("Retry-After") == "" {
+		if code, _, _ := rpcError(t, raw); resp.StatusCode == http.StatusOK && code != 0 {
+			if code != codeTooMany || resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("refused initialize: %s", raw)
 			}
 			refused++
@@ -146,9 +146,9 @@ func TestOversizedAnswerNotReplayed(t *testing.T) {
 	sid := peerRawInitialize(t, url)
 	for range 3 {
 		resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
-		if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadGateway || code != codeTooLarge ||
+		if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != codeTooLarge ||
 			!strings.Contains(msg, "max_answer") {
-			t.Fatalf("huge_json: %d %s; want 502 -32016 naming max_answer", resp.StatusCode, raw)
+			t.Fatalf("huge_json: %d %s; want 200 -32016 naming max_answer", resp.StatusCode, raw)
 		}
 	}
 	if n := up.Runs("huge_json"); n != 3 {
@@ -283,10 +283,11 @@ func TestMemoryBudget(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"` +
 			strings.Repeat(string(rune('a'+i%26)), 60<<10) + strconv.Itoa(i) + `","version":"1"}}}`
 		resp, raw := peerRawPost(t, url, "", body)
-		switch resp.StatusCode {
-		case http.StatusOK:
+		code, _, _ := rpcError(t, raw)
+		switch {
+		case resp.StatusCode == http.StatusOK && code == 0:
 			admitted = append(admitted, resp.Header.Get("Mcp-Session-Id"))
-		case http.StatusServiceUnavailable:
+		case resp.StatusCode == http.StatusOK && code == codeTooMany:
 			if !strings.Contains(string(raw), "memory_budget") {
 				t.Fatalf("refused initialize: %s", raw)
 			}
@@ -307,7 +308,7 @@ func TestMemoryBudget(t *testing.T) {
 	}
 	// A 16 MiB answer cannot be buffered under an 8 MiB budget.
 	resp, raw := peerRawPost(t, url, admitted[0], `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
-	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusServiceUnavailable || code != codeBudget ||
+	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != codeBudget ||
 		!strings.Contains(msg, "memory_budget") {
 		t.Fatalf("huge answer at the budget: %d %.200s", resp.StatusCode, raw)
 	}
@@ -335,5 +336,35 @@ func TestCutHeldLineNotCompleted(t *testing.T) {
 	out, mid := er.endStream([]byte("data: {}\n\n"), false)
 	if string(out) != "data: {}\n\n" || mid {
 		t.Fatalf("endStream kept %q (mid-line %v)", out, mid)
+	}
+}
+
+// TestLogLinesBounded: an agent's method and tool name are its own, and
+// may be megabytes: the log lines mcpheal writes of them carry at most
+// maxSpanText bytes of each, as spans do. Before, ten requests with a 3 MB
+// tool name added 15 MB of log lines of 3 MB each.
+func TestLogLinesBounded(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{})
+	relay := newTCPRelay(t, up.Addr())
+	_, url, logs := startProxyLog(t, relay.URL(), nil)
+	sid := peerRawInitialize(t, url)
+	name := "t" + strings.Repeat("x", 1<<20)
+	relay.CutRequest(`"name":"t`) // the call is cut on its way: mcpheal logs that it did not replay it
+	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+name+`"}}`)
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != codeMaybeExecuted {
+		t.Fatalf("tools/call cut on its way upstream: %d %.200s; want -32011", resp.StatusCode, body)
+	}
+	var named int
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"tool":"txxx`) {
+			named++
+		}
+		if len(line) > 4<<10 {
+			t.Errorf("a log line of %d bytes: %.200s…", len(line), line)
+		}
+	}
+	if named == 0 {
+		t.Fatalf("no log line names the tool:\n%.2000s", logs.String())
 	}
 }

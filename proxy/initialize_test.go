@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tidwall/gjson"
 )
 
 // TestInitializeNotKeptIsDeleted: an initialize whose answer mcpheal cannot
@@ -48,8 +49,8 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 			for range 4 {
 				resp, body := peerRawPost(t, url, "",
 					`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
-				if resp.StatusCode == http.StatusOK {
-					t.Fatalf("initialize answered 200 %.80s; want mcpheal's refusal", body)
+				if resp.StatusCode != http.StatusOK || gjson.GetBytes(body, "error.code").Int() == 0 {
+					t.Fatalf("initialize answered %d %.80s; want mcpheal's refusal", resp.StatusCode, body)
 				}
 			}
 			// The DELETEs go in the background, each at once.

@@ -44,7 +44,7 @@ func (h *healer) journalCall(ctx context.Context, hdr *fasthttp.RequestHeader, s
 		return
 	}
 	h.count.journal[outcomeFailed].Add(1)
-	h.log.Warn().Str(logSession, sess.ID.Short()).Str(logMethod, method).Stringer(logClass, cls).Err(err).
+	h.log.Warn().Str(logSession, sess.ID.Short()).Str(logMethod, logText(method)).Stringer(logClass, cls).Err(err).
 		Msg("journal replay failed")
 }
 
@@ -68,6 +68,14 @@ func (h *healer) sessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, s
 // listChanged is the notification that tells the agent to list tools again
 // (MCP server/tools: notifications/tools/list_changed).
 var listChanged = sse.AppendEvent(nil, "message", []byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
+
+// toolsDue lists the session's tools in the background if they are due
+// (Session.DueTools).
+func (h *healer) toolsDue(sess *session.Session) {
+	if due, notify := sess.TakeDueTools(); due && h.bg.Add(1) {
+		go h.refreshTools(sess, recipeHeader(sess), notify)
+	}
+}
 
 // refreshTools lists the session's tools upstream itself and learns them
 // (learnTools: the annotations the replay rules read, the list the next

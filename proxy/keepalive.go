@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -12,9 +11,8 @@ import (
 )
 
 // keepaliveLoop probes quiet sessions' upstreams every Config.Keepalive so
-// that they neither expire nor sit on a dead connection, and heals a session
-// the probe finds gone before the agent's next call (docs/healing.md "Keeping
-// upstream healthy"). It runs until Close.
+// that they neither expire nor sit on a dead connection (docs/healing.md
+// "Keeping upstream healthy"). It runs until Close.
 func (h *healer) keepaliveLoop(done <-chan struct{}) {
 	defer h.bg.Done()
 	defer func() {
@@ -60,7 +58,10 @@ func (h *healer) keepaliveLoop(done <-chan struct{}) {
 }
 
 // keepalive probes one session: ping (tools/list for servers that answer
-// -32601 to ping), and heal on SessionGone.
+// -32601 to ping). A session found gone is left for its agent's next
+// request to heal: a quiet agent may have left without a DELETE, and a
+// session re-created for nobody would hold one of the server's sessions
+// (a server with a cap then turns away an agent that is there).
 func (h *healer) keepalive(sess *session.Session) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -68,7 +69,7 @@ func (h *healer) keepalive(sess *session.Session) {
 			h.log.Error().Interface("panic", p).Msg("keepalive panicked")
 		}
 	}()
-	up, gen := sess.Current()
+	up, _ := sess.Current()
 	if ok, _ := h.link.breaker.Allow(); !ok {
 		return
 	}
@@ -81,14 +82,9 @@ func (h *healer) keepalive(sess *session.Session) {
 		h.count.keepalive[keepaliveOK].Add(1)
 		return
 	case classify.SessionGone:
-		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.HealTimeout)
-		defer cancel()
-		if _, _, herr := h.heal(ctx, sess, gen, reasonKeepalive, hdr); herr == nil {
-			h.count.keepalive[keepaliveHealed].Add(1)
-			return
-		} else {
-			err = herr
-		}
+		h.count.keepalive[keepaliveGone].Add(1)
+		log.Debug().Str(logSession, sess.ID.Short()).Msg("keepalive found the upstream session gone; the agent's next request heals it")
+		return
 	}
 	h.count.keepalive[keepaliveFailed].Add(1)
 	log.Warn().Str(logSession, sess.ID.Short()).Stringer(logClass, cls).Err(err).Msg("keepalive failed")

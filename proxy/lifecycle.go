@@ -34,7 +34,7 @@ func (s *Server) probeAtStart() {
 	origin := s.link.up.Origin()
 	if err := s.link.up.Probe(time.Now().Add(2 * time.Second)); err != nil {
 		s.log.Warn().Str("server", origin).Err(err).
-			Msg("upstream unreachable at start: agents' requests wait for it up to heal_timeout, then get 503 -32010")
+			Msg("upstream unreachable at start: agents' requests wait for it up to heal_timeout, then get -32010")
 		return
 	}
 	v := s.eras.detect(false, nil)

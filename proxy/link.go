@@ -49,9 +49,12 @@ type link struct {
 	// era is asked again: a restart may have changed it).
 	onRecover func()
 
-	failing atomic.Bool   // an exchange failed and none has succeeded since
-	wakeMu  sync.Mutex    // protects wake
-	wake    chan struct{} // closed (and replaced) when the upstream answers again
+	failing atomic.Bool // an exchange failed and none has succeeded since
+	// failingSince is the unix nanoseconds of the failure that began the
+	// outage in progress (outageEnd).
+	failingSince atomic.Int64
+	wakeMu       sync.Mutex    // protects wake
+	wake         chan struct{} // closed (and replaced) when the upstream answers again
 	// watching: an outage watcher runs (watchOutage); lastFailure is the
 	// unix nanoseconds of the last failed exchange.
 	watching    atomic.Bool
@@ -283,8 +286,10 @@ func (l *link) noteBusy(status int, waiting bool) {
 // did not say.
 func retryAfter(h *fasthttp.ResponseHeader, now time.Time) time.Duration {
 	v := strings.TrimSpace(string(h.Peek("Retry-After")))
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return min(time.Duration(n)*time.Second, time.Minute)
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		// Capped before it is multiplied: 2^63-1 seconds is a minute, not
+		// a negative wait (ParseUint gives the largest uint64 past it).
+		return time.Duration(min(n, 60)) * time.Second
 	}
 	if t, err := fasthttp.ParseHTTPDate([]byte(v)); err == nil {
 		return min(max(t.Sub(now), 0), time.Minute)

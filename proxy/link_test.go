@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
 )
 
 // TestResetIdleConnectionRetriedFresh: a middlebox that dropped an idle flow
@@ -192,15 +193,16 @@ func TestStreamedToolsListKeepsConnection(t *testing.T) {
 	}
 }
 
-// TestKeepaliveHealsAhead: the upstream expires quiet sessions before the
-// keepalive comes round; the keepalive ping finds the session gone and heals
-// it at once, so the agent's next call finds a live session and costs no
-// upstream initialize.
+// TestKeepaliveLeavesGoneSessions: the upstream expires quiet sessions
+// before the keepalive comes round; the keepalive ping finds the session
+// gone and leaves it: nothing is re-created for an agent that may have
+// left (a server with a session cap would hold it against one that is
+// there). The agent's next call heals it, with one upstream initialize,
+// and gets its answer.
 //
 // The agent is raw HTTP: a go-sdk client's standalone GET stream ends with
-// the upstream session, and the proxy's stream reopen would heal it too,
-// blurring whose heal it was.
-func TestKeepaliveHealsAhead(t *testing.T) {
+// the upstream session, and the proxy's stream reopen would heal it.
+func TestKeepaliveLeavesGoneSessions(t *testing.T) {
 	checkGoroutines(t)
 	up := startGoSDK(t, goSDKOpts{SessionTimeout: 600 * time.Millisecond})
 	s, url := startProxy(t, up.URL(), func(c *Config) { c.Keepalive = 900 * time.Millisecond })
@@ -208,22 +210,16 @@ func TestKeepaliveHealsAhead(t *testing.T) {
 	first := lastUpstreamID(t, up)
 	rawEcho(t, url, sid, "before")
 
-	peerWait(t, "a keepalive heal", func() bool { return s.count.keepalive[keepaliveHealed].Load() >= 1 })
-	inits := up.Inits()
-	agentHeals := s.count.heals[reasonSessionGone][outcomeOK].Load()
+	peerWait(t, "a keepalive that finds the session gone", func() bool { return s.count.keepalive[keepaliveGone].Load() >= 1 })
+	if n := up.Inits(); n != 1 {
+		t.Errorf("upstream initializes before the agent's next call = %d, want 1 (the agent's own)", n)
+	}
 	rawEcho(t, url, sid, "after")
-
-	if inits != 2 {
-		t.Errorf("upstream initializes before the agent's call = %d, want 2 (the agent's, the keepalive's heal)", inits)
+	if n := up.Inits(); n != 2 {
+		t.Errorf("upstream initializes after the agent's next call = %d, want 2 (its heal)", n)
 	}
-	if got := up.Inits(); got != inits {
-		t.Errorf("the agent's call caused %d upstream initialize(s), want 0", got-inits)
-	}
-	if got := s.count.heals[reasonSessionGone][outcomeOK].Load(); got != agentHeals {
-		t.Errorf("the agent's call needed %d heal(s), want 0", got-agentHeals)
-	}
-	if n := s.count.heals[reasonKeepalive][outcomeOK].Load(); n < 1 {
-		t.Errorf("keepalive heals counted = %d, want ≥ 1", n)
+	if n := s.count.heals[reasonSessionGone][outcomeOK].Load(); n != 1 {
+		t.Errorf("heals = %d, want 1 (the agent's call)", n)
 	}
 	if n := s.count.keepalive[keepaliveFailed].Load(); n != 0 {
 		t.Errorf("failed keepalives = %d, want 0", n)
@@ -270,7 +266,7 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 	if n := s.count.keepalive[keepaliveOK].Load(); n < 3 {
 		t.Errorf("%d keepalive pings answered over %v of quiet, want ≥ 3", n, 3*timeout)
 	}
-	if n := s.count.keepalive[keepaliveFailed].Load() + s.count.keepalive[keepaliveHealed].Load(); n != 0 {
+	if n := s.count.keepalive[keepaliveFailed].Load() + s.count.keepalive[keepaliveGone].Load(); n != 0 {
 		t.Errorf("%d keepalives failed or healed, want 0", n)
 	}
 	if st := s.Stats(); st.Heals != 0 {
@@ -281,8 +277,8 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 
 // TestBreakerFailsFastAndProbesOncePerCooldown: the upstream host dies for
 // good. After the breaker's threshold (5 infrastructure failures over at
-// least 5 s, the defaults) agents get 503 at once, with Retry-After and a
-// JSON-RPC error naming the upstream; one probe per cooldown reaches the
+// least 5 s, the defaults) agents get mcpheal's error at once (HTTP 200,
+// agentStatus), with Retry-After and a JSON-RPC error naming the upstream; one probe per cooldown reaches the
 // upstream, and the cooldown grows. When the upstream is back, the first
 // call after the cooldown heals the session and succeeds.
 func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
@@ -624,7 +620,7 @@ func carePost(t testing.TB, hc *http.Client, url, sid, body string) careAnswer {
 // breakerOpen reports whether a is the proxy's fail-fast answer.
 func (a careAnswer) breakerOpen() bool {
 	e := rpcAnswer(a.body)
-	return a.status == http.StatusServiceUnavailable && e.Get("error.code").Int() == codeUpstreamDown &&
+	return a.status == http.StatusOK && e.Get("error.code").Int() == codeUpstreamDown &&
 		strings.Contains(e.Get("error.message").Str, "circuit breaker open")
 }
 
@@ -698,3 +694,39 @@ func noPanics(t testing.TB, s *Server) {
 
 // upstreamState names the proxy's breaker state.
 func upstreamState(s *Server) string { return s.link.breaker.State().String() }
+
+// TestRetryAfter: a busy upstream's Retry-After is read as seconds or an
+// HTTP date, at most a minute, 1 s when it says nothing usable. A number
+// too large for a Duration once multiplied (2^63-1, 18446744074) is a
+// minute: before, it wrapped to −1 s and 0.29 s, and the request went
+// again at once.
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+	}{
+		{"", time.Second},
+		{"0", 0},
+		{"7", 7 * time.Second},
+		{" 30 ", 30 * time.Second},
+		{"61", time.Minute},
+		{"9223372036854775807", time.Minute},
+		{"18446744074", time.Minute},
+		{"18446744073709551616", time.Minute},
+		{"99999999999999999999999999", time.Minute},
+		{"-5", time.Second},
+		{"soon", time.Second},
+		{"Fri, 27 Nov 2026 12:00:20 GMT", 20 * time.Second},
+		{"Fri, 27 Nov 2026 11:00:00 GMT", 0},
+		{"Sat, 28 Nov 2026 12:00:00 GMT", time.Minute},
+	} {
+		var h fasthttp.ResponseHeader
+		if tc.value != "" {
+			h.Set("Retry-After", tc.value)
+		}
+		if got := retryAfter(&h, now); got != tc.want {
+			t.Errorf("retryAfter(%q) = %v, want %v", tc.value, got, tc.want)
+		}
+	}
+}

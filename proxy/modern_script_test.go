@@ -109,6 +109,18 @@ func (s *scriptedModern) received(method, name string) []scriptedCall {
 	return out
 }
 
+// agentInits counts the initializes the upstream read but mcpheal's own
+// questions of its era (isEraProbe).
+func agentInits(s *scriptedModern) int {
+	n := 0
+	for _, c := range s.received("initialize", "") {
+		if !isEraProbe(c.msg.Get("id").Raw) {
+			n++
+		}
+	}
+	return n
+}
+
 // all returns every POST the upstream read.
 func (s *scriptedModern) all() []scriptedCall {
 	s.mu.Lock()

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -108,5 +110,79 @@ func TestOwnMetadataAtCustomLocation(t *testing.T) {
 	resp.Body.Close()
 	if want := `{"resource":"` + own + `/mcp","authorization_servers":["https://as.example/tenant1"]}`; string(b) != want {
 		t.Errorf("metadata: %d %s, want %s", resp.StatusCode, b, want)
+	}
+}
+
+// TestWellKnownGuarded: OAuth discovery is a route like the MCP
+// endpoint's. A foreign Host (DNS rebinding, which would get a document
+// naming its own origin as the resource) gets 403; an upstream whose
+// credential is mcpheal's (inbound auth tokens) has nothing to log in to
+// and gets 404; a document larger than maxMetadata is refused, never held;
+// while a document is read and until it is written it is counted in the
+// memory budget, which comes back whole. Before, every well-known request
+// passed before the guard, and a 30 MB document fetched by 40 slow readers
+// held 1.4 GB outside memory_budget.
+func TestWellKnownGuarded(t *testing.T) {
+	t.Parallel()
+	var base string
+	var size atomic.Int64
+	size.Store(100)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/.well-known/oauth-protected-resource/mcp" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"resource":"%s/mcp","authorization_servers":["https://as.example"],"pad":"%s"}`, base,
+			strings.Repeat("p", int(size.Load())))
+	}))
+	t.Cleanup(hs.Close)
+	base = hs.URL
+	serve := func(c Config) (*Server, string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Upstream, c.Listen, c.AdminListen = base+"/mcp", ln.Addr().String(), "off"
+		r, err := NewRouter(ln.Addr().String(), []Config{c}, nopLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = r.Serve(ln) }()
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		return r.routes.Load().byPath["/mcp"], "http://" + ln.Addr().String()
+	}
+	get := func(url, host string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url+"/.well-known/oauth-protected-resource/mcp", nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	s, own := serve(Config{})
+	base0 := s.mem.used.Load()
+	if st, b := get(own, ""); st != http.StatusOK || !strings.Contains(b, `"resource":"`+own+`/mcp"`) {
+		t.Fatalf("metadata: %d %.200s; want mcpheal's URL as the resource", st, b)
+	}
+	if st, b := get(own, "evil.example"); st != http.StatusForbidden || strings.Contains(b, "evil.example") {
+		t.Errorf("metadata for a foreign Host: %d %.200s; want 403", st, b)
+	}
+	size.Store(maxMetadata + 1)
+	if st, b := get(own, ""); st != http.StatusBadGateway || !strings.Contains(b, strconv.Itoa(maxMetadata)) {
+		t.Errorf("metadata past %d bytes: %d %.200s; want 502 naming the cap", maxMetadata, st, b)
+	}
+	peerWait(t, "the budget to come back", func() bool { return s.mem.used.Load() == base0 })
+
+	_, guarded := serve(Config{AuthTokens: []string{"inbound-token-0000001"}})
+	size.Store(100)
+	if st, b := get(guarded, ""); st != http.StatusNotFound {
+		t.Errorf("metadata of an upstream behind inbound auth: %d %.200s; want 404", st, b)
 	}
 }

@@ -49,6 +49,20 @@ func (l *link) success() {
 	}
 }
 
+// outageEnd is when the outage in progress stops being waited out: its
+// start plus the heal budget. Until then a request that meets the open
+// breaker waits for the upstream instead of failing at once, so that a
+// redeploy shorter than heal_timeout costs the agents latency, not errors
+// (docs/healing.md "Waiting out a restart"); after it, requests fail fast.
+// Zero when the upstream is not failing.
+func (l *link) outageEnd() time.Time {
+	since := l.failingSince.Load()
+	if !l.failing.Load() || since == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, since).Add(l.cfg.HealTimeout)
+}
+
 // wakeAll ends every backoff wait now.
 func (l *link) wakeAll() {
 	l.wakeMu.Lock()
@@ -60,8 +74,11 @@ func (l *link) wakeAll() {
 // failure records an infrastructure failure and makes sure the outage is
 // being watched.
 func (l *link) failure() {
-	l.lastFailure.Store(time.Now().UnixNano())
-	l.failing.Store(true)
+	now := time.Now().UnixNano()
+	l.lastFailure.Store(now)
+	if !l.failing.Swap(true) {
+		l.failingSince.Store(now)
+	}
 	l.breaker.Failure()
 	if !l.watching.Load() && l.watching.CompareAndSwap(false, true) {
 		if l.bg.Add(1) {

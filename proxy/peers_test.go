@@ -73,6 +73,22 @@ type goSDKOpts struct {
 	// the log, sample, ask and ask_aside tools. The server's tool list then
 	// has 8 tools.
 	State bool
+	// Versions maps to ServerOptions.SupportedProtocolVersions: a server of
+	// the session era only answers a 2026-07-28 request 400 -32022 naming
+	// them. Nil: the SDK's own.
+	Versions []string
+	// Polls adds the poll tool, which closes its call's answer stream on
+	// purpose (SSE polling, MCP 2025-11-25) times times, each after a
+	// progress notification, with retry: retryMs and a pause of delayMs
+	// (a long call's work), then answers "polled".
+	// It needs EventStore for the client to resume.
+	Polls bool
+}
+
+type peerPollIn struct {
+	Times   int `json:"times"`
+	RetryMs int `json:"retryMs"`
+	DelayMs int `json:"delayMs"`
 }
 
 // dialect selects how a startDialect peer answers a request that carries an
@@ -588,17 +604,18 @@ type peerNoIn struct{}
 func startGoSDK(t testing.TB, o goSDKOpts) *peer {
 	t.Helper()
 	return newPeer(t, "go-sdk", func(p *peer, genCtx context.Context) *peerGen {
-		var sopts *mcp.ServerOptions
+		sopts := &mcp.ServerOptions{SupportedProtocolVersions: o.Versions}
 		if o.State {
-			sopts = &mcp.ServerOptions{
-				SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
-				UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
-			}
+			sopts.SubscribeHandler = func(context.Context, *mcp.SubscribeRequest) error { return nil }
+			sopts.UnsubscribeHandler = func(context.Context, *mcp.UnsubscribeRequest) error { return nil }
 		}
 		srv := mcp.NewServer(&mcp.Implementation{Name: "peer-go-sdk", Version: "1.0.0"}, sopts)
 		p.addGoSDKTools(srv, genCtx)
 		if o.State {
 			p.addGoSDKState(srv, genCtx)
+		}
+		if o.Polls {
+			p.addGoSDKPoll(srv)
 		}
 		p.applyNextTools(srv)
 		hopts := &mcp.StreamableHTTPOptions{
@@ -726,6 +743,27 @@ type peerLogIn struct {
 
 type peerSampleIn struct {
 	Prompt string `json:"prompt"`
+}
+
+// addGoSDKPoll adds the o.Polls tool.
+func (p *peer) addGoSDKPoll(srv *mcp.Server) {
+	mcp.AddTool(srv, &mcp.Tool{Name: "poll", Description: "closes its answer stream on purpose, then answers"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in peerPollIn) (*mcp.CallToolResult, any, error) {
+			p.countTool("poll")
+			for i := 1; i <= in.Times; i++ {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: "poll",
+					Progress: float64(i), Message: fmt.Sprintf("poll %d", i)})
+				if req.Extra != nil && req.Extra.CloseSSEStream != nil {
+					req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: time.Duration(in.RetryMs) * time.Millisecond})
+				}
+				select {
+				case <-time.After(time.Duration(in.DelayMs) * time.Millisecond):
+				case <-ctx.Done():
+					return nil, nil, ctx.Err()
+				}
+			}
+			return peerText("polled"), nil, nil
+		})
 }
 
 // addGoSDKState adds the o.State features to a generation's server.

@@ -43,7 +43,9 @@ func (er *eventRewriter) startStream(out []byte) ([]byte, error) {
 // stream relays p. The output is either a prefix of p itself (aliased
 // true: nothing in it changed, and the rest of p is held), or out with the
 // output appended. err is sse.ErrTooLarge when a held line outgrows
-// er.max; the stream is then to be cut.
+// er.max, errHoldBudget when the memory budget has no room for it (it is
+// counted past freeHold, with its rewritten copy); the stream is then to
+// be cut.
 func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err error) {
 	e := emitter{p: p, out: out, aliased: true}
 	e.bytes(er.cut)
@@ -87,6 +89,10 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 				r, _ := e.result()
 				return r, e.aliased, sse.ErrTooLarge
 			}
+			if len(er.held) > freeHold && !er.meter.hold(2*cap(er.held)) {
+				r, _ := e.result()
+				return r, e.aliased, errHoldBudget
+			}
 			if ended {
 				er.emitHeld(&e)
 			}
@@ -113,6 +119,20 @@ func (er *eventRewriter) emitHeld(e *emitter) {
 	e.out = er.line(e.out, line)
 	e.out = append(e.out, er.held[len(line):]...) // its line ending
 	er.held = er.held[:0]
+	if cap(er.held) > freeHold {
+		er.held = nil // counted while it held a line: not pinned after
+	}
+	// The charge stays while its rewritten copy waits in the output, until
+	// the relay has handed that on (handedOn).
+}
+
+// handedOn runs when the relay has handed its output to the agent: the
+// copy of a line held past freeHold is gone from the count, unless a line
+// is held now.
+func (er *eventRewriter) handedOn() {
+	if er.mode != lineHeld {
+		er.meter.release()
+	}
 }
 
 // endStream ends the relay of a stream that ended or broke. The bytes of a
@@ -131,9 +151,10 @@ func (er *eventRewriter) endStream(out []byte, keep bool) (_ []byte, midLine boo
 		midLine = true
 	}
 	er.held, er.mode = er.held[:0], lineDone
-	if cap(er.held) > 64<<10 {
+	if cap(er.held) > freeHold {
 		er.held = nil // do not pin a long line's buffer
 	}
+	er.meter.release()
 	return out, midLine
 }
 

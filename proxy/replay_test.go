@@ -63,6 +63,15 @@ type scripted struct {
 	// closing the connection, as a restarting server does.
 	dropInitialized atomic.Int64
 	initializedN    atomic.Int64 // notifications/initialized received
+	// bigEvent is the size of the one event the big_progress and
+	// big_request tools send before their answer (a progress notification,
+	// a sampling request), each in a line of its own; hold, when set,
+	// keeps them from answering until it is closed, so that calls hold
+	// their events at once (big_request holds the last bytes of its
+	// request's line back until then: its receiver holds the line
+	// unfinished).
+	bigEvent int
+	hold     chan struct{}
 }
 
 func startScripted(t testing.TB, mod func(*scripted)) *scripted {
@@ -239,6 +248,29 @@ func (sc *scripted) call(w http.ResponseWriter, r *http.Request, id json.RawMess
 			time.Sleep(5 * time.Millisecond)
 		}
 		<-r.Context().Done()
+	case "big_progress", "big_request":
+		w.Header().Set("Content-Type", "text/event-stream")
+		pad := strings.Repeat("b", sc.bigEvent)
+		ev := `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1,"message":"` + pad + `"}}`
+		if tool == "big_request" {
+			ev = `{"jsonrpc":"2.0","id":"ask-1","method":"sampling/createMessage","params":{"maxTokens":1,"messages":[{"role":"user","content":{"type":"text","text":"` + pad + `"}}]}}`
+		}
+		line := "event: message\ndata: " + ev + "\n\n"
+		rest := ""
+		if tool == "big_request" && sc.hold != nil {
+			line, rest = line[:len(line)-16], line[len(line)-16:]
+		}
+		_, _ = io.WriteString(w, line)
+		_ = http.NewResponseController(w).Flush()
+		if sc.hold != nil {
+			select {
+			case <-sc.hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = io.WriteString(w, rest)
+		_, _ = fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"done\"}]}}\n\n", id)
 	case "progress_crash":
 		// A progress notification, then the server dies mid-answer.
 		w.Header().Set("Content-Type", "text/event-stream")

@@ -122,7 +122,7 @@ func (us *upstreamStream) resume(cause error) bool {
 		if !clean {
 			ev = a.s.log.Warn() // a break, not the server's own polling
 		}
-		ev.Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Str(logSession, a.sess.ID.Short()).
+		ev.Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).Str(logSession, a.sess.ID.Short()).
 			AnErr("cut", cause).Int("retry_ms", a.rw.retryMs).Stringer(logClass, cls).Int("status", status).
 			Msg("answer stream ended before its response; asked the upstream for the rest with Last-Event-ID")
 		switch cls {
@@ -150,7 +150,7 @@ func (us *upstreamStream) noResume(why string) bool {
 	a := (*attempt)(us)
 	a.s.count.resumes[outcomeFailed].Add(1)
 	a.resumeWhy = why
-	a.s.log.Warn().Str(logMethod, a.msg.method).Str("tool", a.msg.tool).Str("why", why).
+	a.s.log.Warn().Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).Str("why", why).
 		Msg("answer stream not resumed")
 	return false
 }

@@ -287,3 +287,40 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 		})
 	}
 }
+
+// TestPolledStreamCostsOneGET: a session-era server closes a call's answer
+// stream on purpose, three times (SSE polling, MCP 2025-11-25). Through
+// mcpheal the agent's call gets its answer on one stream, the tool runs
+// once, and each poll costs the upstream the GET that resumes it and
+// nothing else: no server/discover, no initialize.
+func TestPolledStreamCostsOneGET(t *testing.T) {
+	t.Parallel()
+	up := startGoSDK(t, goSDKOpts{EventStore: true, Polls: true})
+	_, url := startProxy(t, up.URL(), nil)
+	cs := goSDKClient(t, url)
+	callEcho(t, cs, "before the polls")
+	before := len(up.Requests())
+	const polls = 3
+	res, err := goSDKCall(t, cs, "poll", map[string]any{"times": polls, "retryMs": 20, "delayMs": 100})
+	if err != nil || peerResultText(res) != "polled" {
+		t.Fatalf("poll: %q, %v; want its answer", peerResultText(res), err)
+	}
+	if n := up.ToolCalls("poll"); n != 1 {
+		t.Errorf("poll ran %d times, want 1", n)
+	}
+	var gets int
+	for _, r := range up.Requests()[before:] {
+		switch {
+		case r.HTTPMethod == http.MethodGet && r.Header.Get("Last-Event-ID") != "":
+			gets++
+		case r.HTTPMethod == http.MethodPost && r.RPCMethod == "tools/call":
+		case r.HTTPMethod == http.MethodGet:
+			// the agent's own GET stream, reopened as the SDK does
+		default:
+			t.Errorf("upstream %s %s during the polls; want only the call and its resuming GETs", r.HTTPMethod, r.RPCMethod)
+		}
+	}
+	if gets < 1 || gets > polls {
+		t.Errorf("%d upstream GETs with Last-Event-ID for %d polls, want 1 to %d", gets, polls, polls)
+	}
+}

@@ -54,6 +54,8 @@ type routeTable struct {
 	configs map[string]Config // by name
 	// adminGuard is the admin listener's DNS-rebinding check.
 	adminGuard hostGuard
+	// notFound answers a path this listener does not serve.
+	notFound string
 }
 
 // NewRouter builds servers for ups (each needs a distinct Name and Path)
@@ -139,7 +141,25 @@ func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
 		t.byPath[c.Path] = s
 		t.configs[c.Name] = c
 	}
+	t.notFound = notFoundText(t.configs)
 	return t, nil
+}
+
+// notFoundText is the answer to a path the listener does not serve: the
+// paths it does serve, so that an agent configured with another one (a
+// /<name>/mcp where mcpheal serves one upstream at /mcp) is told which. A
+// listener whose upstreams check inbound tokens names none: its paths are
+// for the agents that hold one.
+func notFoundText(configs map[string]Config) string {
+	var paths []string
+	for _, c := range configs {
+		if len(c.AuthTokens) > 0 {
+			return "not found\n"
+		}
+		paths = append(paths, c.Path)
+	}
+	sort.Strings(paths)
+	return "not found: this mcpheal serves MCP at " + strings.Join(paths, ", ") + " (and /healthz)\n"
 }
 
 func reserved(path string) bool {
@@ -224,7 +244,7 @@ func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 		healthy(ctx)
 		return
 	}
-	ctx.Error("not found\n", fasthttp.StatusNotFound)
+	ctx.Error(t.notFound, fasthttp.StatusNotFound)
 }
 
 func healthy(ctx *fasthttp.RequestCtx) {
@@ -300,8 +320,8 @@ func (r *Router) wellKnown(ctx *fasthttp.RequestCtx, t *routeTable, p string) {
 				s = only // the origin's own metadata: the upstream origin's
 			}
 		}
-		if s == nil || s.cfg.Credentials != nil {
-			break // unknown, or the proxy owns that upstream's credential
+		if s == nil {
+			break
 		}
 		s.wellKnown(ctx, kind+upPath)
 		return

@@ -48,7 +48,9 @@ type Config struct {
 	// MaxBody caps an agent request body; zero means 4 MiB. Larger → 413.
 	MaxBody int
 	// HealTimeout is the most a request may spend healing (re-inits,
-	// backoff while the upstream is down); zero means 15 s.
+	// backoff while the upstream is down), and how long from its start an
+	// outage is waited out rather than failed fast (a redeploy); zero
+	// means 25 s.
 	HealTimeout time.Duration
 	// ResponseTimeout bounds the wait for the head of an upstream answer;
 	// zero means 5 min. A streamed answer has no limit once its head came.
@@ -128,7 +130,8 @@ type Config struct {
 	// through the bridge, and 2026-07-28 agents of an upstream of the
 	// session era only get a session held for them. "legacy-agents" or
 	// "2026-agents": only that direction. "off": neither; every request
-	// passes through.
+	// passes through. "prefer-2026": auto, and session-era agents of an
+	// upstream of both eras go through the bridge too.
 	EraBridge string
 	// MemoryBudget caps the bytes of session state and buffered answers the
 	// upstream's sessions may hold (see budget); zero means 512 MiB.
@@ -217,9 +220,9 @@ func (c *Config) normalize() error {
 	switch c.EraBridge {
 	case "":
 		c.EraBridge = "auto"
-	case "auto", "off", eraBridgeLegacy, eraBridge2026:
+	case "auto", "off", eraBridgeLegacy, eraBridge2026, eraBridgePrefer2026:
 	default:
-		return fmt.Errorf("era_bridge: want auto, legacy-agents, 2026-agents or off, got %q", c.EraBridge)
+		return fmt.Errorf("era_bridge: want auto, legacy-agents, 2026-agents, prefer-2026 or off, got %q", c.EraBridge)
 	}
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
 	c.AdminListen = orStr(c.AdminListen, AdminFor(c.Listen))
@@ -236,7 +239,7 @@ func (c *Config) normalize() error {
 			return errors.New("an inbound auth token is shorter than 16 characters")
 		}
 	}
-	c.HealTimeout = orDur(c.HealTimeout, 15*time.Second)
+	c.HealTimeout = orDur(c.HealTimeout, 25*time.Second)
 	c.ResponseTimeout = orDur(c.ResponseTimeout, 5*time.Minute)
 	c.StreamKeepalive = orDur(c.StreamKeepalive, 15*time.Second)
 	if c.Keepalive == 0 {
@@ -532,7 +535,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; charset=utf-8")
 		ctx.SetBodyString("ok\n")
 	default:
-		ctx.Error("not found\n", fasthttp.StatusNotFound)
+		ctx.Error(notFoundText(map[string]Config{s.cfg.Name: s.cfg}), fasthttp.StatusNotFound)
 	}
 }
 
@@ -542,11 +545,11 @@ func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx, r *request) {
 	if p := recover(); p != nil {
 		s.count.panics.Add(1)
 		s.log.Error().Interface("panic", p).Msg("handler panicked")
-		id := "null"
+		var m message
 		if r != nil {
-			id = r.msg.idOrNull() // known once the guard parsed the message
+			m = r.msg // known once the guard parsed the message
 		}
-		writeError(ctx, fasthttp.StatusBadGateway, codeProxyError, id, "mcpheal internal error")
+		writeFailure(ctx, &m, failure{status: fasthttp.StatusBadGateway, code: codeProxyError, msg: "mcpheal internal error"})
 	}
 }
 
@@ -644,27 +647,56 @@ func armWrite(c net.Conn, d time.Duration) {
 	_ = c.SetWriteDeadline(time.Now().Add(d))
 }
 
+// maxMetadata caps an OAuth metadata document mcpheal forwards: they are a
+// few KiB, and a larger one is held, with its rewritten copy, until the
+// agent has read it.
+const maxMetadata = 64 << 10
+
 // wellKnown forwards OAuth discovery (RFC 9728 protected resource metadata,
 // RFC 8414 authorization server metadata) to the upstream's origin, so that
-// an agent whose credential passes through can find where to get one.
+// an agent whose credential passes through can find where to get one. It
+// is a route like the MCP endpoint's: the guard's Host and Origin check
+// first (its document names mcpheal's URL as the agent reached it), and
+// the document, at most maxMetadata, is counted in the memory budget
+// while it is read and until the agent has it. An upstream whose
+// credential is mcpheal's (its own, or inbound auth's) has nothing for an
+// agent to log in to: 404.
 func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	defer s.recoverPanic(ctx, nil)
+	switch {
+	case !s.guard.hosts.allow(ctx):
+		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, "null", "Forbidden: Host or Origin not allowed")
+		return
+	case s.link.ownsAuthorization():
+		ctx.Error("not found: mcpheal holds this upstream's credential; there is nothing to log in to\n", fasthttp.StatusNotFound)
+		return
+	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
+	resp.SetBudget(&s.mem)
+	resp.SetMaxBody(maxMetadata)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Set("Accept", "application/json")
 	isPRM := strings.HasPrefix(path, prmPath)
 	if p := s.prm.Load(); p != nil && path == prmPath+s.link.up.Path() {
 		path = *p // the server named another location in its challenge
 	}
-	if err := s.link.up.DoPath(req, resp, path, time.Now().Add(10*time.Second)); err != nil {
+	var tl *upstream.TooLargeError
+	switch err := s.link.up.DoPath(req, resp, path, time.Now().Add(10*time.Second)); {
+	case errors.As(err, &tl):
+		writeError(ctx, fasthttp.StatusBadGateway, codeTooLarge, "null", "the upstream's OAuth metadata is larger than "+
+			strconv.Itoa(maxMetadata)+" bytes")
+		return
+	case errors.Is(err, upstream.ErrOverBudget):
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, "null", "mcpheal's memory_budget is reached; retry later")
+		ctx.Response.Header.Set("Retry-After", "1")
+		return
+	case err != nil:
 		writeError(ctx, fasthttp.StatusBadGateway, codeUpstreamDown, "null", "upstream unreachable: "+s.link.up.Origin())
 		return
 	}
-	ctx.SetStatusCode(resp.StatusCode())
-	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
 	if resp.IsStream() {
 		ctx.SetStatusCode(fasthttp.StatusBadGateway)
 		return
@@ -673,5 +705,14 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	if isPRM && resp.StatusCode() == fasthttp.StatusOK {
 		body = s.ownMetadata(&ctx.Request.Header, body) // mcpheal is the resource the agent reached (oauth.go)
 	}
-	ctx.Response.SetBody(body)
+	if !s.mem.take(int64(len(body))) {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, "null", "mcpheal's memory_budget is reached; retry later")
+		ctx.Response.Header.Set("Retry-After", "1")
+		return
+	}
+	ctx.SetStatusCode(resp.StatusCode())
+	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
+	// A copy, counted until the agent has read it: resp goes back now.
+	b := append([]byte(nil), body...)
+	ctx.Response.SetBodyStream(&budgetBody{b: b, mem: &s.mem, n: int64(len(b))}, len(b))
 }

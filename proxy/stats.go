@@ -67,12 +67,11 @@ func methodIndex(m *message) int {
 const (
 	reasonSessionGone = iota // the upstream said the session is gone
 	reasonTransport          // the connection died or timed out
-	reasonKeepalive          // a keepalive ping found the session gone
 	reasonRestored           // a session restored from its sealed id needs an upstream session
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"session_gone", "transport", "keepalive", "restored"}
+var reasonNames = [numReasons]string{"session_gone", "transport", "restored"}
 
 const (
 	outcomeOK      = iota // re-created
@@ -86,12 +85,12 @@ var outcomeNames = [numOutcomes]string{"ok", "failed", "refused"}
 // Keepalive results for mcpheal_keepalive_total.
 const (
 	keepaliveOK     = iota // the session answered
-	keepaliveHealed        // it was gone and was re-created ahead of the agent
+	keepaliveGone          // it was gone: the agent's next request heals it
 	keepaliveFailed        // the ping or the heal failed
 	numKeepalive
 )
 
-var keepaliveNames = [numKeepalive]string{"ok", "healed", "failed"}
+var keepaliveNames = [numKeepalive]string{"ok", "gone", "failed"}
 
 // counters is the one place where the proxy counts what it did: plain
 // atomics on the hot path, exposed by collector at scrape time.

@@ -223,6 +223,7 @@ type recorder struct {
 type recorded struct {
 	httpMethod string // POST, GET, DELETE
 	method     string // the JSON-RPC method of a POST
+	id         string // its raw JSON-RPC id
 	auth       string // Authorization
 	session    string // the Mcp-Session-Id it named
 	minted     string // the Mcp-Session-Id its answer set
@@ -238,7 +239,7 @@ func startRecorder(t testing.TB, h http.Handler) *recorder {
 		if r.Method == http.MethodPost {
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			q.method = gjson.GetBytes(body, "method").Str
+			q.method, q.id = gjson.GetBytes(body, "method").Str, gjson.GetBytes(body, "id").Raw
 		}
 		// Recorded as it arrives (an agent may count before the handler
 		// returns); its answer's status and session id once answered.
@@ -274,6 +275,16 @@ func (rec *recorder) count(match func(recorded) bool) int64 {
 func (rec *recorder) calls(method string) int64 {
 	return rec.count(func(q recorded) bool { return q.method == method })
 }
+
+// agentCalls counts the POSTs of a JSON-RPC method but mcpheal's own
+// questions of the upstream's era (eraState.servesSessions).
+func (rec *recorder) agentCalls(method string) int64 {
+	return rec.count(func(q recorded) bool { return q.method == method && !isEraProbe(q.id) })
+}
+
+// isEraProbe reports the raw JSON-RPC id of a request by which mcpheal
+// asks whether a 2026-07-28 upstream serves sessions too.
+func isEraProbe(id string) bool { return strings.HasPrefix(id, `"mcpheal-era-`) }
 
 // saw reports whether a request came with Authorization auth.
 func (rec *recorder) saw(auth string) bool {

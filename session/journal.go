@@ -160,6 +160,30 @@ func (s *Session) ToolsSeen() bool {
 	return s.toolsSeen
 }
 
+// DueTools asks for the session's tools to be listed once the next
+// request on it has reached the upstream (TakeDueTools): after a heal, or
+// when a session is opened for an agent that has not listed them, the
+// agent's request goes first, and a server that allows a new session only
+// a few requests spends none of them on mcpheal's list before it. notify:
+// the agent is to be told when the list changed.
+func (s *Session) DueTools(notify bool) {
+	v := int32(1)
+	if notify {
+		v = 2
+	}
+	s.toolsDue.Store(v)
+}
+
+// TakeDueTools reports, once, whether the tools are due to be listed, and
+// whether the agent is to be told of a change.
+func (s *Session) TakeDueTools() (due, notify bool) {
+	if s.toolsDue.Load() == 0 {
+		return false, false
+	}
+	v := s.toolsDue.Swap(0)
+	return v != 0, v == 2
+}
+
 // SetJournal replaces the session's journal with j (the fleet's, from
 // Shared) and returns how many bytes the journal grew by.
 func (s *Session) SetJournal(j Journal) (grew int) {

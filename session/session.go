@@ -104,6 +104,10 @@ type Session struct {
 	journalGone  bool
 	tools        [32]byte // hash of the last tools/list result the agent saw
 	toolsSeen    bool
+	// toolsDue: the tools are to be listed after the next request that
+	// reaches the upstream (DueTools); 2 also tells the agent when they
+	// changed.
+	toolsDue atomic.Int32
 }
 
 // healCall is one re-init in flight; its result fields are written once,

@@ -167,6 +167,10 @@ func (f *Framer) Rest() []byte { return f.buf[f.off:] }
 // returned.
 func (f *Framer) Buffered() int { return len(f.buf) - f.off }
 
+// Held returns the bytes of memory the framer's buffer holds: what it
+// buffers, and room it grew to for an event that has passed.
+func (f *Framer) Held() int { return cap(f.buf) }
+
 // Reset empties the framer, keeping its buffer (up to keep bytes of
 // capacity; a larger one is dropped so that a pooled framer does not pin
 // the memory of one large event).

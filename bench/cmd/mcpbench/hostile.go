@@ -626,7 +626,7 @@ func (h *harness) attackFat(pass *hostilePass) hostileAttack {
 				switch {
 				case x.status == http.StatusOK && x.sid != "":
 					admitted = append(admitted, x.sid)
-				case x.status == http.StatusServiceUnavailable && x.code == -32015 && strings.Contains(x.msg, "memory_budget"):
+				case x.status == http.StatusOK && x.code == -32015 && strings.Contains(x.msg, "memory_budget"):
 					refusedOK++
 				}
 			})
@@ -636,7 +636,7 @@ func (h *harness) attackFat(pass *hostilePass) hostileAttack {
 				a.check(len(admitted) == n, "all %d admitted (%s of initialize bodies is within memory_budget)", n, mib(n*per))
 			} else {
 				a.check(len(admitted)+refusedOK == n && len(admitted) >= want*9/10,
-					"about %d admitted under the budget (%d), the rest refused 503 -32015 naming memory_budget (%d)", want, len(admitted), refusedOK)
+					"about %d admitted under the budget (%d), the rest refused -32015 naming memory_budget (%d)", want, len(admitted), refusedOK)
 			}
 			if len(admitted) > 0 {
 				worked := 0
@@ -1025,7 +1025,7 @@ func (h *harness) attackSlow() hostileAttack {
 func (h *harness) attackHuge(announced bool) hostileAttack {
 	const calls, size = 5, 100 << 20
 	tool, args, name, how := "huge", "{}", "oversized answer", "chunked"
-	capText := "max_answer 32 MiB per answer read whole; memory_budget counts each answer from its first byte (503 -32017 beyond)"
+	capText := "max_answer 32 MiB per answer read whole; memory_budget counts each answer from its first byte (-32017 beyond)"
 	if announced {
 		tool, args, name, how = "big", fmt.Sprintf(`{"bytes":%d}`, size), "oversized, announced", "with Content-Length"
 		capText = "max_answer 32 MiB, known from Content-Length before any of the body is read"
@@ -1044,18 +1044,18 @@ func (h *harness) attackHuge(announced bool) hostileAttack {
 			parallel(calls, calls, func(i int) {
 				x := a.post(ctx, a.sess[0].ID, toolCall(40+i, tool, args))
 				t.add(x.key(), x.msg)
-				// Either cap may stop an answer first: max_answer (502
-				// -32016), or, with a small budget, memory_budget (503
-				// -32017) while several are read at once.
-				if x.status == http.StatusBadGateway && x.code == -32016 && strings.Contains(x.msg, "max_answer") ||
-					x.status == http.StatusServiceUnavailable && x.code == -32017 && strings.Contains(x.msg, "memory_budget") {
+				// Either cap may stop an answer first: max_answer
+				// (-32016), or, with a small budget, memory_budget
+				// (-32017) while several are read at once.
+				if x.status == http.StatusOK && x.code == -32016 && strings.Contains(x.msg, "max_answer") ||
+					x.status == http.StatusOK && x.code == -32017 && strings.Contains(x.msg, "memory_budget") {
 					mu.Lock()
 					named++
 					mu.Unlock()
 				}
 			})
 			a.got(&t, "")
-			a.check(named == calls, "%d of %d got 502 -32016 naming max_answer or 503 -32017 naming memory_budget", named, calls)
+			a.check(named == calls, "%d of %d got -32016 naming max_answer or -32017 naming memory_budget", named, calls)
 			st, err := a.upStats(ctx)
 			if err != nil {
 				return err

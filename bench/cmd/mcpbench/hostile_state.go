@@ -101,7 +101,7 @@ func (h *harness) attackJournal(bridged bool) hostileAttack {
 	return hostileAttack{
 		name: name, path: path,
 		sends: fmt.Sprintf("one session: %d `resources/subscribe` of distinct %s URIs, %d at a time (for at most %s); %s", n, mib(size), workers, limit, where),
-		cap:   fmt.Sprintf("max_journal %s per session (200 -32019 beyond), counted in memory_budget (503 -32017 when full)", mib(defMaxJournal)),
+		cap:   fmt.Sprintf("max_journal %s per session (200 -32019 beyond), counted in memory_budget (-32017 when full)", mib(defMaxJournal)),
 		setup: func(ctx context.Context, a *attackRun) error {
 			var err error
 			if sess, err = bench.Initialize(ctx, a.hc, a.url, true); err != nil || !bridged {
@@ -360,7 +360,7 @@ func (h *harness) attackDiscover() hostileAttack {
 		name: "bridged discover", path: hostileFatPath,
 		sends: fmt.Sprintf("%d concurrent `initialize` (protocolVersion %s), each reading its answer's body only once all %d heads are in (at most %s); the upstream speaks only 2026-07-28 and its server/discover carries %s of instructions, which mcpheal puts in every initialize answer",
 			agents, version, agents, wait, mib(size)),
-		cap: "memory_budget counts the discover answer once and each initialize answer built from it until written (503 -32017 beyond; a new session past it 503 -32015)",
+		cap: "memory_budget counts the discover answer once and each initialize answer built from it until written (-32017 beyond; a new session past it -32015; both in HTTP 200)",
 		run: func(ctx context.Context, a *attackRun) error {
 			var t tally
 			var mu sync.Mutex
@@ -381,12 +381,12 @@ func (h *harness) attackDiscover() hostileAttack {
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
-				case x.status == http.StatusOK && x.err == nil:
+				case x.status == http.StatusOK && x.err == nil && x.code == 0:
 					ok++
 					if instr == size {
 						whole++
 					}
-				case x.status == http.StatusServiceUnavailable && (x.code == -32017 || x.code == -32015) && strings.Contains(x.msg, "memory_budget"):
+				case x.status == http.StatusOK && (x.code == -32017 || x.code == -32015) && strings.Contains(x.msg, "memory_budget"):
 					refused++
 				}
 			})
@@ -394,7 +394,7 @@ func (h *harness) attackDiscover() hostileAttack {
 			// The budget holds the discover answer and this many answers
 			// (each a little more than the instructions) at once.
 			held := (a.pass.Budget - size) / size
-			a.check(ok+refused == agents, "every answer is 200 or 503 -32017/-32015 naming memory_budget: %d + %d of %d", ok, refused, agents)
+			a.check(ok+refused == agents, "every answer is the initialize's or -32017/-32015 naming memory_budget: %d + %d of %d", ok, refused, agents)
 			a.check(heads.met() && ok <= held && ok > 0, "%d answers were 200 with every head in before any body was read (%v): at least 1, at most the %d that fit in memory_budget beside the discover answer",
 				ok, heads.met(), held)
 			a.check(whole == ok, "%d of the %d 200s carry all %s of instructions", whole, ok, mib(size))
