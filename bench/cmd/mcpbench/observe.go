@@ -180,6 +180,10 @@ func (a *obsAgent) call(ctx context.Context, id int, tool string, args map[strin
 		return fmt.Sprintf("HTTP 200, no JSON-RPC answer: %s", mdEscape(string(b), 140)), d
 	}
 	if resp.StatusCode != http.StatusOK {
+		// A refusal's own words, where its JSON body has them.
+		if msg := gjson.GetBytes(ans, "message").Str; msg != "" {
+			return fmt.Sprintf("HTTP %d: %s", resp.StatusCode, mdEscape(msg, 140)), d
+		}
 		return fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(mdEscape(string(ans), 140))), d
 	}
 	m := gjson.ParseBytes(ans)
@@ -428,7 +432,7 @@ func (h *harness) writeObservations(w writer) {
 		if o.Execs >= 0 {
 			ex = fmt.Sprint(o.Execs)
 		}
-		w("| %s | %s | %d | %s | %d | %s | %.1f |\n", o.Case, o.Target, o.Calls, mdEscape(o.Got, 200), o.Inits, ex, msOf(o.Latency))
+		w("| %s | %s | %d | %s | %d | %s | %.1f |\n", o.Case, o.Target, o.Calls, mdEscape(o.Got, 400), o.Inits, ex, msOf(o.Latency))
 	}
 	w("\n")
 }
