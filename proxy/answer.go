@@ -279,6 +279,9 @@ func (a *attempt) answer(out outcome) bool {
 	case outAgentGone:
 		a.ctx.SetConnectionClose()
 	}
+	if a.sess == nil {
+		a.s.link.dropMinted(a.resp) // an answer not passed on: a session it opened is nobody's
+	}
 	f := a.fail(out)
 	a.r.outcome(out.kind, out.class, f.code)
 	if out.kind == outRefused && a.streamBegan() {

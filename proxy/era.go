@@ -313,6 +313,10 @@ func supportedEra(list gjson.Result) (v int, ok bool) {
 	return eraLegacy, n > 0
 }
 
+// eraProbeClient is the clientInfo name of servesSessions' initialize, by
+// which a server's operator (and a test) tells it from an agent's.
+const eraProbeClient = "mcpheal-era-probe"
+
 // servesSessions reports whether an upstream whose server/discover lists
 // 2026-07-28 alone serves the session era too: whether it answers a
 // session-era initialize with a session-era protocol version and an
@@ -327,9 +331,11 @@ func (e *eraState) servesSessions(auth []byte) bool {
 		hdr.SetBytesKV(hdrAuthorization, auth)
 	}
 	deadline := time.Now().Add(min(eraProbeTimeout, e.cfg.ResponseTimeout))
+	// Mcp-Method too: a server of 2026-07-28 wants it on every POST, and
+	// one of the session era ignores it.
 	body := `{"jsonrpc":"2.0","id":` + e.link.upcallID("era") + `,"method":"initialize","params":{"protocolVersion":"` +
-		legacyVersions[0] + `","capabilities":{},"clientInfo":{"name":"mcpheal","version":"1"}}}`
-	rep, err := e.link.call(&upcall{hdr: hdr, body: []byte(body), deadline: deadline, name: "initialize"})
+		legacyVersions[0] + `","capabilities":{},"clientInfo":{"name":"` + eraProbeClient + `","version":"1"}}}`
+	rep, err := e.link.call(&upcall{hdr: hdr, body: []byte(body), deadline: deadline, name: "initialize", mcpMethod: "initialize"})
 	if err != nil || rep.session == "" {
 		return false
 	}
@@ -340,7 +346,7 @@ func (e *eraState) servesSessions(auth []byte) bool {
 	}
 	ping := `{"jsonrpc":"2.0","id":` + e.link.upcallID("era") + `,"method":"ping"}`
 	rep, err = e.link.call(&upcall{hdr: hdr, body: []byte(ping), session: rep.session, version: version,
-		deadline: deadline, name: "ping"})
+		deadline: deadline, name: "ping", mcpMethod: "ping"})
 	return err == nil && rep.status == fasthttp.StatusOK && gjson.GetBytes(rep.msg, "result").Exists()
 }
 

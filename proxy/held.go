@@ -629,6 +629,13 @@ func (h *held) open(r *request, id session.ClientID) (*session.Session, *discove
 	a.req.Header.DelBytes(hdrProtocolVersion)
 	s.count.upstreamInits.Add(1)
 	out := a.loop()
+	defer func() {
+		if a.sess == nil {
+			// Not held: a session the upstream opened with its answer (one
+			// mcpheal could not carry, a refusal, an error) is nobody's.
+			s.link.dropMinted(a.resp)
+		}
+	}()
 	var msg []byte
 	if out.kind == outUpstream {
 		var ok bool

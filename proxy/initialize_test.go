@@ -16,15 +16,20 @@ import (
 
 // TestInitializeNotKeptIsDeleted: an initialize whose answer mcpheal cannot
 // keep (over max_answer, or over the memory budget) leaves no session open
-// upstream: every session the server opened for it is DELETEd, once.
+// upstream: every session the server opened for it is DELETEd, once, the
+// agent's own initialize and the one the held route sends for a
+// 2026-07-28 agent alike (before, the held route DELETEd none of them).
 func TestInitializeNotKeptIsDeleted(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name string
 		mod  func(*Config)
+		held bool
 	}{
-		{"max_answer", func(c *Config) { c.MaxAnswer = 1 << 10 }},
-		{"memory_budget", func(c *Config) { c.MemoryBudget = 4 << 10 }},
+		{"max_answer", func(c *Config) { c.MaxAnswer = 1 << 10 }, false},
+		{"memory_budget", func(c *Config) { c.MemoryBudget = 4 << 10 }, false},
+		{"held max_answer", func(c *Config) { c.MaxAnswer = 1 << 10; c.EraBridge = "auto" }, true},
+		{"held memory_budget", func(c *Config) { c.MemoryBudget = 4 << 10; c.EraBridge = "auto" }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -38,6 +43,11 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 					deleted[r.Header.Get("Mcp-Session-Id")]++
 					return
 				}
+				if r.Header.Get("Mcp-Method") == "server/discover" {
+					// A server of the session era: the held route's.
+					http.Error(w, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}`, http.StatusBadRequest)
+					return
+				}
 				id := fmt.Sprintf("UP-%d", len(created)+1)
 				created[id]++
 				w.Header().Set("Mcp-Session-Id", id)
@@ -45,8 +55,14 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"big","version":"1"},"instructions":"%s"}}`, big)
 			}))
 			t.Cleanup(up.Close)
-			_, url := startProxy(t, up.URL+"/mcp", func(cfg *Config) { c.mod(cfg); cfg.Keepalive = -1; cfg.EraBridge = "off" })
-			for range 4 {
+			_, url := startProxy(t, up.URL+"/mcp", func(cfg *Config) { cfg.EraBridge = "off"; c.mod(cfg); cfg.Keepalive = -1 })
+			for i := range 4 {
+				if c.held {
+					if st, msg := heldPost(t, url, "", "tools/list", "", i+1); st != http.StatusOK || msg.Get("error.code").Int() == 0 {
+						t.Fatalf("a held route's tools/list answered %d %.80s; want mcpheal's refusal", st, msg.Raw)
+					}
+					continue
+				}
 				resp, body := peerRawPost(t, url, "",
 					`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
 				if resp.StatusCode != http.StatusOK || gjson.GetBytes(body, "error.code").Int() == 0 {

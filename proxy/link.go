@@ -257,10 +257,12 @@ func (l *link) deleteNow(up session.UpstreamID, auth []byte, deadline time.Time)
 
 // dropMinted ends a session a server opened for a request that needs
 // none (a server/discover probe, a failed initialize, a 2026-07-28
-// request to a session-era server): nobody will use its id.
+// request to a session-era server): nobody will use its id. The id is
+// taken off r, so that it is dropped once.
 func (l *link) dropMinted(r *upstream.Response) {
 	if id := r.Header.PeekBytes(hdrSessionID); len(id) > 0 {
 		l.deleteLater(session.UpstreamID(id), nil, true)
+		r.Header.DelBytes(hdrSessionID)
 	}
 }
 
