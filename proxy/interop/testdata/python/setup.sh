@@ -8,13 +8,17 @@
 # those (--require-hashes --no-deps) and nothing else. A venv is rebuilt from
 # scratch when its lock file changed: the lock's sha256 is kept inside it
 # (.venv/NAME/lock.sha256) and written last, so an interrupted install is
-# redone. pip's own cache keeps the downloads between runs.
+# redone. The wheels are kept between runs (and clones) in a wheelhouse,
+# $MCPHEAL_PY_WHEELS or ~/.cache/mcpheal-interop/wheels: a rebuild installs
+# from it without the network when it holds every wheel, and pip checks
+# each wheel against the lock's hashes either way.
 #
 # Usage: setup.sh [hermes|sdk]... (default: both). Needs python3.11 (or
 # $PYTHON). lock.sh beside it regenerates the lock files.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${PYTHON:-python3.11}"
+wheels="${MCPHEAL_PY_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpheal-interop/wheels}"
 
 if ! command -v "$python" >/dev/null 2>&1; then
 	echo "setup.sh: $python is not on PATH: the Python interop fixtures need CPython 3.11" >&2
@@ -38,8 +42,13 @@ build() {
 	echo "setup.sh: building .venv/$name from $name.txt (${want:0:12})"
 	rm -rf "$venv"
 	"$python" -m venv "$venv"
-	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-		--require-hashes --no-deps --only-binary=:all: -r "$lock"
+	local pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+	local exact=(--require-hashes --no-deps --only-binary=:all: -r "$lock")
+	if ! "${pip[@]}" install --quiet --no-index --find-links "$wheels" "${exact[@]}" 2>/dev/null; then
+		mkdir -p "$wheels"
+		"${pip[@]}" download --quiet --dest "$wheels" "${exact[@]}"
+		"${pip[@]}" install --quiet --no-index --find-links "$wheels" "${exact[@]}"
+	fi
 	"$venv/bin/python" -m pip check
 	echo "$want" >"$venv/lock.sha256"
 	echo "setup.sh: .venv/$name built in $(($(date +%s) - start)) s"
