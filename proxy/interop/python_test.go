@@ -129,6 +129,9 @@ type pyServerOpts struct {
 	// instructions is the size of the initialize answer's instructions in
 	// bytes; zero means 600.
 	instructions int
+	// slowInitialize holds every initialize that long before the server
+	// serves it, as a server busy at start does.
+	slowInitialize time.Duration
 }
 
 // startPyServer runs testdata/python/server.py on 127.0.0.1 and waits until
@@ -157,6 +160,9 @@ func startPyServer(t testing.TB, o pyServerOpts) *server {
 	}
 	if o.instructions > 0 {
 		env = append(env, "INSTRUCTIONS_BYTES="+strconv.Itoa(o.instructions))
+	}
+	if o.slowInitialize > 0 {
+		env = append(env, "SLOW_INITIALIZE_MS="+strconv.FormatInt(o.slowInitialize.Milliseconds(), 10))
 	}
 	name := o.impl + "-py"
 	s := &server{t: t, name: name}

@@ -12,6 +12,8 @@ Options (environment):
     MAX_SESSIONS=n           the SDK's max_sessions (default: the SDK's)
     COUNT_FILE=path          where write and slow_write record their executions
     INSTRUCTIONS_BYTES=n     size of the initialize answer's instructions (600)
+    SLOW_INITIALIZE_MS=n     holds every initialize n ms before serving it, as a
+                             server busy at start does
 
 Tools, the same on both servers:
     echo {text}              returns text (readOnlyHint)
@@ -60,6 +62,7 @@ IDLE_TIMEOUT = float(os.environ["SESSION_IDLE_TIMEOUT"]) if os.environ.get("SESS
 MAX_SESSIONS = int(os.environ["MAX_SESSIONS"]) if os.environ.get("MAX_SESSIONS") else None
 COUNT_FILE = os.environ.get("COUNT_FILE") or ""
 INSTRUCTIONS_BYTES = int(os.environ.get("INSTRUCTIONS_BYTES") or 600)
+SLOW_INITIALIZE_MS = int(os.environ.get("SLOW_INITIALIZE_MS") or 0)
 
 
 def instructions(n: int) -> str:
@@ -279,27 +282,32 @@ def mcpserver_app():
     )
 
 
-def announce(body: bytes) -> None:
+def announce(body: bytes) -> bool:
+    """Prints what arrived; says whether it holds an initialize."""
     try:
         msg = json.loads(body)
     except ValueError:
-        return
+        return False
+    initialize = False
     for m in msg if isinstance(msg, list) else [msg]:
         if not isinstance(m, dict):
             continue
         method = m.get("method")
         params = m.get("params") if isinstance(m.get("params"), dict) else {}
         if method == "initialize":
+            initialize = True
             guard.say(f"INITIALIZE {(params.get('clientInfo') or {}).get('name')}")
         elif method == "server/discover":
             guard.say("DISCOVER")
         elif method == "tools/call":
             guard.say(f"CALL {params.get('name')}")
+    return initialize
 
 
 class Announcer:
     """ASGI middleware: reads each POST body once, prints what arrived, and
-    hands the same body on to the server."""
+    hands the same body on to the server (an initialize after
+    SLOW_INITIALIZE_MS)."""
 
     def __init__(self, app):
         self.app = app
@@ -317,7 +325,8 @@ class Announcer:
             body += m.get("body", b"")
             if not m.get("more_body"):
                 break
-        announce(body)
+        if announce(body) and SLOW_INITIALIZE_MS:
+            await asyncio.sleep(SLOW_INITIALIZE_MS / 1000)
 
         async def replay():
             if messages:
