@@ -13,6 +13,12 @@ import (
 	"time"
 )
 
+// The Python tests' top-level functions do not call t.Parallel: they run
+// before the parallel tests start, their subtests in parallel among
+// themselves. Queued among the other parallel tests, their many subtests
+// would keep a parallel test's servers, started before its own subtests,
+// waiting past their lifetime (guard.mjs).
+
 // pyTarget is one server the Python agents meet, and the echo call it
 // answers.
 type pyTarget struct {
@@ -45,7 +51,6 @@ func pyTargets(text string) []pyTarget {
 // does directly against each server, Python and TS: the same initialize,
 // the same tools, the same tool result.
 func TestPyPlainUse(t *testing.T) {
-	t.Parallel()
 	for _, sv := range pyTargets("plain use") {
 		t.Run(sv.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,7 +99,6 @@ func notWorse(t *testing.T, what string, got, want result) {
 // and notifications/tools/list_changed after the tool list changed (the
 // agent then lists the new tool). Each agent pair has its own server.
 func TestPyServerFeatures(t *testing.T) {
-	t.Parallel()
 	for _, impl := range []string{pyFastMCP, pyMCPServer} {
 		for _, flavour := range pyFlavours {
 			t.Run(impl+"/"+flavour, func(t *testing.T) {
@@ -164,7 +168,6 @@ func TestPyServerFeatures(t *testing.T) {
 // one initialize from mcpheal. What the same agent gets directly is logged:
 // Hermes reconnects by itself, the SDK clients keep the dead session.
 func TestPyUpstreamRestart(t *testing.T) {
-	t.Parallel()
 	for _, impl := range []string{pyFastMCP, pyMCPServer} {
 		for _, flavour := range pyFlavours {
 			t.Run(impl+"/"+flavour, func(t *testing.T) {
@@ -227,7 +230,6 @@ func TestPyUpstreamRestart(t *testing.T) {
 // `hermes mcp test NAME` connects and lists its tools. Both run Hermes'
 // own CLI from its venv with a fresh HERMES_HOME.
 func TestHermesCLI(t *testing.T) {
-	t.Parallel()
 	for _, impl := range []string{pyFastMCP, pyMCPServer} {
 		t.Run(impl, func(t *testing.T) {
 			t.Parallel()
