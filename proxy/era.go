@@ -49,6 +49,11 @@ type eraState struct {
 	info       atomic.Pointer[discovery]
 	mu         sync.Mutex  // one probe at a time; protects refused
 	rechecking atomic.Bool // a background recheck runs
+	// unanswered is when (unix nanoseconds) a probe last got no answer in
+	// time (a server slow to initialize, or down): requests pass through
+	// without asking again until probeHoldOff has passed, or the upstream
+	// answers again (recheck), rather than each wait out a probe.
+	unanswered atomic.Int64
 	// refused holds when a probe was last refused (401, 403) under each
 	// credential (an Authorization value, "" for none), for probeHoldOff:
 	// such an answer says nothing of the era, and the same credential is
@@ -84,6 +89,9 @@ func (e *eraState) detect(log bool, auth []byte) int {
 	defer e.mu.Unlock()
 	if v := e.v.Load(); v != eraUnknown {
 		return int(v)
+	}
+	if at := e.unanswered.Load(); at != 0 && time.Since(time.Unix(0, at)) < probeHoldOff {
+		return eraUnknown
 	}
 	v, d := e.ask(auth)
 	e.keep(d)
@@ -127,6 +135,7 @@ func (e *eraState) forget() {
 // upstream may have been redeployed as another era); requests go on with
 // the era known so far until it answers.
 func (e *eraState) recheck() {
+	e.unanswered.Store(0) // unknown still: the next request asks
 	if e.cfg.EraBridge == "off" || e.v.Load() == eraUnknown || !e.rechecking.CompareAndSwap(false, true) {
 		return
 	}
@@ -198,6 +207,9 @@ func (e *eraState) ask(auth []byte) (int, *discovery) {
 			continue
 		}
 		if v, d, refused := e.probe(cred); !refused {
+			if v == eraUnknown {
+				e.unanswered.Store(time.Now().UnixNano())
+			}
 			return v, d
 		}
 	}
@@ -286,14 +298,17 @@ func (e *eraState) probe(auth []byte) (_ int, d *discovery, refused bool) {
 	if ins := res.Get("instructions"); ins.Type == gjson.String {
 		d.instructions = []byte(ins.Raw)
 	}
-	if legacy || e.servesSessions(auth) {
+	v := eraBoth
+	if !legacy {
 		// Listing only 2026-07-28 does not make a server of it alone: the
 		// MCP Python SDK 2.x and FastMCP 4.x list only the era they belong
-		// to, yet open a session for an initialize as well. What discover
-		// said is kept for era_bridge prefer-2026 (bridged).
-		return eraBoth, d, false
+		// to, yet open a session for an initialize as well.
+		v = e.servesSessions(auth)
 	}
-	return eraModern, d, false
+	if v == eraUnknown {
+		return eraUnknown, nil, false
+	}
+	return v, d, false // what discover said is kept for era_bridge prefer-2026 too (bridged)
 }
 
 // supportedEra reads the data.supported list of a -32022 refusal: the
@@ -317,14 +332,16 @@ func supportedEra(list gjson.Result) (v int, ok bool) {
 // which a server's operator (and a test) tells it from an agent's.
 const eraProbeClient = "mcpheal-era-probe"
 
-// servesSessions reports whether an upstream whose server/discover lists
-// 2026-07-28 alone serves the session era too: whether it answers a
-// session-era initialize with a session-era protocol version and an
-// Mcp-Session-Id, and then a ping on that session. The session is
-// DELETEd at once. A server that answers the initialize without opening a
-// session (the Go SDK's of 2026-07-28 alone answers it so, and refuses
-// what follows) is not taken for one of both eras. e.mu is held.
-func (e *eraState) servesSessions(auth []byte) bool {
+// servesSessions tells the era of an upstream whose server/discover lists
+// 2026-07-28 alone: eraBoth when it answers a session-era initialize with
+// a session-era protocol version and an Mcp-Session-Id, and then a ping on
+// that session (the session is DELETEd at once); eraModern when it answers
+// otherwise (the Go SDK's server of 2026-07-28 alone answers the
+// initialize without a session, and refuses what follows); eraUnknown
+// when the initialize got no answer in time (a server slow to initialize
+// is asked again by the next request, not taken for one of 2026-07-28
+// alone). e.mu is held.
+func (e *eraState) servesSessions(auth []byte) int {
 	var hdr *fasthttp.RequestHeader
 	if len(auth) > 0 {
 		hdr = &fasthttp.RequestHeader{}
@@ -336,18 +353,27 @@ func (e *eraState) servesSessions(auth []byte) bool {
 	body := `{"jsonrpc":"2.0","id":` + e.link.upcallID("era") + `,"method":"initialize","params":{"protocolVersion":"` +
 		legacyVersions[0] + `","capabilities":{},"clientInfo":{"name":"` + eraProbeClient + `","version":"1"}}}`
 	rep, err := e.link.call(&upcall{hdr: hdr, body: []byte(body), deadline: deadline, name: "initialize", mcpMethod: "initialize"})
-	if err != nil || rep.session == "" {
-		return false
+	switch {
+	case rep.status == 0 || rep.status >= 500:
+		return eraUnknown // no answer in time, or none of the server's
+	case err != nil || rep.session == "":
+		return eraModern
 	}
 	defer e.link.deleteLater(rep.session, auth, true)
 	version := initializedVersion(rep.status, rep.msg)
 	if version == "" || version >= statelessVersion {
-		return false
+		return eraModern
 	}
 	ping := `{"jsonrpc":"2.0","id":` + e.link.upcallID("era") + `,"method":"ping"}`
 	rep, err = e.link.call(&upcall{hdr: hdr, body: []byte(ping), session: rep.session, version: version,
-		deadline: deadline, name: "ping", mcpMethod: "ping"})
-	return err == nil && rep.status == fasthttp.StatusOK && gjson.GetBytes(rep.msg, "result").Exists()
+		deadline: time.Now().Add(min(eraProbeTimeout, e.cfg.ResponseTimeout)), name: "ping", mcpMethod: "ping"})
+	switch {
+	case rep.status == 0 || rep.status >= 500:
+		return eraUnknown
+	case err == nil && rep.status == fasthttp.StatusOK && gjson.GetBytes(rep.msg, "result").Exists():
+		return eraBoth
+	}
+	return eraModern
 }
 
 // legacyRefused reports an answer by which a 2026-07-28-only server refuses
