@@ -276,26 +276,14 @@ func TestHermesCLI(t *testing.T) {
 	}
 }
 
-// pyPending runs a test that shows mcpheal worse than direct only when
-// MCPHEAL_PY_PENDING=1; without it the test says so and skips.
-func pyPending(t *testing.T) {
-	t.Helper()
-	if os.Getenv("MCPHEAL_PY_PENDING") != "1" {
-		t.Skip("mcpheal is worse than direct here (see the test's comment); MCPHEAL_PY_PENDING=1 runs it")
-	}
-}
-
 // TestPyEraProbeSlowInitialize: a server of both eras (the mcp SDK's
 // MCPServer) that holds every initialize 6 s, longer than mcpheal's era
-// probe waits (5 s), is still a server of both eras: a session-era agent
-// meets its session era through mcpheal as it does directly: its
-// initialize reaches the server, and the server's elicitation reaches it.
-// mcpheal takes the probe's unanswered initialize for a server of
-// 2026-07-28 alone instead, and bridges the agent for good: the server
-// never sees its initialize and its elicitation fails ("unavailable on
-// 2026-07-28 connections"). Pending: MCPHEAL_PY_PENDING=1 runs it.
+// probe waits (5 s), is not taken for a server of 2026-07-28 alone: a
+// session-era agent meets its session era through mcpheal as it does
+// directly: its initialize reaches the server, and the server's
+// elicitation reaches it (a bridged agent's would fail: "unavailable on
+// 2026-07-28 connections").
 func TestPyEraProbeSlowInitialize(t *testing.T) {
-	pyPending(t)
 	t.Parallel()
 	srv := startPyServer(t, pyServerOpts{impl: pyMCPServer, slowInitialize: 6 * time.Second})
 	p := newPair(t, "py-client-legacy", srv.url(), startProxy(t, srv.url()))
