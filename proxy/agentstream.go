@@ -15,7 +15,7 @@ import (
 // write_timeout and counted. (A POST's relayed SSE answer is the
 // upstream's own events, rewritten line by line: sseBody.)
 type agentStream struct {
-	s    *routeKit
+	s    *env
 	w    *bufio.Writer
 	conn net.Conn
 	buf  []byte

@@ -287,12 +287,12 @@ func TestPooledWatchStartsClean(t *testing.T) {
 	}
 	defer s.Close()
 	r := &request{}
-	a := newAttempt(s, nil, r)
+	a := newAttempt(s.env, nil, r)
 	w := a.watch
 	w.gone.Store(true)
 	a.release()
 	for range 100 {
-		b := newAttempt(s, nil, r)
+		b := newAttempt(s.env, nil, r)
 		same, gone := b.watch == w, b.agentGone()
 		b.release()
 		if gone {

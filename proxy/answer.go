@@ -86,7 +86,7 @@ type failure struct {
 
 // fail turns out into mcpheal's error, counting and logging it once.
 func (a *attempt) fail(out outcome) failure {
-	c, m := &a.s.count, &a.msg
+	c, m := a.s.count, &a.msg
 	switch out.kind {
 	case outRefused:
 		c.replaysRefused.Add(1)
@@ -135,7 +135,7 @@ func (a *attempt) fail(out outcome) failure {
 				"while re-creating the session (" + strconv.Itoa(he.status) + ")"}
 		}
 		return failure{status: he.status, code: codeUnauthorized, msg: "the upstream refused this request's credential while re-creating " +
-			"the session (" + strconv.Itoa(he.status) + "); the session stays valid", challenge: string(a.s.ownChallenge(a.r.hdr, []byte(he.challenge)))}
+			"the session (" + strconv.Itoa(he.status) + "); the session stays valid", challenge: string(a.s.challenges.own(a.r.hdr, []byte(he.challenge)))}
 	case outBusy:
 		c.request(m, classify.Busy)
 		be := out.err.(*busyError)
@@ -264,7 +264,7 @@ func (a *attempt) answer(out outcome) bool {
 			// A busy server's words as an event stream it may hold open:
 			// they are its first event, given as the JSON answer they are.
 			busyRetryAfter(&a.ctx.Response.Header, &a.resp.Header)
-			writeJSONAnswer(a.ctx, a.resp.StatusCode(), sse.Data(nil, a.first), a.sess, &a.s.mem)
+			writeJSONAnswer(a.ctx, a.resp.StatusCode(), sse.Data(nil, a.first), a.sess, a.s.mem)
 			return false
 		}
 		return a.respond()
@@ -452,7 +452,7 @@ func (a *attempt) respondHead() {
 	} else {
 		a.s.link.dropMinted(a.resp)
 	}
-	a.s.passChallenge(ctx, h)
+	a.s.challenges.pass(ctx, h)
 	if st := h.StatusCode(); st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusServiceUnavailable {
 		busyRetryAfter(&ctx.Response.Header, h) // a busy upstream's answer (decide)
 	}
@@ -750,7 +750,7 @@ func (b *sseBody) Close() error {
 		a.log.finish()
 	}
 	a.unwatch()
-	a.s.armWrite(a.conn) // the chunked answer's end is written after Close
+	armWrite(a.conn, a.s.cfg.WriteTimeout) // the chunked answer's end is written after Close
 	a.release()
 	return nil
 }
@@ -845,4 +845,43 @@ func (bb *budgetBody) Close() error {
 	bb.mem.give(bb.n)
 	bb.n, bb.b = 0, nil
 	return nil
+}
+
+// initializeAnswer returns the JSON-RPC message that answers the agent's
+// initialize: a JSON body, or the response event of an SSE answer (read
+// on past the first event when that was not it, counted in the memory
+// budget until the answer is written). ok is false when the answer passed
+// max_answer or the budget.
+func (a *attempt) initializeAnswer() (msg []byte, ok bool) {
+	r := a.resp
+	if !r.IsStream() {
+		return r.Body(), true
+	}
+	if a.firstWhole {
+		if d := sse.Data(nil, a.first); isResponse(d) {
+			return d, true
+		}
+	}
+	n := len(a.out)
+	raw, msg, err := readAnswer(r, &a.rw, a.s.cfg.MaxAnswer)
+	if err != nil || !a.s.mem.take(int64(len(raw)+len(msg))) {
+		return nil, false
+	}
+	a.charged += int64(len(raw) + len(msg))
+	a.out = append(a.out[:n], raw...)
+	a.readWhole = true // read up to its response; the rest of the stream is not relayed
+	return msg, true
+}
+
+// endResumption answers a GET whose Last-Event-ID names a stream of a dead
+// upstream session. That stream cannot be resumed, and a new standalone
+// stream in its place would evict the agent's own (or be refused 409, and
+// the go-sdk client then ends its session). An event stream that ends at
+// once tells the agent's SDK the stream is over: a call it was resuming
+// fails alone ("request terminated without response"), a standalone stream
+// is reopened without Last-Event-ID.
+func endResumption(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.SetContentTypeBytes(mimeEventStream)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetStatusCode(fasthttp.StatusOK)
 }

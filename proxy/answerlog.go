@@ -1,18 +1,13 @@
 package proxy
 
 import (
-	"bufio"
 	crand "crypto/rand"
 	"encoding/binary"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
-	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/session"
 )
@@ -42,32 +37,6 @@ func init() {
 	ownStreams.Store(binary.LittleEndian.Uint64(b[:]) >> 8) // room before it wraps
 }
 
-// appendOwnID appends mcpheal's id of event seq of answer own.
-func appendOwnID(out []byte, own, seq uint64) []byte {
-	out = append(out, 'm')
-	out = strconv.AppendUint(out, own, 36)
-	out = append(out, '-')
-	return strconv.AppendUint(out, seq, 10)
-}
-
-// parseOwnID splits a Last-Event-ID of mcpheal's own into the answer's key
-// ("m<own>") and the event's number; ok is false for any other id.
-func parseOwnID(id []byte) (key string, seq int, ok bool) {
-	s := string(id)
-	if !strings.HasPrefix(s, "m") {
-		return "", 0, false
-	}
-	key, n, found := strings.Cut(s, "-")
-	if !found {
-		return "", 0, false
-	}
-	seq, err := strconv.Atoi(n)
-	if err != nil || seq < 0 {
-		return "", 0, false
-	}
-	return key, seq, true
-}
-
 // answerLogs is a Server's logs of answers in flight, by key.
 type answerLogs struct {
 	mu sync.Mutex // protects m
@@ -77,7 +46,7 @@ type answerLogs struct {
 // open starts the log of a's answer, whose events carry a.rw.own.
 func (ls *answerLogs) open(a *attempt) *answerLog {
 	key := "m" + strconv.FormatUint(a.rw.own, 36) // as appendOwnID writes it
-	l := &answerLog{key: key, sess: a.sess.ID, ls: ls, mem: &a.s.mem, max: a.s.cfg.ResumeBuffer,
+	l := &answerLog{key: key, sess: a.sess.ID, ls: ls, mem: a.s.mem, max: a.s.cfg.ResumeBuffer,
 		window: a.s.cfg.ResumeWindow, a: a, wake: make(chan struct{})}
 	ls.mu.Lock()
 	if ls.m == nil {
@@ -388,53 +357,4 @@ func (l *answerLog) since(dst []byte, seq int) (_ []byte, next int, wake <-chan 
 		seq = last
 	}
 	return dst, seq, l.wake, l.done, false
-}
-
-// serveLog answers an agent's GET whose Last-Event-ID names event seq of
-// the answer logged in l: the events after it, then the rest as it comes,
-// with keepalive comments while none does, until the answer ends.
-func (s *Server) serveLog(ctx *fasthttp.RequestCtx, r *request, l *answerLog, seq int) {
-	s.count.request(&r.msg, classify.OK)
-	if !l.attach() {
-		s.count.agentResumes[outcomeFailed].Add(1)
-		endResumption(ctx)
-		return
-	}
-	s.count.agentResumes[outcomeOK].Add(1)
-	ctx.Response.Header.SetContentTypeBytes(mimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.Response.Header.SetBytesK(hdrSessionID, string(r.sess.ID))
-	conn := ctx.Conn()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer l.detach()
-		t := time.NewTicker(s.cfg.StreamKeepalive)
-		defer t.Stop()
-		out := agentStream{s: s.kit, w: w, conn: conn}
-		var evs []byte
-		for {
-			var wake <-chan struct{}
-			var end, lost bool
-			evs, seq, wake, end, lost = l.since(evs[:0], seq)
-			if lost {
-				s.log.Warn().Str(logSession, r.sess.ID.Short()).Int("resume_buffer", s.cfg.ResumeBuffer).
-					Msg("agent resumed an answer from further back than mcpheal kept; its stream ends")
-			}
-			if len(evs) > 0 && !out.write(evs) {
-				return
-			}
-			if end {
-				return
-			}
-			select {
-			case <-wake:
-			case <-t.C:
-				if !out.write(keepaliveComment) {
-					return
-				}
-			case <-s.done:
-				return
-			}
-		}
-	})
 }

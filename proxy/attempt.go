@@ -24,7 +24,7 @@ import (
 // 2026-07-28 pass-through ([Server.forward], whose answer [attempt.answer]
 // writes), and the bridge (bridge.go), which writes its own translation.
 type attempt struct {
-	s    *Server
+	s    *env
 	ctx  *fasthttp.RequestCtx // the agent's; nil once the handler has returned (a bridged call's later rounds)
 	r    *request
 	sess *session.Session // the agent's session; nil for 2026-07-28 pass-through
@@ -116,7 +116,7 @@ var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
 
 // newAttempt takes a pooled attempt for r, with its upstream request and
 // response; ctx may be nil (no agent connection to watch or answer).
-func newAttempt(s *Server, ctx *fasthttp.RequestCtx, r *request) *attempt {
+func newAttempt(s *env, ctx *fasthttp.RequestCtx, r *request) *attempt {
 	a := attemptPool.Get().(*attempt)
 	// Its answer state was reset by release (or is new): its buffers stay.
 	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg, watch: a.watch, tryAnswer: a.tryAnswer}
@@ -127,7 +127,7 @@ func newAttempt(s *Server, ctx *fasthttp.RequestCtx, r *request) *attempt {
 	}
 	a.req = fasthttp.AcquireRequest()
 	a.resp = upstream.AcquireResponse()
-	a.resp.SetBudget(&s.mem) // a JSON answer is counted from its first byte until written
+	a.resp.SetBudget(s.mem) // a JSON answer is counted from its first byte until written
 	if a.sess != nil {
 		a.up, a.gen = a.sess.Current()
 	}
@@ -157,23 +157,23 @@ func (a *attempt) release() {
 // every pass-through request. It reports whether that answer is a body
 // that now owns a (released when fasthttp has written it). The agent's
 // connection is watched from the first send until the answer is written.
-func (a *attempt) run() bool {
+// With reroute set nothing was written: the upstream now speaks only
+// 2026-07-28 (a deploy changed its era) and refused the request before
+// running it, an outcome for the route stage, which sends it again
+// through the bridge.
+func (a *attempt) run() (owned, reroute bool) {
 	a.watchAgent()
 	out := a.loop()
 	if out.kind == outUpstream && a.heals && a.eraRefused() && a.s.eras.bridged(a.r.hdr.PeekBytes(hdrAuthorization)) {
-		// The upstream now speaks only 2026-07-28 (a deploy changed its
-		// era) and refused the request before running it: the route
-		// stage sends it again, through the bridge.
 		a.unwatch()
-		a.s.reroute(a.ctx, a.r)
-		return false
+		return false, true
 	}
 	if a.answer(out) {
-		a.r = nil   // the request goes back to its pool when the handler returns
-		return true // the body stops the watch once written (Close)
+		a.r = nil          // the request goes back to its pool when the handler returns
+		return true, false // the body stops the watch once written (Close)
 	}
 	a.unwatch()
-	return false
+	return false, false
 }
 
 // loop is send → judge → decide → act. Each turn either ends with the
@@ -382,7 +382,7 @@ func (a *attempt) judge(err error) facts {
 // broke first.
 func (a *attempt) peek() bool {
 	a.rw.gen, a.rw.max = a.gen, a.s.cfg.MaxSSELine
-	a.rw.meter.mem = &a.s.mem
+	a.rw.meter.mem = a.s.mem
 	if !a.heals {
 		a.rw.gen = 1 // nothing to renumber: no session, or the bridge's own
 	}
@@ -607,7 +607,7 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 	fr := &a.rw.fr // it holds what the attempt's peek read past its first events
 	fr.Max = a.s.cfg.MaxSSELine
 	var data []byte
-	a.rw.meter.mem = &a.s.mem
+	a.rw.meter.mem = a.s.mem
 	// The peek's events were rewritten (their ids noted by the rewriter
 	// then); those framed here are the upstream's own, noted here.
 	feed := func(ev []byte) (int, bool) {
@@ -686,3 +686,14 @@ func (a *attempt) next() {
 // agentGone reports whether the agent closed its connection while the
 // attempt waited on the upstream.
 func (a *attempt) agentGone() bool { return a.watch != nil && a.watch.gone.Load() }
+
+// eraRefused reports an upstream answer that refuses the request as of the
+// session era (legacyRefused); the era is then asked again.
+func (a *attempt) eraRefused() bool {
+	r := a.resp
+	if r.StatusCode() != fasthttp.StatusBadRequest || r.IsStream() || !legacyRefused(fasthttp.StatusBadRequest, r.Body()) {
+		return false
+	}
+	a.s.eras.forget()
+	return true
+}

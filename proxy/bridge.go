@@ -39,15 +39,11 @@ import (
 //   - notifications/cancelled ends the upstream request;
 //   - what cannot be translated gets a JSON-RPC error that names it.
 type bridge struct {
-	s       *routeKit
+	s       *env
 	inputs  sync.Map // raw JSON id of a request sent to an agent → *pendingInput
 	calls   sync.Map // callKey → *bridgeCall, for notifications/cancelled
 	listens sync.Map // session.ClientID → *listenState (bridge_listen.go)
 }
-
-// legacyVersions are the session-era versions an agent may ask for; the
-// bridge answers initialize with the agent's own, or the newest.
-var legacyVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
 
 // maxInputRounds bounds the InputRequiredResult rounds of one call (the
 // TypeScript and Go SDK clients stop at 10 too).
@@ -152,7 +148,7 @@ func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
 		return
 	}
 	body := &budgetBody{mem: s.mem, n: int64(size), b: make([]byte, 0, size)}
-	sess := s.sessions.newSession(r, r.hdr, version, "")
+	sess := s.sessions.newSession(origin{auth: r.auth, init: r.body}, r.hdr, version, "")
 	if err := s.sessions.admit(sess); err != nil {
 		body.Close()
 		s.count.request(m, classify.OK)
@@ -245,7 +241,7 @@ type bridgeCall struct {
 // as they come), or JSON when the upstream answered JSON at once.
 func (b *bridge) call(ctx *fasthttp.RequestCtx, r *request) {
 	s := b.s
-	a := s.attempt(ctx, r)
+	a := newAttempt(s, ctx, r)
 	c := &bridgeCall{b: b, a: a, key: callKey(r.sess.ID, r.msg.id), hdr: new(fasthttp.RequestHeader),
 		body: append([]byte(nil), r.body...)}
 	r.hdr.CopyTo(c.hdr)
@@ -312,7 +308,7 @@ func (c *bridgeCall) answerJSON(out outcome) {
 		a.answer(out)
 	default:
 		msg, status := c.legacyAnswer(a.resp.StatusCode(), a.resp.Body())
-		if writeJSONAnswer(a.ctx, status, msg, a.sess, &a.s.mem) {
+		if writeJSONAnswer(a.ctx, status, msg, a.sess, a.s.mem) {
 			a.s.count.bytesOut.Add(uint64(len(msg)))
 			c.a.answered(msg, status)
 		}
@@ -545,13 +541,4 @@ func legacyInputParams(method string, params gjson.Result, id string) []byte {
 		return []byte(raw[:i] + `,"elicitationId":` + strconv.Quote(eid) + raw[i:])
 	}
 	return []byte(params.Raw)
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

@@ -183,20 +183,6 @@ func (b *bridge) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp
 	}
 }
 
-// sleepUnless waits d unless quit or done closes first.
-func sleepUnless(d time.Duration, quit, done <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-quit:
-		return false
-	case <-done:
-		return false
-	}
-}
-
 // listenBody is the subscriptions/listen request for the session: every
 // list-changed notification the server offers, and the resources the
 // agent subscribed to. any is false when there is nothing to listen to.

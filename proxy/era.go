@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/base64"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,16 +176,6 @@ func (e *eraState) bridged(auth []byte) bool {
 func (e *eraState) heldRoute(auth []byte) bool {
 	return e.cfg.EraBridge != eraBridgeLegacy && e.era(auth) == eraLegacy
 }
-
-// The era_bridge settings besides auto (both directions) and off.
-const (
-	eraBridgeLegacy = "legacy-agents" // session-era agents of 2026-07-28-only upstreams only
-	eraBridge2026   = "2026-agents"   // 2026-07-28 agents of session-era upstreams only
-	// eraBridgePrefer2026 is auto, and session-era agents of an upstream of
-	// both eras go through the bridge too: the upstream sees 2026-07-28
-	// traffic only (docs/eras.md "Servers of both eras").
-	eraBridgePrefer2026 = "prefer-2026"
-)
 
 // ask probes without the agent's credential first (the upstream's 401
 // then tells that it judges credentials itself), then with it, skipping
@@ -395,37 +383,4 @@ func modernRefused(status int, body []byte) bool {
 	return status == fasthttp.StatusBadRequest &&
 		(bytes.Contains(body, []byte("Server not initialized")) || bytes.Contains(body, []byte("No valid session")) ||
 			bytes.Contains(body, []byte("Mcp-Session-Id")))
-}
-
-// mcpNameValue returns the Mcp-Name header value for v (2026-07-28
-// streamable HTTP): as it is when it is safe visible ASCII, else
-// =?base64?…?=.
-func mcpNameValue(v string) string {
-	safe := v != "" && v[0] != ' ' && v[len(v)-1] != ' ' && !strings.HasPrefix(v, "=?base64?")
-	for i := 0; safe && i < len(v); i++ {
-		safe = v[i] >= 0x20 && v[i] < 0x7f
-	}
-	if safe {
-		return v
-	}
-	return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(v)) + "?="
-}
-
-// answers reports a JSON-RPC response (result or error) with the given
-// raw id.
-func answers(msg []byte, id string) bool {
-	r := gjson.ParseBytes(msg)
-	return r.Get("method").Type == gjson.Null && r.Get("id").Raw == id &&
-		(r.Get("result").Exists() || r.Get("error").Exists())
-}
-
-// eraRefused reports an upstream answer that refuses the request as of the
-// session era (legacyRefused); the era is then asked again.
-func (a *attempt) eraRefused() bool {
-	r := a.resp
-	if r.StatusCode() != fasthttp.StatusBadRequest || r.IsStream() || !legacyRefused(fasthttp.StatusBadRequest, r.Body()) {
-		return false
-	}
-	a.s.eras.forget()
-	return true
 }

@@ -264,3 +264,29 @@ func upstreamEventID(agentID []byte, gen uint64) string {
 	}
 	return rest
 }
+
+// appendOwnID appends mcpheal's id of event seq of answer own.
+func appendOwnID(out []byte, own, seq uint64) []byte {
+	out = append(out, 'm')
+	out = strconv.AppendUint(out, own, 36)
+	out = append(out, '-')
+	return strconv.AppendUint(out, seq, 10)
+}
+
+// parseOwnID splits a Last-Event-ID of mcpheal's own into the answer's key
+// ("m<own>") and the event's number; ok is false for any other id.
+func parseOwnID(id []byte) (key string, seq int, ok bool) {
+	s := string(id)
+	if !strings.HasPrefix(s, "m") {
+		return "", 0, false
+	}
+	key, n, found := strings.Cut(s, "-")
+	if !found {
+		return "", 0, false
+	}
+	seq, err := strconv.Atoi(n)
+	if err != nil || seq < 0 {
+		return "", 0, false
+	}
+	return key, seq, true
+}

@@ -28,8 +28,9 @@ import (
 // The pump owns the upstream side, the writer the agent side; the writer
 // stops the pump when the agent goes away.
 type getStream struct {
-	s    *routeKit
-	conn net.Conn // the agent's connection: each write is bounded by WriteTimeout
+	s    *env
+	set  *streamSet // the streams of the upstream, this one among them
+	conn net.Conn   // the agent's connection: each write is bounded by WriteTimeout
 	sess *session.Session
 	hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
 	out  chan []byte             // rewritten events, pump → writer
@@ -47,13 +48,21 @@ type getStream struct {
 	gen  uint64
 }
 
-// serveStream opens the upstream GET for the agent's stream. If that first
+// streamRoute is the route of an agent's GET: its standalone stream
+// (serve), or the resumption of an answer mcpheal keeps (serveLog). It
+// holds the streams open, which a heal moves to the new upstream session.
+type streamRoute struct {
+	env *env
+	set streamSet
+}
+
+// serve opens the upstream GET for the agent's stream. If that first
 // open fails the agent gets the upstream's answer (405: the server has no GET
 // stream; 409: one is already open) or the proxy's own; once open, the stream
 // outlives upstream sessions.
-func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
-	sess := r.sess
-	g := &getStream{s: s.kit, sess: sess, hdr: new(fasthttp.RequestHeader),
+func (sr *streamRoute) serve(ctx *fasthttp.RequestCtx, r *request) (reroute bool) {
+	s, sess := sr.env, r.sess
+	g := &getStream{s: s, set: &sr.set, sess: sess, hdr: new(fasthttp.RequestHeader),
 		out: make(chan []byte, 16), quit: make(chan struct{}), done: make(chan struct{})}
 	r.hdr.CopyTo(g.hdr)
 	stripRequestHeader(g.hdr, s.link.requestDrops())
@@ -64,7 +73,7 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 	if len(agentLast) > 0 && last == "" {
 		s.count.request(&message{get: true}, classify.OK)
 		endResumption(ctx)
-		return
+		return false
 	}
 	g.resume = last != ""
 	// An agent opening another GET has usually abandoned its previous one
@@ -72,7 +81,7 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 	// servers allow one GET per session (409 otherwise): the newest wins. A
 	// GET resuming another upstream stream evicts only if the upstream
 	// refuses it.
-	evicted := !g.resume && s.streams.evict(sess.ID, s.cfg.MaxStreams-1)
+	evicted := !g.resume && sr.set.evict(sess.ID, s.cfg.MaxStreams-1)
 	if !g.resume {
 		s.sessions.fleet.claimStream(sess) // and in the other processes of the fleet
 	}
@@ -82,13 +91,13 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 	a.heals = true
 	g.hdr.CopyTo(&a.req.Header)
 	setLastEventID(a.req, last)
-	ok := a.run()
+	ok, reroute := a.run()
 	// The stream replaced here closes at once; one another process of the
 	// fleet holds closes when that process hears the claim, which may take
 	// longer under load: up to 2 s.
 	until := time.Now().Add(2 * time.Second)
 	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && time.Now().Before(until); try++ {
-		if !evicted && !s.streams.evict(sess.ID, 0) && s.sessions.fleet == nil {
+		if !evicted && !sr.set.evict(sess.ID, 0) && s.sessions.fleet == nil {
 			break // the conflicting GET is not the proxy's
 		}
 		evicted = true
@@ -99,16 +108,16 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 		a.s.mem.give(a.charged) // the refusal buffered for the agent is replaced
 		a.charged = 0
 		a.next()
-		ok = a.run()
+		ok, reroute = a.run()
 	}
 	if !ok {
-		return // run answered the agent itself: an error, or the upstream's refusal
+		return reroute // run answered the agent itself (an error, or the upstream's refusal), or the era changed
 	}
 	a.unwatch()
 	g.resp, g.gen = a.resp, a.gen
 	a.resp = nil // the stream's now
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	s.streams.add(sess.ID, g)
+	sr.set.add(sess.ID, g)
 	if s.bg.Add(1) {
 		go g.pump()
 	} else { // closing: the stream ends at once
@@ -117,25 +126,13 @@ func (s *Server) serveStream(ctx *fasthttp.RequestCtx, r *request) {
 	}
 	g.conn = ctx.Conn()
 	ctx.SetBodyStreamWriter(g.write)
-}
-
-// endResumption answers a GET whose Last-Event-ID names a stream of a dead
-// upstream session. That stream cannot be resumed, and a new standalone
-// stream in its place would evict the agent's own (or be refused 409, and
-// the go-sdk client then ends its session). An event stream that ends at
-// once tells the agent's SDK the stream is over: a call it was resuming
-// fails alone ("request terminated without response"), a standalone stream
-// is reopened without Last-Event-ID.
-func endResumption(ctx *fasthttp.RequestCtx) {
-	ctx.Response.Header.SetContentTypeBytes(mimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.SetStatusCode(fasthttp.StatusOK)
+	return false
 }
 
 // write relays events and keepalive comments to the agent until it goes
 // away or the stream is stopped.
 func (g *getStream) write(w *bufio.Writer) {
-	defer g.s.streams.remove(g.sess.ID, g)
+	defer g.set.remove(g.sess.ID, g)
 	defer g.stop()
 	out := agentStream{s: g.s, w: w, conn: g.conn}
 	out.pump(g.out, g.done, g.quit, true)
@@ -339,4 +336,54 @@ func setLastEventID(req *fasthttp.Request, id string) {
 		return
 	}
 	req.Header.SetBytesK(hdrLastEventID, id)
+}
+
+// serveLog answers an agent's GET whose Last-Event-ID names event seq of
+// the answer logged in l: the events after it, then the rest as it comes,
+// with keepalive comments while none does, until the answer ends.
+func (sr *streamRoute) serveLog(ctx *fasthttp.RequestCtx, r *request, l *answerLog, seq int) {
+	s := sr.env
+	s.count.request(&r.msg, classify.OK)
+	if !l.attach() {
+		s.count.agentResumes[outcomeFailed].Add(1)
+		endResumption(ctx)
+		return
+	}
+	s.count.agentResumes[outcomeOK].Add(1)
+	ctx.Response.Header.SetContentTypeBytes(mimeEventStream)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	ctx.Response.Header.SetBytesK(hdrSessionID, string(r.sess.ID))
+	conn := ctx.Conn()
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer l.detach()
+		t := time.NewTicker(s.cfg.StreamKeepalive)
+		defer t.Stop()
+		out := agentStream{s: s, w: w, conn: conn}
+		var evs []byte
+		for {
+			var wake <-chan struct{}
+			var end, lost bool
+			evs, seq, wake, end, lost = l.since(evs[:0], seq)
+			if lost {
+				s.log.Warn().Str(logSession, r.sess.ID.Short()).Int("resume_buffer", s.cfg.ResumeBuffer).
+					Msg("agent resumed an answer from further back than mcpheal kept; its stream ends")
+			}
+			if len(evs) > 0 && !out.write(evs) {
+				return
+			}
+			if end {
+				return
+			}
+			select {
+			case <-wake:
+			case <-t.C:
+				if !out.write(keepaliveComment) {
+					return
+				}
+			case <-s.done:
+				return
+			}
+		}
+	})
 }

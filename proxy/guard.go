@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"crypto/subtle"
 	"net"
 	"net/url"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpheal/mcpheal/session"
 )
@@ -33,43 +31,6 @@ type guard struct {
 	sessions *sessions
 	eras     *eraState
 	held     *held
-}
-
-// request is one agent request as the guard let it through: what every
-// later stage reads instead of going back to the RequestCtx, which only
-// the answer writes. Its slices are views into the agent's request, valid
-// until the handler returns.
-type request struct {
-	msg  message
-	body []byte
-	hdr  *fasthttp.RequestHeader
-	auth []byte // the agent's Authorization
-	// stateless: MCP 2026-07-28 traffic, which has no sessions (a
-	// server/discover, or the 2026-07-28 protocol version header).
-	stateless bool
-	// onHeldRoute: a 2026-07-28 request that goes on a session mcpheal
-	// holds for its agent (held.go); sess is that session, nil until
-	// created.
-	onHeldRoute bool
-	del         bool             // a DELETE
-	sess        *session.Session // nil: no session (initialize, 2026-07-28 traffic)
-	standing    standing         // of the credential to sess
-	// ownCredential: the credential is the one sess's headers hold for
-	// its own work (keepalive, heals on its behalf).
-	ownCredential bool
-	// heldID is the id of the held session a held initialize opens, and
-	// heldGen the last generation the fleet's store knew of it (held.go).
-	heldID  session.ClientID
-	heldGen uint64
-	// tctx carries span, the request's span (trace.go); both nil when
-	// tracing is off.
-	tctx context.Context
-	span trace.Span
-	// journal is the change the request makes to its session's journal
-	// once the upstream accepts it, and reserved the memory the guard
-	// took for it (given back unless the change is recorded).
-	journal  session.JournalChange
-	reserved int64
 }
 
 // check runs every check on one agent request and fills r, or answers the
@@ -282,15 +243,6 @@ func isStatelessEra(h *fasthttp.RequestHeader, m *message) bool {
 // metaVersionName is the _meta member by which a 2026-07-28 request names
 // its protocol version.
 var metaVersionName = []byte(`"` + metaVersionKey + `"`)
-
-// hasMediaType reports whether a Content-Type value names mt (parameters
-// such as charset allowed).
-func hasMediaType(ct, mt []byte) bool {
-	if len(ct) < len(mt) || !bytes.EqualFold(ct[:len(mt)], mt) {
-		return false
-	}
-	return len(ct) == len(mt) || ct[len(mt)] == ';' || ct[len(mt)] == ' '
-}
 
 // sessionNotFound is MCP's answer to an unknown session id (2025-03-26+
 // §Session Management: 404; the agent then starts over with initialize).

@@ -31,11 +31,21 @@ type healer struct {
 	mem      *budget
 	link     *link
 	sessions *sessions
-	streams  *streamSet
+	streams  streamNotes
 	bg       *bgGroup
 	trace    *tracing // nil: tracing off
 
 	pingUnsupported atomic.Bool // the upstream answered -32601 to ping: keepalive lists tools
+}
+
+// streams is what a heal tells the agents' open streams of a session (the
+// GET stream route implements it): that the session healed into
+// generation gen (a stream moves to the new upstream session), and an
+// event for them (tools/list_changed after a heal). It is given to the
+// healer from above: nothing here calls up.
+type streamNotes interface {
+	healed(id session.ClientID, gen uint64)
+	inject(id session.ClientID, event []byte)
 }
 
 // errRecipeRefused: the upstream no longer accepts the session's initialize

@@ -52,14 +52,15 @@ import (
 // of its key, never leaves mcpheal; with a fleet's store, a restarted
 // process takes it over (adopt).
 type held struct {
-	s      *routeKit
-	scope  string // heldScope
-	mu     sync.Mutex
-	byKey  map[heldKey]*heldEntry
-	parked sync.Map // requestState → *heldCall waiting for the agent's input
-	calls  sync.Map // callKey → heldCancel, for notifications/cancelled
-	infos  sync.Map // *session.Session → *discovery: its initialize's answer
-	hubs   map[*session.Session]*heldHub
+	s       *env
+	streams *streamSet // the held sessions' GET streams among the upstream's
+	scope   string     // heldScope
+	mu      sync.Mutex
+	byKey   map[heldKey]*heldEntry
+	parked  sync.Map // requestState → *heldCall waiting for the agent's input
+	calls   sync.Map // callKey → heldCancel, for notifications/cancelled
+	infos   sync.Map // *session.Session → *discovery: its initialize's answer
+	hubs    map[*session.Session]*heldHub
 	// refusing counts the answers to upstream requests on GET streams in
 	// flight (refuse, ask).
 	refusing atomic.Int32
@@ -112,10 +113,6 @@ func heldKeyOf(auth, body []byte) heldKey {
 	b = append(b, caps...)
 	return sha256.Sum256(b)
 }
-
-// heldPrefix starts the id of every held session (a sealed id starts with
-// 'm').
-const heldPrefix = 'h'
 
 // idOf returns the id of k's held session: a digest of k and of this
 // process's place (its host name and listen address, heldScope), under
@@ -621,7 +618,7 @@ func (h *held) open(r *request, id session.ClientID) (*session.Session, *discove
 	}
 	ir := &request{msg: message{method: "initialize", id: gjson.GetBytes(body, "id").Raw}, body: body, hdr: r.hdr,
 		auth: r.auth, tctx: r.tctx, heldID: id, heldGen: r.heldGen}
-	a := s.attempt(nil, ir)
+	a := newAttempt(s, nil, ir)
 	defer a.release()
 	a.gen = 1
 	s.link.copyRequest(r.hdr, body, a.req)
@@ -657,7 +654,7 @@ func (h *held) open(r *request, id session.ClientID) (*session.Session, *discove
 	case a.sess != nil:
 		return a.sess, heldDiscovery(msg), failure{}
 	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
-		return nil, nil, failure{status: st, code: codeUnauthorized, challenge: string(s.ownChallenge(r.hdr, a.resp.Header.Peek("WWW-Authenticate"))),
+		return nil, nil, failure{status: st, code: codeUnauthorized, challenge: string(s.challenges.own(r.hdr, a.resp.Header.Peek("WWW-Authenticate"))),
 			msg: "the upstream refused this request's credential (" + strconv.Itoa(st) + ")"}
 	case legacyRefused(st, msg):
 		s.eras.forget() // redeployed 2026-07-28-only: the next request asks again

@@ -92,7 +92,7 @@ type heldIDk struct {
 // InputRequiredResult.
 func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	s := h.s
-	a := s.attempt(ctx, r)
+	a := newAttempt(s, ctx, r)
 	a.heals = true
 	c := &heldCall{h: h, a: a, sess: r.sess, agentID: strings.Clone(r.msg.id), hdr: r.hdr}
 	c.follow(r.body)
@@ -127,7 +127,7 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 	case !a.resp.IsStream():
 		msg, status := c.modernAnswer(a.resp.StatusCode(), a.resp.Body())
 		if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
-			s.passChallenge(ctx, &a.resp.Header) // the agent logs in, or asks for more scope
+			s.challenges.pass(ctx, &a.resp.Header) // the agent logs in, or asks for more scope
 		}
 		if len(msg) == 0 {
 			ctx.SetStatusCode(status)

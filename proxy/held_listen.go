@@ -237,7 +237,7 @@ func (h *held) hub(sess *session.Session) *heldHub {
 		return hub
 	}
 	s := h.s
-	g := &getStream{s: s, sess: sess, hdr: recipeHeader(sess), out: make(chan []byte, 16), quit: make(chan struct{}),
+	g := &getStream{s: s, set: h.streams, sess: sess, hdr: recipeHeader(sess), out: make(chan []byte, 16), quit: make(chan struct{}),
 		done: make(chan struct{})}
 	hub := &heldHub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
 	if sess.Removed() {
@@ -247,10 +247,10 @@ func (h *held) hub(sess *session.Session) *heldHub {
 		return hub
 	}
 	h.hubs[sess] = hub
-	s.streams.add(sess.ID, g) // a heal moves it to the new session
+	h.streams.add(sess.ID, g) // a heal moves it to the new session
 	if s.bg.Add(2) {
 		go func() {
-			defer s.streams.remove(sess.ID, g)
+			defer h.streams.remove(sess.ID, g)
 			if g.reopen("", 0) {
 				g.pump()
 			} else {

@@ -228,7 +228,7 @@ func TestDeleteAndGetNeedTheSessionsCredential(t *testing.T) {
 	sid := authInit(t, url, "victim-token-0001")
 	stream := openAuthGet(t, url, sid, "victim-token-0001")
 	defer stream.Body.Close()
-	peerWait(t, "the victim's stream", func() bool { return s.streams.count(session.ClientID(sid)) == 1 })
+	peerWait(t, "the victim's stream", func() bool { return s.streams.set.count(session.ClientID(sid)) == 1 })
 	for _, tok := range []string{"", "attacker-token-01"} {
 		for _, method := range []string{http.MethodDelete, http.MethodGet} {
 			req, _ := http.NewRequest(method, url, nil)
@@ -242,7 +242,7 @@ func TestDeleteAndGetNeedTheSessionsCredential(t *testing.T) {
 			}
 		}
 	}
-	if n := s.streams.count(session.ClientID(sid)); n != 1 {
+	if n := s.streams.set.count(session.ClientID(sid)); n != 1 {
 		t.Fatalf("the victim's GET streams: %d, want its own 1", n)
 	}
 	resp, body := authPost(t, url, sid, "victim-token-0001", echoCall)

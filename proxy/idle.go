@@ -41,7 +41,7 @@ func newIdleWriter(a *attempt, w io.Writer) *idleWriter {
 func (iw *idleWriter) write(p []byte, atLine bool) (int, error) {
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
-	iw.a.s.armWrite(iw.a.conn)
+	armWrite(iw.a.conn, iw.a.s.cfg.WriteTimeout)
 	n, err := iw.w.Write(p)
 	iw.atLine = atLine
 	iw.timer.Reset(iw.every)
@@ -60,7 +60,7 @@ func (iw *idleWriter) keepalive() {
 		return
 	}
 	if iw.atLine {
-		iw.a.s.armWrite(iw.a.conn)
+		armWrite(iw.a.conn, iw.a.s.cfg.WriteTimeout)
 		if _, err := iw.w.Write(keepaliveLine); err != nil {
 			iw.stopped = true
 			if iw.a.log != nil {

@@ -4,35 +4,8 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
-	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/session"
 )
-
-// initializeAnswer returns the JSON-RPC message that answers the agent's
-// initialize: a JSON body, or the response event of an SSE answer (read
-// on past the first event when that was not it, counted in the memory
-// budget until the answer is written). ok is false when the answer passed
-// max_answer or the budget.
-func (a *attempt) initializeAnswer() (msg []byte, ok bool) {
-	r := a.resp
-	if !r.IsStream() {
-		return r.Body(), true
-	}
-	if a.firstWhole {
-		if d := sse.Data(nil, a.first); isResponse(d) {
-			return d, true
-		}
-	}
-	n := len(a.out)
-	raw, msg, err := readAnswer(r, &a.rw, a.s.cfg.MaxAnswer)
-	if err != nil || !a.s.mem.take(int64(len(raw)+len(msg))) {
-		return nil, false
-	}
-	a.charged += int64(len(raw) + len(msg))
-	a.out = append(a.out[:n], raw...)
-	a.readWhole = true // read up to its response; the rest of the stream is not relayed
-	return msg, true
-}
 
 // recipeHeaders copies the headers of the upstream initialize request that
 // identify the agent (credentials, custom headers), leaving out what each
@@ -50,32 +23,6 @@ func recipeHeaders(h *fasthttp.RequestHeader) [][2]string {
 		out = append(out, [2]string{string(k), string(v)})
 	}
 	return out
-}
-
-// initializedVersion returns result.protocolVersion of a successful
-// initialize answer (its JSON-RPC message), or "".
-func initializedVersion(status int, msg []byte) string {
-	if status/100 != 2 {
-		return ""
-	}
-	v := gjson.GetBytes(msg, "result.protocolVersion")
-	if v.Type != gjson.String {
-		return ""
-	}
-	return v.Str
-}
-
-// withID returns a copy of the JSON object body with its top-level "id"
-// replaced by id (raw JSON).
-func withID(body []byte, id string) []byte {
-	r := gjson.GetBytes(body, "id")
-	if !r.Exists() || r.Index <= 0 {
-		return append([]byte(nil), body...)
-	}
-	out := make([]byte, 0, len(body)+len(id))
-	out = append(out, body[:r.Index]...)
-	out = append(out, id...)
-	return append(out, body[r.Index+len(r.Raw):]...)
 }
 
 // learnTools records which tools the upstream declares safe to run twice

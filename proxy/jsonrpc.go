@@ -153,11 +153,3 @@ func appendError(b []byte, code int, id, msg string) []byte {
 // b2s views b as a string without copying; b must not change while the
 // string is in use.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
-
-// orStr returns s, or def when s is empty.
-func orStr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}

@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"bytes"
-	"encoding/json"
 	"regexp"
 	"strings"
+	"sync/atomic"
 
-	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -42,10 +40,21 @@ func ownOrigin(h *fasthttp.RequestHeader) string {
 // WWW-Authenticate challenge (RFC 9728 §5.1), its URL in group 1.
 var resourceMetadata = regexp.MustCompile(`(?i)\bresource_metadata="([^"]*)"`)
 
-// ownChallenge rewrites the upstream's challenge for the agent: a
+// challenges rewrites the upstream's WWW-Authenticate challenges for the
+// agent (see above), and remembers where the upstream keeps its protected
+// resource metadata, for the well-known route.
+type challenges struct {
+	link *link
+	path string // Config.Path: mcpheal's MCP endpoint for this upstream
+	// prm is the path of the upstream's protected resource metadata its
+	// last challenge named; nil: the RFC 9728 default.
+	prm atomic.Pointer[string]
+}
+
+// own rewrites the upstream's challenge for the agent: a
 // resource_metadata on the upstream's origin becomes mcpheal's well-known
 // URL for this upstream. Any other challenge is returned as it is.
-func (s *Server) ownChallenge(h *fasthttp.RequestHeader, challenge []byte) []byte {
+func (s *challenges) own(h *fasthttp.RequestHeader, challenge []byte) []byte {
 	m := resourceMetadata.FindSubmatchIndex(challenge)
 	if m == nil {
 		return challenge
@@ -59,44 +68,17 @@ func (s *Server) ownChallenge(h *fasthttp.RequestHeader, challenge []byte) []byt
 		s.prm.Store(&path) // where Server.wellKnown fetches it, wherever the server keeps it
 	}
 	origin := ownOrigin(h)
-	out := make([]byte, 0, len(challenge)+len(origin)+len(prmPath)+len(s.cfg.Path))
+	out := make([]byte, 0, len(challenge)+len(origin)+len(prmPath)+len(s.path))
 	out = append(out, challenge[:m[2]]...)
-	out = append(out, origin+prmPath+s.cfg.Path...)
+	out = append(out, origin+prmPath+s.path...)
 	return append(out, challenge[m[3]:]...)
 }
 
-// passChallenge gives the agent the upstream's challenge (in h), as
-// mcpheal's (ownChallenge), unless mcpheal owns the upstream's credential:
-// the agent then has nothing to log in to.
-func (s *Server) passChallenge(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader) {
+// pass gives the agent the upstream's challenge (in h), as mcpheal's
+// (own), unless mcpheal owns the upstream's credential: the agent then has
+// nothing to log in to.
+func (s *challenges) pass(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader) {
 	if c := h.Peek("WWW-Authenticate"); len(c) > 0 && !s.link.ownsAuthorization() {
-		ctx.Response.Header.SetBytesV("WWW-Authenticate", s.ownChallenge(&ctx.Request.Header, c))
+		ctx.Response.Header.SetBytesV("WWW-Authenticate", s.own(&ctx.Request.Header, c))
 	}
-}
-
-// ownMetadata rewrites the upstream's protected resource metadata for the
-// agent: a resource on the upstream's origin moves to mcpheal's, the
-// upstream's URL becoming mcpheal's URL of this upstream and any other path
-// kept (the metadata at the origin's root names the origin). A body that
-// is not such a JSON object is returned as it is.
-func (s *Server) ownMetadata(h *fasthttp.RequestHeader, body []byte) []byte {
-	r := gjson.GetBytes(body, "resource")
-	if r.Type != gjson.String || r.Index <= 0 {
-		return body
-	}
-	rest, ok := strings.CutPrefix(r.Str, s.link.up.Origin())
-	if !ok || rest != "" && rest[0] != '/' {
-		return body // another resource: nothing of mcpheal's
-	}
-	own := ownOrigin(h) + rest
-	if rest == s.link.up.Path() {
-		own = ownOrigin(h) + s.cfg.Path // the upstream's URL: mcpheal's of it
-	}
-	v, _ := json.Marshal(own)
-	var b bytes.Buffer
-	b.Grow(len(body) + len(v))
-	b.Write(body[:r.Index])
-	b.Write(v)
-	b.Write(body[r.Index+len(r.Raw):])
-	return b.Bytes()
 }

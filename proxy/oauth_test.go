@@ -29,6 +29,7 @@ func TestOwnDiscovery(t *testing.T) {
 	}
 	defer up.Close()
 	s := &Server{cfg: Config{Path: "/wp/mcp"}, link: &link{up: up}}
+	ch := &challenges{link: s.link, path: s.cfg.Path}
 	var h fasthttp.RequestHeader
 	h.SetHost("127.0.0.1:8787")
 	for _, c := range []struct{ name, in, want string }{
@@ -39,11 +40,11 @@ func TestOwnDiscovery(t *testing.T) {
 		{"another host", `Bearer resource_metadata="https://auth.example.com/prm"`, `Bearer resource_metadata="https://auth.example.com/prm"`},
 		{"none", `Bearer realm="x"`, `Bearer realm="x"`},
 	} {
-		if got := string(s.ownChallenge(&h, []byte(c.in))); got != c.want {
+		if got := string(ch.own(&h, []byte(c.in))); got != c.want {
 			t.Errorf("%s: ownChallenge(%s) = %s, want %s", c.name, c.in, got, c.want)
 		}
 	}
-	if p := s.prm.Load(); p == nil || *p != "/custom/prm.json" {
+	if p := ch.prm.Load(); p == nil || *p != "/custom/prm.json" {
 		t.Errorf("the custom location is not remembered for Server.wellKnown: %v", p)
 	}
 	h.Set("X-Forwarded-Proto", "https")

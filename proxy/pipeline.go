@@ -1,29 +1,12 @@
 package proxy
 
 import (
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/session"
 )
-
-var (
-	hdrSessionID       = []byte("Mcp-Session-Id")
-	hdrProtocolVersion = []byte("MCP-Protocol-Version")
-	hdrLastEventID     = []byte("Last-Event-ID")
-	hdrAuthorization   = []byte("Authorization")
-	hdrOrigin          = []byte("Origin")
-	hdrAccept          = []byte("Accept")
-	mimeJSON           = []byte("application/json")
-	mimeEventStream    = []byte("text/event-stream")
-)
-
-// statelessVersion is the first MCP version without sessions (2026-07-28
-// changelog): its traffic passes through without session mapping.
-const statelessVersion = "2026-07-28"
 
 // ServeMCP answers one agent request on this upstream's MCP endpoint, in
 // the one pipeline every request takes: guard (guard.go) → route (below)
@@ -47,17 +30,6 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 	s.route(ctx, r)
 }
 
-// requestPool holds the guard's requests: one per agent request, which the
-// attempt points to, so that none is allocated on the hot path. Nothing
-// may hold a request once its handler has returned (an answer body that
-// outlives it lets go of it: attempt.run).
-var requestPool = sync.Pool{New: func() any { return new(request) }}
-
-func putRequest(r *request) {
-	*r = request{}
-	requestPool.Put(r)
-}
-
 // route sends a guarded request the way its upstream's era asks (docs/eras.md
 // "Across protocol eras"): a session-era agent of an upstream that speaks
 // only 2026-07-28 goes through the bridge, a 2026-07-28 agent of an
@@ -76,18 +48,23 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 		s.initialize(ctx, r)
 	case r.msg.get && r.sess != nil:
 		if l, seq := s.answers.find(r.sess.ID, r.hdr.PeekBytes(hdrLastEventID)); l != nil {
-			s.serveLog(ctx, r, l, seq) // resuming an answer mcpheal keeps (answerlog.go)
+			s.streams.serveLog(ctx, r, l, seq) // resuming an answer mcpheal keeps (answerlog.go)
 			return
 		}
-		s.serveStream(ctx, r)
+		if s.streams.serve(ctx, r) {
+			s.reroute(ctx, r)
+		}
 	default:
-		s.forward(ctx, r)
+		if s.forward(ctx, r) {
+			s.reroute(ctx, r)
+		}
 	}
 }
 
 // reroute is route again for a request whose upstream changed its era
-// under it (attempt.run): a session-era agent's request that a server now
-// of 2026-07-28 only refused before running it goes through the bridge.
+// under it (the exchange's outcome, attempt.run): a session-era agent's
+// request that a server now of 2026-07-28 only refused before running it
+// goes through the bridge.
 func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *request) {
 	ctx.Response.Reset()
 	s.bridge.serve(ctx, r)
@@ -95,9 +72,11 @@ func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *request) {
 
 // forward sends the agent's request upstream (its session id swapped for
 // the upstream's) and gives the agent one answer: the upstream's, after a
-// heal and replay if the rules allow, or mcpheal's own error.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) {
-	a := newAttempt(s, ctx, r)
+// heal and replay if the rules allow, or mcpheal's own error. It reports
+// true, with nothing written, when the upstream's era changed under the
+// request (attempt.run): the route stage sends it again.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) (reroute bool) {
+	a := newAttempt(s.env, ctx, r)
 	a.heals = r.sess != nil
 	s.link.copyRequest(r.hdr, r.body, a.req)
 	if a.heals && r.msg.method == "" && r.msg.id != "" && !r.msg.batch && !a.answerRoute() {
@@ -105,28 +84,13 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) {
 		// session that is gone: the new session never asked it.
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		a.release()
-		return
+		return false
 	}
-	if !a.run() {
+	owned, reroute := a.run()
+	if !owned {
 		a.release()
 	}
-}
-
-// answerRoute points the agent's answer to a server→client request at the
-// upstream session that asked (docs/streams.md "Streams and session state across a
-// heal": ids of later generations were renumbered). It reports false when
-// that session is gone.
-func (a *attempt) answerRoute() bool {
-	if answerGen(a.msg.id) > a.gen {
-		// Asked by a generation another process healed into.
-		a.gen = a.s.sessions.fleet.follow(a.sess)
-		a.up, a.gen = a.sess.Current()
-	}
-	restored, live := answerRoute(a.r.body, a.msg.id, a.gen)
-	if restored != nil {
-		a.req.SetBodyRaw(restored)
-	}
-	return live
+	return reroute
 }
 
 // initialize forwards the agent's initialize and, when the upstream
@@ -136,7 +100,7 @@ func (a *attempt) answerRoute() bool {
 // request is replay-safe, so a down upstream costs latency within the heal
 // budget, not an error.
 func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *request) {
-	a := newAttempt(s, ctx, r)
+	a := newAttempt(s.env, ctx, r)
 	a.gen = 1 // event ids are the proxy's from the first answer on (docs/streams.md "Streams")
 	s.link.copyRequest(r.hdr, r.body, a.req)
 	a.req.Header.DelBytes(hdrSessionID)
@@ -155,44 +119,6 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *request) {
 		a.unwatch()
 		a.release()
 	}
-}
-
-// create makes the agent's session from the upstream's accepted
-// initialize. An answer that is not a successful initialize passes through
-// without one; a session the caps or the budget leave no room for, or an
-// upstream session id past maxUpstreamID, is DELETEd upstream and the
-// agent gets mcpheal's error.
-func (a *attempt) create() outcome {
-	msg, ok := a.initializeAnswer()
-	if !ok {
-		a.s.link.dropMinted(a.resp)
-		return outcome{kind: outTooLarge, class: classify.Protocol, err: errAnswerTooLarge}
-	}
-	return a.createFrom(msg)
-}
-
-// createFrom is create, given the initialize's answer (its JSON-RPC
-// message).
-func (a *attempt) createFrom(msg []byte) outcome {
-	version := initializedVersion(a.resp.StatusCode(), msg)
-	if version == "" {
-		return outcome{kind: outUpstream, class: classify.Classify(a.resp.StatusCode(), mimeJSON, msg)}
-	}
-	s := a.s
-	up, err := s.link.sessionOf(&a.resp.Header, a.req.Header.PeekBytes(hdrAuthorization))
-	if err != nil {
-		return outcome{kind: outInvalid, err: err}
-	}
-	sess := s.sessions.newSession(a.r, &a.req.Header, version, up)
-	if err := s.sessions.admit(sess); err != nil {
-		s.link.dropMinted(a.resp)
-		s.log.Warn().Err(err).Int("sessions", s.sessions.store.Len()).Int64("budget", s.mem.limit).Msg("initialize refused")
-		return outcome{kind: outFull, err: err}
-	}
-	a.sess, a.r.sess, a.heals = sess, sess, true
-	a.r.standing, a.r.ownCredential = bound, true
-	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).Bool("stateful", up != "").Msg("session created")
-	return outcome{kind: outUpstream, class: classify.OK}
 }
 
 // endSession ends the agent's session (DELETE): the upstream session is
@@ -222,7 +148,7 @@ func (s *Server) endSession(ctx *fasthttp.RequestCtx, r *request) {
 func (s *Server) fleetEvent(id session.ClientID, e session.Event) {
 	switch {
 	case e.Stream:
-		if s.streams.evict(id, 0) {
+		if s.streams.set.evict(id, 0) {
 			s.log.Debug().Str(logSession, id.Short()).Msg("GET stream handed to another process")
 		}
 	case e.Ended:
@@ -235,7 +161,7 @@ func (s *Server) fleetEvent(id session.ClientID, e session.Event) {
 		if _, gen := sess.Current(); gen < e.Gen {
 			sess.Follow(e.Upstream, e.Gen)
 			if _, now := sess.Current(); now == e.Gen {
-				s.streams.healed(id, e.Gen)
+				s.streams.set.healed(id, e.Gen)
 			}
 		}
 	}
@@ -243,7 +169,7 @@ func (s *Server) fleetEvent(id session.ClientID, e session.Event) {
 
 // released stops what a session held open once it left the store.
 func (s *Server) released(sess *session.Session) {
-	s.streams.stop(sess.ID)
+	s.streams.set.stop(sess.ID)
 	s.bridge.stopListen(sess.ID)
 	s.held.released(sess)
 }

@@ -275,3 +275,27 @@ func (er *eventRewriter) endHead() {
 	er.answered = !bytes.Contains(h, []byte(`"method"`)) &&
 		(bytes.Contains(h, []byte(`"result"`)) || bytes.Contains(h, []byte(`"error"`)))
 }
+
+// resumed readies the rewriter for the events of a resumed stream: the
+// framer's unfinished event is dropped (the server sends it again whole,
+// after the last event that ended), and a line or event cut half-way on
+// its way to the agent is ended first, so that the resumed events are not
+// spliced onto it.
+func (er *eventRewriter) resumed() {
+	er.fr.Reset(64 << 10)
+	_, midLine := er.endStream(nil, false)
+	switch {
+	case midLine:
+		er.cut = endLineAndEvent // the agent drops the event cut in its data: its JSON does not parse
+	case er.inEvent:
+		er.cut = endEvent
+	}
+	er.inEvent, er.setID = false, false
+	er.lines = sse.Lines{}
+}
+
+// What ends, for the agent, a line or an event that a resumed stream cut.
+var (
+	endLineAndEvent = []byte("\n\n")
+	endEvent        = []byte("\n")
+)

@@ -9,7 +9,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/classify"
-	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -25,10 +24,6 @@ import (
 // replay rules do not change. Where it is impossible (no event id, the
 // session died, the server has no GET or refuses) the answer ends as
 // before, with mcpheal's error.
-
-// errQuiet ends the peek at an answer's first event when the upstream sent
-// none for stream_keepalive: the answer is judged on its head and relayed.
-var errQuiet = errors.New("no event yet")
 
 // maxResumes bounds the resumptions of one answer stream that bring no new
 // event id: a server that closes every stream at once would otherwise be
@@ -190,30 +185,6 @@ func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
 	}
 	return cls, status
 }
-
-// resumed readies the rewriter for the events of a resumed stream: the
-// framer's unfinished event is dropped (the server sends it again whole,
-// after the last event that ended), and a line or event cut half-way on
-// its way to the agent is ended first, so that the resumed events are not
-// spliced onto it.
-func (er *eventRewriter) resumed() {
-	er.fr.Reset(64 << 10)
-	_, midLine := er.endStream(nil, false)
-	switch {
-	case midLine:
-		er.cut = endLineAndEvent // the agent drops the event cut in its data: its JSON does not parse
-	case er.inEvent:
-		er.cut = endEvent
-	}
-	er.inEvent, er.setID = false, false
-	er.lines = sse.Lines{}
-}
-
-// What ends, for the agent, a line or an event that a resumed stream cut.
-var (
-	endLineAndEvent = []byte("\n\n")
-	endEvent        = []byte("\n")
-)
 
 // ended says how the upstream's answer stream ended before its
 // response, and why mcpheal could not resume it (resume.go).

@@ -431,7 +431,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	r.mu.Unlock()
 	t := r.routes.Load()
 	for _, s := range t.servers() {
-		s.streams.stopAll() // held-open GET streams would stall the drain
+		s.streams.set.stopAll() // held-open GET streams would stall the drain
 		s.bridge.stopListens()
 		s.held.stopListens()
 	}

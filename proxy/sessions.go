@@ -50,20 +50,29 @@ func (ss *sessions) seal(auth []byte, version string, init []byte) (session.Clie
 	return session.ClientID(ss.ring.Seal(rec)), rec
 }
 
+// origin is what a new session is made of: the initialize that opened it
+// (init) under the credential auth; for a session held for 2026-07-28
+// agents, its held id and the last generation the fleet's store knew of it.
+type origin struct {
+	auth, init []byte
+	heldID     session.ClientID
+	heldGen    uint64
+}
+
 // newSession returns a session for a freshly initialized upstream session
-// (up; "" for a bridged one), not yet admitted: r's initialize under the
+// (up; "" for a bridged one), not yet admitted: o's initialize under the
 // headers hdr, sealed into a new id; or, for a session held for
-// 2026-07-28 agents (r.heldID), under its held id, following the
+// 2026-07-28 agents (o.heldID), under its held id, following the
 // generation the fleet's store knew of it.
-func (ss *sessions) newSession(r *request, hdr *fasthttp.RequestHeader, version string, up session.UpstreamID) *session.Session {
-	if r.heldID != "" {
-		rec := seal.NewRecord(ss.cfg.Name, bindingOf(r.auth), version, r.body, time.Now(), ss.cfg.SessionMaxAge)
-		recipe := newRecipe(hdr, rec, r.body, version)
+func (ss *sessions) newSession(o origin, hdr *fasthttp.RequestHeader, version string, up session.UpstreamID) *session.Session {
+	if o.heldID != "" {
+		rec := seal.NewRecord(ss.cfg.Name, bindingOf(o.auth), version, o.init, time.Now(), ss.cfg.SessionMaxAge)
+		recipe := newRecipe(hdr, rec, o.init, version)
 		recipe.InitSealed = true // every request of its agents carries it (held.go)
-		return session.Continued(r.heldID, recipe, up, r.heldGen+1)
+		return session.Continued(o.heldID, recipe, up, o.heldGen+1)
 	}
-	id, rec := ss.seal(r.auth, version, r.body)
-	return session.New(id, newRecipe(hdr, rec, r.body, version), up)
+	id, rec := ss.seal(o.auth, version, o.init)
+	return session.New(id, newRecipe(hdr, rec, o.init, version), up)
 }
 
 // newRecipe returns the recipe of a session whose record is rec.
@@ -335,3 +344,7 @@ func newRing(keys string) (*seal.Ring, error) {
 	}
 	return seal.NewRing(ks)
 }
+
+// heldPrefix starts the id of every held session (a sealed id starts with
+// 'm').
+const heldPrefix = 'h'

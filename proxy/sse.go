@@ -154,3 +154,7 @@ func readAnswer(r *upstream.Response, er *eventRewriter, limit int) (raw, msg []
 		}
 	}
 }
+
+// errQuiet ends the peek at an answer's first event when the upstream sent
+// none for stream_keepalive: the answer is judged on its head and relayed.
+var errQuiet = errors.New("no event yet")

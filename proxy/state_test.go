@@ -184,7 +184,7 @@ func TestStateLastEventIDGenerations(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET Last-Event-ID %q = %d %q, want 200", last, resp.StatusCode, b)
 		}
-		peerWait(t, "the proxy to end the closed stream", func() bool { return s.streams.count(session.ClientID(sid)) == 0 })
+		peerWait(t, "the proxy to end the closed stream", func() bool { return s.streams.set.count(session.ClientID(sid)) == 0 })
 	}
 	first := upstreamGETs(up)
 

@@ -76,43 +76,6 @@ func (c metaCarrier) Get(k string) string {
 func (metaCarrier) Set(string, string) {}
 func (metaCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
 
-// start begins the span of a guarded agent request, under the agent's
-// trace context, and puts it in r.
-func (tr *tracing) start(r *request) {
-	parent := propagator.Extract(context.Background(), headerCarrier{r.hdr})
-	if !trace.SpanContextFromContext(parent).IsValid() && len(r.body) > 0 {
-		parent = propagator.Extract(context.Background(), metaCarrier{r.body})
-	}
-	// The message's members are views into the agent's body, which
-	// fasthttp reuses once the handler returns; a span keeps its strings
-	// until it is exported: they are copied.
-	m := message{method: spanText(r.msg.method), id: spanText(r.msg.id), tool: spanText(r.msg.tool), get: r.msg.get}
-	name, method := m.method, m.method
-	switch {
-	case m.get:
-		name, method = "GET stream", "GET"
-	case r.del:
-		name, method = "DELETE session", "DELETE"
-	case m.method == "" && m.id != "":
-		name = "response"
-	case m.tool != "":
-		name += " " + m.tool
-	}
-	attrs := []attribute.KeyValue{tr.upstream, attribute.String("mcp.method.name", method),
-		attribute.String("network.protocol.name", "http")}
-	if m.id != "" {
-		attrs = append(attrs, attribute.String("jsonrpc.request.id", m.id))
-	}
-	if m.tool != "" {
-		attrs = append(attrs, attribute.String("gen_ai.tool.name", m.tool), attribute.String("gen_ai.operation.name", "execute_tool"))
-	}
-	if r.sess != nil {
-		attrs = append(attrs, attribute.String("mcp.session.id", r.sess.ID.Short()),
-			attribute.String("mcp.protocol.version", r.sess.Recipe.ProtocolVersion))
-	}
-	r.tctx, r.span = tr.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-}
-
 // maxSpanText bounds what a span copies of an agent's request (method,
 // id, tool name): the agent chooses them, and a span lives until it is
 // exported, a slow collector's queue included.
@@ -129,27 +92,6 @@ func spanText(s string) string {
 		cut--
 	}
 	return s[:cut] + "…" // a new string: the agent's body is not kept
-}
-
-// end ends a request's span with its outcome: the class of the answer the
-// agent got, an error status for mcpheal's own errors.
-func (r *request) endSpan() {
-	if r.span != nil {
-		r.span.End()
-		r.span = nil
-	}
-}
-
-// outcome records on the request's span what the agent got.
-func (r *request) outcome(kind outcomeKind, cls classify.Class, code int) {
-	if r == nil || r.span == nil {
-		return
-	}
-	r.span.SetAttributes(attribute.String("mcpheal.class", cls.String()))
-	if kind != outUpstream && kind != outAccepted && kind != outEndResumption {
-		r.span.SetAttributes(attribute.Int("rpc.jsonrpc.error_code", code))
-		r.span.SetStatus(codes.Error, "mcpheal answered "+strconv.Itoa(code))
-	}
 }
 
 // exchange begins the span of one upstream exchange of a request (a child

@@ -1,0 +1,111 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcpheal/mcpheal/upstream"
+	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
+)
+
+// ownMetadata rewrites the upstream's protected resource metadata for the
+// agent: a resource on the upstream's origin moves to mcpheal's, the
+// upstream's URL becoming mcpheal's URL of this upstream and any other path
+// kept (the metadata at the origin's root names the origin). A body that
+// is not such a JSON object is returned as it is.
+func (s *Server) ownMetadata(h *fasthttp.RequestHeader, body []byte) []byte {
+	r := gjson.GetBytes(body, "resource")
+	if r.Type != gjson.String || r.Index <= 0 {
+		return body
+	}
+	rest, ok := strings.CutPrefix(r.Str, s.link.up.Origin())
+	if !ok || rest != "" && rest[0] != '/' {
+		return body // another resource: nothing of mcpheal's
+	}
+	own := ownOrigin(h) + rest
+	if rest == s.link.up.Path() {
+		own = ownOrigin(h) + s.cfg.Path // the upstream's URL: mcpheal's of it
+	}
+	v, _ := json.Marshal(own)
+	var b bytes.Buffer
+	b.Grow(len(body) + len(v))
+	b.Write(body[:r.Index])
+	b.Write(v)
+	b.Write(body[r.Index+len(r.Raw):])
+	return b.Bytes()
+}
+
+// maxMetadata caps an OAuth metadata document mcpheal forwards: they are a
+// few KiB, and a larger one is held, with its rewritten copy, until the
+// agent has read it.
+const maxMetadata = 64 << 10
+
+// wellKnown forwards OAuth discovery (RFC 9728 protected resource metadata,
+// RFC 8414 authorization server metadata) to the upstream's origin, so that
+// an agent whose credential passes through can find where to get one. It
+// is a route like the MCP endpoint's: the guard's Host and Origin check
+// first (its document names mcpheal's URL as the agent reached it), and
+// the document, at most maxMetadata, is counted in the memory budget
+// while it is read and until the agent has it. An upstream whose
+// credential is mcpheal's (its own, or inbound auth's) has nothing for an
+// agent to log in to: 404.
+func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
+	defer s.recoverPanic(ctx, nil)
+	switch {
+	case !s.guard.hosts.allow(ctx):
+		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, "null", "Forbidden: Host or Origin not allowed")
+		return
+	case s.link.ownsAuthorization():
+		ctx.Error("not found: mcpheal holds this upstream's credential; there is nothing to log in to\n", fasthttp.StatusNotFound)
+		return
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := upstream.AcquireResponse()
+	defer upstream.ReleaseResponse(resp)
+	resp.SetBudget(&s.mem)
+	resp.SetMaxBody(maxMetadata)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.Set("Accept", "application/json")
+	isPRM := strings.HasPrefix(path, prmPath)
+	if p := s.env.challenges.prm.Load(); p != nil && path == prmPath+s.link.up.Path() {
+		path = *p // the server named another location in its challenge
+	}
+	var tl *upstream.TooLargeError
+	switch err := s.link.up.DoPath(req, resp, path, time.Now().Add(10*time.Second)); {
+	case errors.As(err, &tl):
+		writeError(ctx, fasthttp.StatusBadGateway, codeTooLarge, "null", "the upstream's OAuth metadata is larger than "+
+			strconv.Itoa(maxMetadata)+" bytes")
+		return
+	case errors.Is(err, upstream.ErrOverBudget):
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, "null", "mcpheal's memory_budget is reached; retry later")
+		ctx.Response.Header.Set("Retry-After", "1")
+		return
+	case err != nil:
+		writeError(ctx, fasthttp.StatusBadGateway, codeUpstreamDown, "null", "upstream unreachable: "+s.link.up.Origin())
+		return
+	}
+	if resp.IsStream() {
+		ctx.SetStatusCode(fasthttp.StatusBadGateway)
+		return
+	}
+	body := resp.Body()
+	if isPRM && resp.StatusCode() == fasthttp.StatusOK {
+		body = s.ownMetadata(&ctx.Request.Header, body) // mcpheal is the resource the agent reached (oauth.go)
+	}
+	if !s.mem.take(int64(len(body))) {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, "null", "mcpheal's memory_budget is reached; retry later")
+		ctx.Response.Header.Set("Retry-After", "1")
+		return
+	}
+	ctx.SetStatusCode(resp.StatusCode())
+	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
+	// A copy, counted until the agent has read it: resp goes back now.
+	b := append([]byte(nil), body...)
+	ctx.Response.SetBodyStream(&budgetBody{b: b, mem: &s.mem, n: int64(len(b))}, len(b))
+}
