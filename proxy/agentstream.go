@@ -14,32 +14,32 @@ import (
 // (sse.AppendEvent), each flushed at once, each write bounded by
 // write_timeout and counted. (A POST's relayed SSE answer is the
 // upstream's own events, rewritten line by line: sseBody.)
-type agentStream struct {
-	s    *env
-	w    *bufio.Writer
-	conn net.Conn
+type AgentStream struct {
+	S    *Env
+	W    *bufio.Writer
+	Conn net.Conn
 	buf  []byte
 }
 
 // keepaliveComment keeps an idle stream's connection alive: proxies and
 // runtimes in between cut streams idle for minutes (Node's 300 s request
 // timeout), and every MCP client's SSE parser ignores comments.
-var keepaliveComment = sse.AppendComment(nil, "keepalive")
+var KeepaliveComment = sse.AppendComment(nil, "keepalive")
 
 // write writes b, whole events, and flushes; false once the agent is gone.
-func (st *agentStream) write(b []byte) bool {
-	armWrite(st.conn, st.s.cfg.WriteTimeout)
-	if _, err := st.w.Write(b); err != nil || st.w.Flush() != nil {
+func (st *AgentStream) Write(b []byte) bool {
+	ArmWrite(st.Conn, st.S.Cfg.WriteTimeout)
+	if _, err := st.W.Write(b); err != nil || st.W.Flush() != nil {
 		return false
 	}
-	st.s.count.bytesOut.Add(uint64(len(b)))
+	st.S.Count.BytesOut.Add(uint64(len(b)))
 	return true
 }
 
 // event writes one JSON-RPC message as a message event.
-func (st *agentStream) event(msg []byte) bool {
+func (st *AgentStream) Event(msg []byte) bool {
 	st.buf = sse.AppendEvent(st.buf[:0], "message", msg)
-	return st.write(st.buf)
+	return st.Write(st.buf)
 }
 
 // pump writes the events that arrive on out, and a keepalive comment
@@ -48,10 +48,10 @@ func (st *agentStream) event(msg []byte) bool {
 // goes out, then the stream ends. head writes a comment at once, so that
 // the answer's head reaches the agent before any event (the Go SDK's
 // client waits for it).
-func (st *agentStream) pump(out <-chan []byte, done, quit <-chan struct{}, head bool) {
-	t := time.NewTicker(st.s.cfg.StreamKeepalive)
+func (st *AgentStream) Pump(out <-chan []byte, done, quit <-chan struct{}, head bool) {
+	t := time.NewTicker(st.S.Cfg.StreamKeepalive)
 	defer t.Stop()
-	if head && !st.write(keepaliveComment) {
+	if head && !st.Write(KeepaliveComment) {
 		return
 	}
 	for {
@@ -62,7 +62,7 @@ func (st *agentStream) pump(out <-chan []byte, done, quit <-chan struct{}, head 
 			for {
 				select {
 				case b = <-out:
-					if !st.write(b) {
+					if !st.Write(b) {
 						return
 					}
 				default:
@@ -70,13 +70,13 @@ func (st *agentStream) pump(out <-chan []byte, done, quit <-chan struct{}, head 
 				}
 			}
 		case <-t.C:
-			b = keepaliveComment
+			b = KeepaliveComment
 		case <-quit:
 			return
-		case <-st.s.done:
+		case <-st.S.Done:
 			return
 		}
-		if !st.write(b) {
+		if !st.Write(b) {
 			return
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // watchAfter is how long a request waits on the upstream before mcpheal
 // starts watching the agent's connection. A faster answer costs a timer
 // reset and stop, and no system call.
-const watchAfter = 500 * time.Millisecond
+const WatchAfter = 500 * time.Millisecond
 
 // agentWatch notices the agent closing its connection while its request
 // waits on the upstream (for the head, a JSON body, the first event of an
@@ -36,7 +36,7 @@ type agentWatch struct {
 	timer *time.Timer   // runs start, watchAfter after arm
 	state atomic.Int32  // watchIdle, watchArmed, watchOn
 	ended chan struct{} // start's goroutine returned (one token per watch that ran)
-	gone  atomic.Bool   // the agent closed its connection
+	Gone  atomic.Bool   // the agent closed its connection
 	// Written by arm before the state becomes watchArmed, read by start
 	// once it has claimed the watch.
 	nc   net.Conn
@@ -53,7 +53,7 @@ const (
 // aLongTimeAgo is a read deadline in the past: it wakes a blocked peek.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func newAgentWatch() *agentWatch {
+func NewAgentWatch() *agentWatch {
 	w := &agentWatch{ended: make(chan struct{}, 1)}
 	w.timer = time.AfterFunc(time.Hour, w.start)
 	w.timer.Stop()
@@ -63,15 +63,15 @@ func newAgentWatch() *agentWatch {
 // arm starts watching nc after watchAfter, for the exchanges on resp. A
 // connection that is not a socket of its own (TLS: its bytes are records,
 // not requests; a stand-in made by RequestCtx.Init) is not watched.
-func (w *agentWatch) arm(nc net.Conn, resp *upstream.Response) {
-	w.gone.Store(false)
+func (w *agentWatch) Arm(nc net.Conn, resp *upstream.Response) {
+	w.Gone.Store(false)
 	sc, ok := nc.(syscall.Conn)
 	if !ok || !canWatch {
 		return
 	}
 	w.nc, w.sc, w.resp = nc, sc, resp
 	w.state.Store(watchArmed)
-	w.timer.Reset(watchAfter)
+	w.timer.Reset(WatchAfter)
 }
 
 // start runs on the timer's goroutine: it peeks until the agent closes its
@@ -85,7 +85,7 @@ func (w *agentWatch) start() {
 		w.ended <- struct{}{}
 	}()
 	if peerClosed(w.sc) {
-		w.gone.Store(true)
+		w.Gone.Store(true)
 		w.resp.Interrupt()
 	}
 }
@@ -94,7 +94,7 @@ func (w *agentWatch) start() {
 // reports whether the agent closed its connection; the watch forgets it,
 // since it goes back to the pool with its attempt. It must run before
 // fasthttp reads the connection again.
-func (w *agentWatch) stop() bool {
+func (w *agentWatch) Stop() bool {
 	w.timer.Stop()
 	if !w.state.CompareAndSwap(watchArmed, watchIdle) && w.state.Load() == watchOn {
 		_ = w.nc.SetReadDeadline(aLongTimeAgo)
@@ -107,25 +107,25 @@ func (w *agentWatch) stop() bool {
 		w.state.Store(watchIdle)
 	}
 	w.nc, w.sc, w.resp = nil, nil, nil
-	return w.gone.Swap(false)
+	return w.Gone.Swap(false)
 }
 
 // watchAgent starts watching the agent's connection while the attempt
 // waits on the upstream (attempts that are not pooled, such as a GET
 // stream's, have no watch).
-func (a *attempt) watchAgent() {
-	if a.watch != nil {
-		a.watch.arm(a.ctx.Conn(), a.resp)
+func (a *Attempt) WatchAgent() {
+	if a.Watch != nil {
+		a.Watch.Arm(a.Ctx.Conn(), a.Resp)
 	}
 }
 
 // unwatch stops watching the agent's connection, and counts and logs an
 // agent that went away.
-func (a *attempt) unwatch() {
-	if a.watch == nil || !a.watch.stop() {
+func (a *Attempt) Unwatch() {
+	if a.Watch == nil || !a.Watch.Stop() {
 		return
 	}
-	a.s.count.agentGone.Add(1)
-	a.s.log.Debug().Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).
+	a.S.Count.AgentGone.Add(1)
+	a.S.Log.Debug().Str(LogMethod, LogText(a.Msg.Method)).Str(LogTool, LogText(a.Msg.Tool)).
 		Msg("agent closed its connection while its request waited on the upstream; upstream exchange interrupted")
 }

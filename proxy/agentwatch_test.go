@@ -122,7 +122,7 @@ func TestAgentGoneInterruptsUpstream(t *testing.T) {
 			if _, err := io.WriteString(c, rawRequest(addr, sid, tc.body)); err != nil {
 				t.Fatal(err)
 			}
-			peerWait(t, "the call upstream", func() bool { return up.runs.Load() == 1 })
+			PeerWait(t, "the call upstream", func() bool { return up.runs.Load() == 1 })
 			time.Sleep(200 * time.Millisecond)
 			closed := time.Now()
 			_ = c.Close()
@@ -136,7 +136,7 @@ func TestAgentGoneInterruptsUpstream(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the upstream's request still runs 10 s after the agent left")
 			}
-			peerWait(t, "the agent counted gone", func() bool { return s.Stats().AgentGone == 1 })
+			PeerWait(t, "the agent counted gone", func() bool { return s.Stats().AgentGone == 1 })
 			if got := metricValue(s, "mcpheal_agent_gone_total"); got != 1 {
 				t.Fatalf("mcpheal_agent_gone_total = %v, want 1", got)
 			}
@@ -172,14 +172,14 @@ func TestAgentPipelinesWhileWaiting(t *testing.T) {
 	if _, err := io.WriteString(c, rawRequest(addr, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{}}}`)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(watchAfter + 300*time.Millisecond) // the watch peeks now
+	time.Sleep(WatchAfter + 300*time.Millisecond) // the watch peeks now
 	if _, err := io.WriteString(c, rawRequest(addr, sid, `{"jsonrpc":"2.0","id":2,"method":"resources/list"}`)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
 	close(up.release)
 	br := bufio.NewReader(c)
-	_ = c.SetReadDeadline(time.Now().Add(peerTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(PeerTimeout))
 	for _, want := range []string{`"text":"done"`, `"resources"`} {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -208,7 +208,7 @@ func TestSlowAnswerReachesAgent(t *testing.T) {
 		br := bufio.NewReader(c)
 		read := func(want string) {
 			t.Helper()
-			_ = c.SetReadDeadline(time.Now().Add(peerTimeout))
+			_ = c.SetReadDeadline(time.Now().Add(PeerTimeout))
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil {
 				t.Fatalf("sse %v: answer with %s: %v", sse, want, err)
@@ -245,12 +245,12 @@ func TestSlowAnswerReachesAgent(t *testing.T) {
 // an answer nobody reads.
 func TestDecideAgentGone(t *testing.T) {
 	t.Parallel()
-	for cls := range classify.Class(numClasses) {
-		for _, bits := range []facts{{}, {dispatched: true}, {replaySafe: true}, {session: true, mayHeal: true}, {tooLarge: true}} {
+	for cls := range classify.Class(NumClasses) {
+		for _, bits := range []Facts{{}, {Dispatched: true}, {ReplaySafe: true}, {Session: true, MayHeal: true}, {TooLarge: true}} {
 			f := bits
-			f.class, f.agentGone = cls, true
-			if got := decide(f); got != actAbandon {
-				t.Errorf("decide(%+v) = %v, want %v", f, got, actAbandon)
+			f.Class, f.AgentGone = cls, true
+			if got := Decide(f); got != ActAbandon {
+				t.Errorf("decide(%+v) = %v, want %v", f, got, ActAbandon)
 			}
 		}
 	}
@@ -262,14 +262,14 @@ func TestDecideAgentGone(t *testing.T) {
 // abandoned as "agent closed its connection".
 func TestWatchForgetsGoneAgent(t *testing.T) {
 	t.Parallel()
-	w := newAgentWatch()
-	w.gone.Store(true)
-	if !w.stop() {
+	w := NewAgentWatch()
+	w.Gone.Store(true)
+	if !w.Stop() {
 		t.Fatal("stop after the agent left = false, want true")
 	}
-	w.gone.Store(true) // set late, after stop: arm must still start clean
-	w.arm(nil, nil)    // no socket: not watched
-	if w.gone.Load() || w.stop() {
+	w.Gone.Store(true) // set late, after stop: arm must still start clean
+	w.Arm(nil, nil)    // no socket: not watched
+	if w.Gone.Load() || w.Stop() {
 		t.Fatal("the next request, not watched, inherits the last agent's departure")
 	}
 }
@@ -286,15 +286,15 @@ func TestPooledWatchStartsClean(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r := &request{}
-	a := newAttempt(s.env, nil, r)
-	w := a.watch
-	w.gone.Store(true)
-	a.release()
+	r := &Request{}
+	a := NewAttempt(s.env, nil, r)
+	w := a.Watch
+	w.Gone.Store(true)
+	a.Release()
 	for range 100 {
-		b := newAttempt(s.env, nil, r)
-		same, gone := b.watch == w, b.agentGone()
-		b.release()
+		b := NewAttempt(s.env, nil, r)
+		same, gone := b.Watch == w, b.AgentGone()
+		b.Release()
 		if gone {
 			t.Fatalf("a new attempt (its watch the last one's: %v) takes its agent for gone", same)
 		}

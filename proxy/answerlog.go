@@ -38,73 +38,73 @@ func init() {
 }
 
 // answerLogs is a Server's logs of answers in flight, by key.
-type answerLogs struct {
-	mu sync.Mutex // protects m
-	m  map[string]*answerLog
+type AnswerLogs struct {
+	Mu sync.Mutex // protects m
+	M  map[string]*AnswerLog
 }
 
 // open starts the log of a's answer, whose events carry a.rw.own.
-func (ls *answerLogs) open(a *attempt) *answerLog {
-	key := "m" + strconv.FormatUint(a.rw.own, 36) // as appendOwnID writes it
-	l := &answerLog{key: key, sess: a.sess.ID, ls: ls, mem: a.s.mem, max: a.s.cfg.ResumeBuffer,
-		window: a.s.cfg.ResumeWindow, a: a, wake: make(chan struct{})}
-	ls.mu.Lock()
-	if ls.m == nil {
-		ls.m = make(map[string]*answerLog)
+func (ls *AnswerLogs) open(a *Attempt) *AnswerLog {
+	key := "m" + strconv.FormatUint(a.Rw.Own, 36) // as appendOwnID writes it
+	l := &AnswerLog{Key: key, sess: a.Sess.ID, Ls: ls, Mem: a.S.Mem, Max: a.S.Cfg.ResumeBuffer,
+		Window: a.S.Cfg.ResumeWindow, a: a, Wake: make(chan struct{})}
+	ls.Mu.Lock()
+	if ls.M == nil {
+		ls.M = make(map[string]*AnswerLog)
 	}
-	ls.m[key] = l
-	ls.mu.Unlock()
+	ls.M[key] = l
+	ls.Mu.Unlock()
 	return l
 }
 
 // find returns the log an agent's Last-Event-ID names, and the number of
 // the last event the agent got; nil unless the log is of sess and still
 // kept.
-func (ls *answerLogs) find(sess session.ClientID, lastEventID []byte) (*answerLog, int) {
-	key, seq, ok := parseOwnID(lastEventID)
+func (ls *AnswerLogs) Find(sess session.ClientID, lastEventID []byte) (*AnswerLog, int) {
+	key, seq, ok := ParseOwnID(lastEventID)
 	if !ok {
 		return nil, 0
 	}
-	ls.mu.Lock()
-	l := ls.m[key]
-	ls.mu.Unlock()
+	ls.Mu.Lock()
+	l := ls.M[key]
+	ls.Mu.Unlock()
 	if l == nil || l.sess != sess {
 		return nil, 0
 	}
 	return l, seq
 }
 
-func (ls *answerLogs) forget(l *answerLog) {
-	ls.mu.Lock()
-	if ls.m[l.key] == l {
-		delete(ls.m, l.key)
+func (ls *AnswerLogs) forget(l *AnswerLog) {
+	ls.Mu.Lock()
+	if ls.M[l.Key] == l {
+		delete(ls.M, l.Key)
 	}
-	ls.mu.Unlock()
+	ls.Mu.Unlock()
 }
 
 // logChunk is the unit an answerLog stores and charges memory_budget in;
 // chunks are pooled, so that a streamed answer's log allocates nothing in
 // the steady state.
-const logChunk = 64 << 10
+const LogChunk = 64 << 10
 
-var logChunks = sync.Pool{New: func() any { return new([logChunk]byte) }}
+var logChunks = sync.Pool{New: func() any { return new([LogChunk]byte) }}
 
 // answerLog is what mcpheal sent an agent of one answer: its last max
 // bytes (at least), in chunks, and where each of its events ended.
 // Offsets are counted from the answer's first byte.
-type answerLog struct {
-	key    string
+type AnswerLog struct {
+	Key    string
 	sess   session.ClientID
-	ls     *answerLogs
-	mem    *budget
-	max    int
-	window time.Duration
+	Ls     *AnswerLogs
+	Mem    *Budget
+	Max    int
+	Window time.Duration
 
-	mu sync.Mutex // protects everything below
+	Mu sync.Mutex // protects everything below
 	// a is the attempt that writes the answer, until done: the window's
 	// end abandons its exchange.
-	a      *attempt
-	chunks []*[logChunk]byte
+	a      *Attempt
+	Chunks []*[LogChunk]byte
 	base   int // offset of chunks[0][0]
 	size   int // offset of the end of what was appended
 	// ends[i] is the offset just past the blank line of event skipped+i+1
@@ -116,22 +116,22 @@ type answerLog struct {
 	lines   sse.Lines
 	inEvent bool
 	evStart int           // offset where the event in progress began
-	wake    chan struct{} // closed when events are added or the answer ends
+	Wake    chan struct{} // closed when events are added or the answer ends
 	done    bool          // the answer ended: nothing more comes
 	over    bool          // dropped (the budget, or forgotten): nothing can be resumed
-	left    bool          // the agent's connection dropped before the end
+	Left    bool          // the agent's connection dropped before the end
 	expired bool          // the window passed with nobody reading
 	readers int
 	timer   *time.Timer
 }
 
 // append records p, sent (or being sent) to the agent.
-func (l *answerLog) append(p []byte) {
+func (l *AnswerLog) Append(p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	if l.over || l.done {
 		return
 	}
@@ -144,7 +144,7 @@ func (l *answerLog) append(p []byte) {
 		if begins && !blank && !l.inEvent {
 			l.inEvent, l.evStart = true, l.size
 		}
-		if l.inEvent && l.size+n-l.evStart > l.max {
+		if l.inEvent && l.size+n-l.evStart > l.Max {
 			// The event in progress outgrew what is kept: no resume can be
 			// served it whole, so none of it is copied (a 12 MB result
 			// costs no 12 MB copy).
@@ -164,10 +164,10 @@ func (l *answerLog) append(p []byte) {
 	}
 	// Keep the last max bytes: an agent that resumes lost at most what was
 	// in flight to it.
-	for len(l.chunks) > 1 && l.size-l.base-logChunk >= l.max {
-		l.release(l.chunks[0])
-		l.chunks = l.chunks[1:]
-		l.base += logChunk
+	for len(l.Chunks) > 1 && l.size-l.base-LogChunk >= l.Max {
+		l.release(l.Chunks[0])
+		l.Chunks = l.Chunks[1:]
+		l.base += LogChunk
 	}
 	for len(l.ends) > 0 && l.ends[0] < l.base {
 		l.ends = l.ends[1:]
@@ -181,16 +181,16 @@ func (l *answerLog) append(p []byte) {
 
 // store copies seg, which goes at offset l.size, into the chunks; false
 // when memory_budget has no room for another chunk.
-func (l *answerLog) store(seg []byte) bool {
+func (l *AnswerLog) store(seg []byte) bool {
 	for off := l.size; len(seg) > 0; {
-		i, within := (off-l.base)/logChunk, (off-l.base)%logChunk
-		if i == len(l.chunks) {
-			if !l.mem.take(logChunk) {
+		i, within := (off-l.base)/LogChunk, (off-l.base)%LogChunk
+		if i == len(l.Chunks) {
+			if !l.Mem.Take(LogChunk) {
 				return false
 			}
-			l.chunks = append(l.chunks, logChunks.Get().(*[logChunk]byte))
+			l.Chunks = append(l.Chunks, logChunks.Get().(*[LogChunk]byte))
 		}
-		n := copy(l.chunks[i][within:], seg)
+		n := copy(l.Chunks[i][within:], seg)
 		off += n
 		seg = seg[n:]
 	}
@@ -198,48 +198,48 @@ func (l *answerLog) store(seg []byte) bool {
 }
 
 // releaseAll gives back every chunk; what is kept starts again at off.
-func (l *answerLog) releaseAll(off int) {
-	for _, c := range l.chunks {
+func (l *AnswerLog) releaseAll(off int) {
+	for _, c := range l.Chunks {
 		l.release(c)
 	}
-	l.chunks, l.base = l.chunks[:0], off
+	l.Chunks, l.base = l.Chunks[:0], off
 }
 
-func (l *answerLog) release(c *[logChunk]byte) {
+func (l *AnswerLog) release(c *[LogChunk]byte) {
 	logChunks.Put(c)
-	l.mem.give(logChunk)
+	l.Mem.Give(LogChunk)
 }
 
 // isOver reports whether the log was dropped.
-func (l *answerLog) isOver() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *AnswerLog) isOver() bool {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	return l.over
 }
 
 // dropLocked gives the log up: its memory goes back, and the answer can no
 // longer be resumed.
-func (l *answerLog) dropLocked() {
+func (l *AnswerLog) dropLocked() {
 	if !l.over {
 		l.over = true
 		l.releaseAll(l.size)
-		l.chunks, l.ends = nil, nil
-		l.ls.forget(l)
+		l.Chunks, l.ends = nil, nil
+		l.Ls.forget(l)
 		l.wakeLocked()
 	}
 }
 
-func (l *answerLog) wakeLocked() {
-	close(l.wake)
-	l.wake = make(chan struct{})
+func (l *AnswerLog) wakeLocked() {
+	close(l.Wake)
+	l.Wake = make(chan struct{})
 }
 
 // agentLeft notes that the agent's connection to the answer dropped: with
 // nobody reading, the window starts.
-func (l *answerLog) agentLeft() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.left = true
+func (l *AnswerLog) agentLeft() {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
+	l.Left = true
 	if l.readers == 0 {
 		l.armLocked()
 		l.giveUpLocked()
@@ -251,8 +251,8 @@ func (l *answerLog) agentLeft() {
 // would need that event whole, which nobody can serve it, so the call is
 // not read on for nothing (an endless line would be read until the
 // window's end).
-func (l *answerLog) giveUpLocked() {
-	if l.left && l.readers == 0 && l.inEvent && l.size-l.evStart > l.max {
+func (l *AnswerLog) giveUpLocked() {
+	if l.Left && l.readers == 0 && l.inEvent && l.size-l.evStart > l.Max {
 		l.dropLocked()
 	}
 }
@@ -260,9 +260,9 @@ func (l *answerLog) giveUpLocked() {
 // finish notes that the answer ended (or was given up). A log nobody may
 // come back for goes at once; one whose agent left, or that an agent
 // reads, stays for the window.
-func (l *answerLog) finish() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *AnswerLog) Finish() {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	if l.done {
 		return
 	}
@@ -271,7 +271,7 @@ func (l *answerLog) finish() {
 	switch {
 	case l.readers > 0:
 		// A resuming agent reads it to its end; the window runs after.
-	case !l.left || l.expired:
+	case !l.Left || l.expired:
 		l.dropLocked()
 	default:
 		l.armLocked()
@@ -280,17 +280,17 @@ func (l *answerLog) finish() {
 
 // armLocked starts the window: at its end, with nobody reading, a call
 // still running is abandoned and a finished answer forgotten.
-func (l *answerLog) armLocked() {
+func (l *AnswerLog) armLocked() {
 	if l.timer == nil {
-		l.timer = time.AfterFunc(l.window, l.windowEnded)
+		l.timer = time.AfterFunc(l.Window, l.windowEnded)
 		return
 	}
-	l.timer.Reset(l.window)
+	l.timer.Reset(l.Window)
 }
 
-func (l *answerLog) windowEnded() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *AnswerLog) windowEnded() {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	if l.readers > 0 {
 		return
 	}
@@ -298,16 +298,16 @@ func (l *answerLog) windowEnded() {
 		// Nobody came back for it: the call ends as when its agent goes
 		// away without a log (nothing is sent again).
 		l.expired = true
-		l.a.abandon()
+		l.a.Abandon()
 		return
 	}
 	l.dropLocked()
 }
 
 // attach adds a reader (an agent resuming); false when the log was dropped.
-func (l *answerLog) attach() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *AnswerLog) Attach() bool {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	if l.over {
 		return false
 	}
@@ -318,12 +318,12 @@ func (l *answerLog) attach() bool {
 	return true
 }
 
-func (l *answerLog) detach() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *AnswerLog) Detach() {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	l.readers--
 	if l.readers == 0 && !l.over {
-		l.left = true // it read, and went: the window starts again
+		l.Left = true // it read, and went: the window starts again
 		l.armLocked()
 	}
 }
@@ -332,9 +332,9 @@ func (l *answerLog) detach() {
 // and returns the number of the last of them, the channel that is closed
 // when there may be more, and whether nothing more will come: the answer
 // ended, or the events after seq are no longer kept (lost).
-func (l *answerLog) since(dst []byte, seq int) (_ []byte, next int, wake <-chan struct{}, end, lost bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *AnswerLog) Since(dst []byte, seq int) (_ []byte, next int, wake <-chan struct{}, end, lost bool) {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
 	switch {
 	case l.over:
 		return dst, seq, nil, true, true
@@ -349,12 +349,12 @@ func (l *answerLog) since(dst []byte, seq int) (_ []byte, next int, wake <-chan 
 		}
 		to := l.ends[len(l.ends)-1]
 		for off := from; off < to; {
-			i, within := (off-l.base)/logChunk, (off-l.base)%logChunk
-			n := min(logChunk-within, to-off)
-			dst = append(dst, l.chunks[i][within:within+n]...)
+			i, within := (off-l.base)/LogChunk, (off-l.base)%LogChunk
+			n := min(LogChunk-within, to-off)
+			dst = append(dst, l.Chunks[i][within:within+n]...)
 			off += n
 		}
 		seq = last
 	}
-	return dst, seq, l.wake, l.done, false
+	return dst, seq, l.Wake, l.done, false
 }

@@ -53,7 +53,7 @@ func TestAgentResumesFromLog(t *testing.T) {
 	up := agentResumeStub(t, &st, release)
 	s, url := startProxy(t, up, func(c *Config) { c.StreamKeepalive = 20 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
-	before := s.mem.used.Load()
+	before := s.mem.Used.Load()
 	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, resumeCall))
 	if err != nil {
 		t.Fatal(err)
@@ -64,13 +64,13 @@ func TestAgentResumesFromLog(t *testing.T) {
 	}
 	_ = resp.Body.Close() // the agent's connection drops mid-call
 	// The keepalive comments find the connection gone; then the result comes.
-	peerWait(t, "mcpheal to notice the agent gone", func() bool {
-		s.answers.mu.Lock()
-		defer s.answers.mu.Unlock()
-		for _, l := range s.answers.m {
-			l.mu.Lock()
-			left := l.left
-			l.mu.Unlock()
+	PeerWait(t, "mcpheal to notice the agent gone", func() bool {
+		s.answers.Mu.Lock()
+		defer s.answers.Mu.Unlock()
+		for _, l := range s.answers.M {
+			l.Mu.Lock()
+			left := l.Left
+			l.Mu.Unlock()
 			if left {
 				return true
 			}
@@ -86,13 +86,13 @@ func TestAgentResumesFromLog(t *testing.T) {
 	if n := st.posts.Load(); n != 1 {
 		t.Errorf("the upstream got the call %d times, want 1", n)
 	}
-	if ok := s.count.agentResumes[outcomeOK].Load(); ok != 1 {
+	if ok := s.count.AgentResumes[OutcomeOK].Load(); ok != 1 {
 		t.Errorf("agent resumes served: %d, want 1", ok)
 	}
 	// The log stays for resume_window after the answer ended (another
 	// resume may come); what it holds is counted until then.
-	if s.mem.used.Load() <= before {
-		t.Errorf("memory_budget used %d, %d before the call: the kept answer is not counted", s.mem.used.Load(), before)
+	if s.mem.Used.Load() <= before {
+		t.Errorf("memory_budget used %d, %d before the call: the kept answer is not counted", s.mem.Used.Load(), before)
 	}
 }
 
@@ -111,19 +111,19 @@ func TestAgentNeverResumes(t *testing.T) {
 		c.ResumeWindow = 200 * time.Millisecond
 	})
 	sid := peerRawInitialize(t, url)
-	before := s.mem.used.Load()
+	before := s.mem.Used.Load()
 	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, resumeCall))
 	if err != nil {
 		t.Fatal(err)
 	}
 	readFirstEvent(t, bufio.NewReader(resp.Body))
 	_ = resp.Body.Close()
-	peerWait(t, "the log to be forgotten", func() bool {
-		s.answers.mu.Lock()
-		defer s.answers.mu.Unlock()
-		return len(s.answers.m) == 0
+	PeerWait(t, "the log to be forgotten", func() bool {
+		s.answers.Mu.Lock()
+		defer s.answers.Mu.Unlock()
+		return len(s.answers.M) == 0
 	})
-	peerWait(t, "the memory budget to be back", func() bool { return s.mem.used.Load() == before })
+	PeerWait(t, "the memory budget to be back", func() bool { return s.mem.Used.Load() == before })
 	// A late resume finds nothing: an empty stream, as for a dead session's.
 	got, body := resumeGet(t, url, sid, "m1-1")
 	if got.StatusCode != http.StatusOK || len(body) != 0 {
@@ -141,11 +141,11 @@ func TestAgentNeverResumes(t *testing.T) {
 // and given back when the log is dropped.
 func TestAnswerLogKeepsTheTail(t *testing.T) {
 	t.Parallel()
-	var mem budget
-	mem.limit = 1 << 30
-	ls := &answerLogs{}
-	l := &answerLog{key: "m1", ls: ls, mem: &mem, max: 2 * logChunk, window: time.Minute, wake: make(chan struct{})}
-	ls.m = map[string]*answerLog{"m1": l}
+	var mem Budget
+	mem.Limit = 1 << 30
+	ls := &AnswerLogs{}
+	l := &AnswerLog{Key: "m1", Ls: ls, Mem: &mem, Max: 2 * LogChunk, Window: time.Minute, Wake: make(chan struct{})}
+	ls.M = map[string]*AnswerLog{"m1": l}
 	event := func(i int) string { // about 20 KiB each, one ending in CRLFs
 		end := "\n\n"
 		if i%7 == 3 {
@@ -159,42 +159,42 @@ func TestAnswerLogKeepsTheTail(t *testing.T) {
 	}
 	in := all.String()
 	for pos, step := 0, 1; pos < len(in); pos, step = pos+step, step*3%9973+1 {
-		l.append([]byte(in[pos:min(pos+step, len(in))]))
+		l.Append([]byte(in[pos:min(pos+step, len(in))]))
 	}
-	if got := mem.used.Load(); got != int64(len(l.chunks))*logChunk || len(l.chunks) > 3 {
-		t.Fatalf("budget used %d for %d chunks (want at most 3, charged 64 KiB each)", got, len(l.chunks))
+	if got := mem.Used.Load(); got != int64(len(l.Chunks))*LogChunk || len(l.Chunks) > 3 {
+		t.Fatalf("budget used %d for %d chunks (want at most 3, charged 64 KiB each)", got, len(l.Chunks))
 	}
 	want := ""
 	for i := 37; i <= 40; i++ {
 		want += event(i)
 	}
-	got, next, _, _, lost := l.since(nil, 36)
+	got, next, _, _, lost := l.Since(nil, 36)
 	if lost || next != 40 || string(got) != want {
 		t.Fatalf("since 36: %d bytes, next %d, lost %v; want events 37-40 (%d bytes)", len(got), next, lost, len(want))
 	}
-	if _, _, _, end, lost := l.since(nil, 5); !lost || !end {
-		t.Fatalf("since 5: lost %v, end %v; want it lost: the log keeps the last %d bytes", lost, end, l.max)
+	if _, _, _, end, lost := l.Since(nil, 5); !lost || !end {
+		t.Fatalf("since 5: lost %v, end %v; want it lost: the log keeps the last %d bytes", lost, end, l.Max)
 	}
 	// An event larger than what is kept is not copied at all; the events
 	// after it are kept as usual.
-	before := mem.used.Load()
-	big := "data: " + strings.Repeat("z", 5*logChunk) + "\n\n"
+	before := mem.Used.Load()
+	big := "data: " + strings.Repeat("z", 5*LogChunk) + "\n\n"
 	for i := 0; i < len(big); i += 1000 {
-		l.append([]byte(big[i:min(i+1000, len(big))]))
-		if used := mem.used.Load(); used > before {
+		l.Append([]byte(big[i:min(i+1000, len(big))]))
+		if used := mem.Used.Load(); used > before {
 			t.Fatalf("at %d of a %d-byte event: budget used %d, was %d; want nothing copied", i, len(big), used, before)
 		}
 	}
-	l.append([]byte(event(42)))
-	if got, next, _, _, lost := l.since(nil, 41); lost || next != 42 || string(got) != event(42) {
+	l.Append([]byte(event(42)))
+	if got, next, _, _, lost := l.Since(nil, 41); lost || next != 42 || string(got) != event(42) {
 		t.Fatalf("since the large event: %d bytes, next %d, lost %v; want event 42", len(got), next, lost)
 	}
-	if _, _, _, _, lost := l.since(nil, 40); !lost {
+	if _, _, _, _, lost := l.Since(nil, 40); !lost {
 		t.Fatal("since 40: want it lost (the large event after it was not kept)")
 	}
-	l.finish() // the agent never left: nothing to keep
-	if mem.used.Load() != 0 || len(ls.m) != 0 {
-		t.Fatalf("after finish: budget used %d, %d logs kept; want 0 and 0", mem.used.Load(), len(ls.m))
+	l.Finish() // the agent never left: nothing to keep
+	if mem.Used.Load() != 0 || len(ls.M) != 0 {
+		t.Fatalf("after finish: budget used %d, %d logs kept; want 0 and 0", mem.Used.Load(), len(ls.M))
 	}
 }
 
@@ -225,7 +225,7 @@ func TestAgentResumeAtAnotherReplica(t *testing.T) {
 	if got.StatusCode != http.StatusOK || !strings.HasPrefix(got.Header.Get("Content-Type"), "text/event-stream") || len(body) != 0 {
 		t.Fatalf("resume at another replica: %d %q %q; want an empty event stream", got.StatusCode, got.Header.Get("Content-Type"), body)
 	}
-	if n := b.count.agentResumes[outcomeOK].Load(); n != 0 {
+	if n := b.count.AgentResumes[OutcomeOK].Load(); n != 0 {
 		t.Errorf("the other replica served %d resumes from a log it does not have", n)
 	}
 	if n := st.posts.Load(); n != 1 {

@@ -23,19 +23,19 @@ import (
 // Every route sends through it: the session-era pass-through and the
 // 2026-07-28 pass-through ([Server.forward], whose answer [attempt.answer]
 // writes), and the bridge (bridge.go), which writes its own translation.
-type attempt struct {
-	s    *env
-	ctx  *fasthttp.RequestCtx // the agent's; nil once the handler has returned (a bridged call's later rounds)
-	r    *request
-	sess *session.Session // the agent's session; nil for 2026-07-28 pass-through
-	msg  message          // by value: the attempt is pooled, so nothing escapes
-	req  *fasthttp.Request
-	resp *upstream.Response
+type Attempt struct {
+	S    *Env
+	Ctx  *fasthttp.RequestCtx // the agent's; nil once the handler has returned (a bridged call's later rounds)
+	R    *Request
+	Sess *session.Session // the agent's session; nil for 2026-07-28 pass-through
+	Msg  Message          // by value: the attempt is pooled, so nothing escapes
+	Req  *fasthttp.Request
+	Resp *upstream.Response
 	up   session.UpstreamID
-	gen  uint64
+	Gen  uint64
 	// heals: the upstream holds a session for this request that mcpheal
 	// may re-create (a session-era upstream; not the bridge).
-	heals bool
+	Heals bool
 
 	// replaySafe: the request may run twice without harm (replayable);
 	// decided once, before the first send.
@@ -58,15 +58,15 @@ type attempt struct {
 	eof       bool     // the upstream stream has ended
 	readWhole bool     // the SSE answer was read up to its response: a.out is all the agent gets
 	conn      net.Conn // the agent's connection, while sseBody writes to it
-	charged   int64    // taken from the memory budget for a buffered answer
+	Charged   int64    // taken from the memory budget for a buffered answer
 	// log keeps the streamed answer for its agent to resume (answerlog.go);
 	// draining: the agent's connection dropped and drain, not fasthttp,
 	// owns the attempt now.
-	log      *answerLog
+	log      *AnswerLog
 	draining bool
 	// watch notices the agent going away while it waits (agentwatch.go); nil
 	// for attempts that are not pooled. It stays with the pooled attempt.
-	watch *agentWatch
+	Watch *agentWatch
 	// xspan is the span of the exchange in flight (trace.go); nil when
 	// tracing is off. tries counts the exchanges.
 	xspan trace.Span
@@ -80,11 +80,11 @@ type tryAnswer struct {
 	// The SSE answer of a POST: rw frames and rewrites it; out holds the
 	// rewritten events not yet handed to the agent (from attempt.outPos);
 	// first is the raw first event with data, valid until rw is fed again.
-	rw         eventRewriter
-	buf        []byte // one upstream read
-	out        []byte
-	first      []byte
-	firstWhole bool // first is a complete event, not a prefix past peekLimit
+	Rw         EventRewriter
+	Buf        []byte // one upstream read
+	Out        []byte
+	First      []byte
+	FirstWhole bool // first is a complete event, not a prefix past peekLimit
 	// Resuming the answer stream upstream (resume.go): rerr is the read
 	// error held back while the bytes read with it are relayed; resumeWhy,
 	// once set, why the stream cannot be resumed; resumedAt the event id
@@ -107,49 +107,49 @@ type tryAnswer struct {
 // reset starts the answer over for another exchange: what it learnt of
 // the last stream is that stream's; its buffers stay.
 func (t *tryAnswer) reset() {
-	t.rw.meter.release()
-	t.rw.fr.Reset(64 << 10)
-	*t = tryAnswer{rw: eventRewriter{fr: t.rw.fr, held: t.rw.held[:0], idBuf: t.rw.idBuf[:0]}, buf: t.buf, out: t.out[:0]}
+	t.Rw.Meter.Release()
+	t.Rw.Fr.Reset(64 << 10)
+	*t = tryAnswer{Rw: EventRewriter{Fr: t.Rw.Fr, Held: t.Rw.Held[:0], IdBuf: t.Rw.IdBuf[:0]}, Buf: t.Buf, Out: t.Out[:0]}
 }
 
-var attemptPool = sync.Pool{New: func() any { return new(attempt) }}
+var attemptPool = sync.Pool{New: func() any { return new(Attempt) }}
 
 // newAttempt takes a pooled attempt for r, with its upstream request and
 // response; ctx may be nil (no agent connection to watch or answer).
-func newAttempt(s *env, ctx *fasthttp.RequestCtx, r *request) *attempt {
-	a := attemptPool.Get().(*attempt)
+func NewAttempt(s *Env, ctx *fasthttp.RequestCtx, r *Request) *Attempt {
+	a := attemptPool.Get().(*Attempt)
 	// Its answer state was reset by release (or is new): its buffers stay.
-	*a = attempt{s: s, ctx: ctx, r: r, sess: r.sess, msg: r.msg, watch: a.watch, tryAnswer: a.tryAnswer}
-	if a.watch == nil {
-		a.watch = newAgentWatch()
-	} else if a.watch.state.Load() != watchIdle || a.watch.gone.Load() {
-		a.watch.stop() // whatever its last user left: an attempt starts watching nobody
+	*a = Attempt{S: s, Ctx: ctx, R: r, Sess: r.Sess, Msg: r.Msg, Watch: a.Watch, tryAnswer: a.tryAnswer}
+	if a.Watch == nil {
+		a.Watch = NewAgentWatch()
+	} else if a.Watch.state.Load() != watchIdle || a.Watch.Gone.Load() {
+		a.Watch.Stop() // whatever its last user left: an attempt starts watching nobody
 	}
-	a.req = fasthttp.AcquireRequest()
-	a.resp = upstream.AcquireResponse()
-	a.resp.SetBudget(s.mem) // a JSON answer is counted from its first byte until written
-	if a.sess != nil {
-		a.up, a.gen = a.sess.Current()
+	a.Req = fasthttp.AcquireRequest()
+	a.Resp = upstream.AcquireResponse()
+	a.Resp.SetBudget(s.Mem) // a JSON answer is counted from its first byte until written
+	if a.Sess != nil {
+		a.up, a.Gen = a.Sess.Current()
 	}
-	a.replaySafe = replayable(&a.msg, a.sess, s.replayTools)
+	a.replaySafe = replayable(&a.Msg, a.Sess, s.ReplayTools)
 	return a
 }
 
 // release returns the attempt, its request and response and its buffers.
-func (a *attempt) release() {
-	fasthttp.ReleaseRequest(a.req)
-	if a.resp != nil {
-		upstream.ReleaseResponse(a.resp)
+func (a *Attempt) Release() {
+	fasthttp.ReleaseRequest(a.Req)
+	if a.Resp != nil {
+		upstream.ReleaseResponse(a.Resp)
 	}
-	a.s.mem.give(a.charged)
-	if cap(a.out) > 64<<10 {
-		a.out = nil // do not pin large buffers (golang/go#23199)
+	a.S.Mem.Give(a.Charged)
+	if cap(a.Out) > 64<<10 {
+		a.Out = nil // do not pin large buffers (golang/go#23199)
 	}
-	if cap(a.rw.held) > 64<<10 {
-		a.rw.held = nil
+	if cap(a.Rw.Held) > 64<<10 {
+		a.Rw.Held = nil
 	}
 	a.tryAnswer.reset()
-	*a = attempt{tryAnswer: a.tryAnswer, watch: a.watch}
+	*a = Attempt{tryAnswer: a.tryAnswer, Watch: a.Watch}
 	attemptPool.Put(a)
 }
 
@@ -161,44 +161,44 @@ func (a *attempt) release() {
 // 2026-07-28 (a deploy changed its era) and refused the request before
 // running it, an outcome for the route stage, which sends it again
 // through the bridge.
-func (a *attempt) run() (owned, reroute bool) {
-	a.watchAgent()
-	out := a.loop()
-	if out.kind == outUpstream && a.heals && a.eraRefused() && a.s.eras.bridged(a.r.hdr.PeekBytes(hdrAuthorization)) {
-		a.unwatch()
+func (a *Attempt) Run() (owned, reroute bool) {
+	a.WatchAgent()
+	out := a.Loop()
+	if out.Kind == OutUpstream && a.Heals && a.eraRefused() && a.S.Eras.Bridged(a.R.Hdr.PeekBytes(HdrAuthorization)) {
+		a.Unwatch()
 		return false, true
 	}
-	if a.answer(out) {
-		a.r = nil          // the request goes back to its pool when the handler returns
+	if a.Answer(out) {
+		a.R = nil          // the request goes back to its pool when the handler returns
 		return true, false // the body stops the watch once written (Close)
 	}
-	a.unwatch()
+	a.Unwatch()
 	return false, false
 }
 
 // loop is send → judge → decide → act. Each turn either ends with the
 // outcome the agent gets, or sends the request again: after a heal, or
 // after waiting out a failure that proves no harm.
-func (a *attempt) loop() outcome {
+func (a *Attempt) Loop() Outcome {
 	defer a.endProbe()
-	if a.heals && a.sess.NeedsInit() {
+	if a.Heals && a.Sess.NeedsInit() {
 		// Restored from its sealed id: create its upstream session first,
 		// under a credential it is bound to only.
-		if a.r.standing != bound {
-			return outcome{kind: outGone}
+		if a.R.Standing != Bound {
+			return Outcome{Kind: outGone}
 		}
-		if out, ok := a.heal(reasonRestored); !ok {
+		if out, ok := a.heal(ReasonRestored); !ok {
 			return out
 		}
 	}
 	for {
-		if ok, wait := a.s.link.breaker.Allow(); !ok {
+		if ok, wait := a.S.Link.Breaker.Allow(); !ok {
 			if a.budget.IsZero() {
 				// A new request waits out a young outage (a redeploy) to
 				// its end, and fails fast past it.
-				end := a.s.link.outageEnd()
+				end := a.S.Link.OutageEnd()
 				if !time.Now().Before(end) {
-					return outcome{kind: outBreakerOpen, wait: wait}
+					return Outcome{Kind: outBreakerOpen, wait: wait}
 				}
 				a.budget = end
 			}
@@ -207,7 +207,7 @@ func (a *attempt) loop() outcome {
 			// upstream takes connections again), and is answered as the
 			// docs/healing.md says of an outage, at the budget's end.
 			if !a.backoff() {
-				return outcome{kind: outDown, why: "upstream unreachable"}
+				return Outcome{Kind: OutDown, Why: "upstream unreachable"}
 			}
 			continue
 		}
@@ -217,45 +217,45 @@ func (a *attempt) loop() outcome {
 		}
 		f := a.judge(err)
 		if a.xspan != nil {
-			endExchange(a.xspan, a.resp.StatusCode(), f.class, err)
+			EndExchange(a.xspan, a.Resp.StatusCode(), f.Class, err)
 			a.xspan = nil
 		}
-		a.mayHaveRun = a.mayHaveRun || f.dispatched
-		if !f.agentGone && !f.credential { // neither says anything of the upstream
-			a.s.count.class(f.class)
-			a.s.link.recordHealth(f.class)
+		a.mayHaveRun = a.mayHaveRun || f.Dispatched
+		if !f.AgentGone && !f.credential { // neither says anything of the upstream
+			a.S.Count.Class(f.Class)
+			a.S.Link.RecordHealth(f.Class)
 		}
-		act := decide(f)
-		if f.class == classify.Busy {
-			a.s.link.noteBusy(a.resp.StatusCode(), act == actWait)
+		act := Decide(f)
+		if f.Class == classify.Busy {
+			a.S.Link.NoteBusy(a.Resp.StatusCode(), act == actWait)
 		}
 		switch act {
-		case actAbandon:
-			return outcome{kind: outAgentGone}
+		case ActAbandon:
+			return Outcome{Kind: OutAgentGone}
 		case actPass:
-			return outcome{kind: outUpstream, class: f.class}
+			return Outcome{Kind: OutUpstream, Class: f.Class}
 		case actRefuse:
-			return outcome{kind: outRefused, class: f.class, err: err}
+			return Outcome{Kind: outRefused, Class: f.Class, Err: err}
 		case actFail:
-			return outcome{kind: outDown, why: "upstream dropped the new session at once"}
+			return Outcome{Kind: OutDown, Why: "upstream dropped the new session at once"}
 		case actTooLarge:
-			return outcome{kind: outTooLarge, class: f.class, err: err}
+			return Outcome{Kind: OutTooLarge, Class: f.Class, Err: err}
 		case actCredential:
-			return outcome{kind: outCredential, err: err}
+			return Outcome{Kind: outCredential, Err: err}
 		case actRetry:
 			if !a.backoff() {
-				return outcome{kind: outDown, why: "upstream unreachable"}
+				return Outcome{Kind: OutDown, Why: "upstream unreachable"}
 			}
 		case actWait:
 			a.waited = true
-			if !a.s.link.sleep(retryAfter(&a.resp.Header, time.Now())) {
-				return outcome{kind: outDown, why: "mcpheal is shutting down"}
+			if !a.S.Link.Sleep(RetryAfter(&a.Resp.Header, time.Now())) {
+				return Outcome{Kind: OutDown, Why: "mcpheal is shutting down"}
 			}
-			if a.agentGone() {
-				return outcome{kind: outAgentGone}
+			if a.AgentGone() {
+				return Outcome{Kind: OutAgentGone}
 			}
 		case actHeal:
-			if out, ok := a.heal(reasonSessionGone); !ok {
+			if out, ok := a.heal(ReasonSessionGone); !ok {
 				return out
 			}
 			a.endProbe() // the requests it held go next, on the new session
@@ -263,115 +263,115 @@ func (a *attempt) loop() outcome {
 				return out
 			}
 		}
-		a.s.count.replays.Add(1)
+		a.S.Count.Replays.Add(1)
 	}
 }
 
 // send makes one exchange. A request that is not replay-safe goes with
 // doOnce: never resent by the client, never on a connection whose
 // liveness is in doubt.
-func (a *attempt) send() error {
+func (a *Attempt) send() error {
 	if a.mayHaveRun && !a.replaySafe {
 		// decide never lets this happen; count it so that every test can
 		// assert it did not.
-		a.s.count.unsafeResends.Add(1)
-		a.s.log.Error().Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).
+		a.S.Count.UnsafeResends.Add(1)
+		a.S.Log.Error().Str(LogMethod, LogText(a.Msg.Method)).Str(LogTool, LogText(a.Msg.Tool)).
 			Msg("BUG: a request that may have run is sent again")
 	}
-	if a.heals {
-		setSessionHeader(a.req, a.up)
+	if a.Heals {
+		SetSessionHeader(a.Req, a.up)
 	}
 	a.tries++
-	if a.s.trace != nil && a.r != nil && a.r.tctx != nil {
-		a.xspan = a.s.trace.exchange(a.r.tctx, a.req, a.spanName(), attribute.Int("mcpheal.try", a.tries))
+	if a.S.Trace != nil && a.R != nil && a.R.Tctx != nil {
+		a.xspan = a.S.Trace.Exchange(a.R.Tctx, a.Req, a.spanName(), attribute.Int("mcpheal.try", a.tries))
 	}
-	a.s.count.bytesIn.Add(uint64(len(a.req.Body())))
-	deadline := time.Now().Add(a.s.cfg.ResponseTimeout)
+	a.S.Count.BytesIn.Add(uint64(len(a.Req.Body())))
+	deadline := time.Now().Add(a.S.Cfg.ResponseTimeout)
 	if a.replaySafe {
-		return a.s.link.do(a.req, a.resp, deadline)
+		return a.S.Link.Do(a.Req, a.Resp, deadline)
 	}
-	return a.s.link.doOnce(a.req, a.resp, deadline)
+	return a.S.Link.DoOnce(a.Req, a.Resp, deadline)
 }
 
 // sent runs once an exchange of the request has reached the upstream and
 // its answer began: what was put off until the agent's request went first
 // (Session.DueTools) goes now.
-func (a *attempt) sent() {
-	if a.sess != nil {
-		a.s.healer.toolsDue(a.sess)
+func (a *Attempt) sent() {
+	if a.Sess != nil {
+		a.S.Healer.ToolsDue(a.Sess)
 	}
 }
 
 // judge turns one exchange into the facts decide needs: the class of the
 // answer (peeking at the first event of a POST's SSE answer), and whether
 // the upstream may have run the request.
-func (a *attempt) judge(err error) facts {
-	if !a.replaySafe && a.msg.tool != "" {
+func (a *Attempt) judge(err error) Facts {
+	if !a.replaySafe && a.Msg.Tool != "" {
 		// mcpheal may have learnt the tool's annotations since the request
 		// set out (its own tools/list of a held session, held.go).
-		a.replaySafe = replayable(&a.msg, a.sess, a.s.replayTools)
+		a.replaySafe = replayable(&a.Msg, a.Sess, a.S.ReplayTools)
 	}
-	f := facts{replaySafe: a.replaySafe, session: a.heals, healed: a.healed}
-	if a.agentGone() {
+	f := Facts{ReplaySafe: a.replaySafe, Session: a.Heals, healed: a.healed}
+	if a.AgentGone() {
 		// Interrupted, or answered as the agent left: either way nobody
 		// waits for this answer.
-		f.agentGone, f.dispatched = true, err == nil || upstream.Delivered(err)
+		f.AgentGone, f.Dispatched = true, err == nil || upstream.Delivered(err)
 		return f
 	}
 	if err != nil {
-		var ce *credentialError
+		var ce *CredentialError
 		if errors.As(err, &ce) {
-			f.class, f.credential = classify.Protocol, true // nothing was sent
+			f.Class, f.credential = classify.Protocol, true // nothing was sent
 			return f
 		}
-		f.class, f.dispatched = failClass(err), upstream.Delivered(err)
+		f.Class, f.Dispatched = FailClass(err), upstream.Delivered(err)
 		var tl *upstream.TooLargeError
 		if errors.As(err, &tl) || errors.Is(err, upstream.ErrOverBudget) || errors.Is(err, upstream.ErrHeadTooLarge) {
-			f.class, f.tooLarge = classify.Protocol, true // it answered
+			f.Class, f.TooLarge = classify.Protocol, true // it answered
 		}
 		return f
 	}
-	r := a.resp
+	r := a.Resp
 	status, ct := r.StatusCode(), r.Header.ContentType()
 	switch {
-	case r.IsStream() && a.msg.get:
+	case r.IsStream() && a.Msg.Get:
 		// The standalone stream may stay quiet for minutes: judge the head.
-		f.class = classify.Classify(status, ct, nil)
+		f.Class = classify.Classify(status, ct, nil)
 	case r.IsStream():
 		if !a.peek() {
 			// Cut, or ended unanswered: it may have run. Cut by the
 			// watch, it is the agent that went away.
-			f.class, f.dispatched, f.agentGone = classify.TransportDead, true, a.agentGone()
+			f.Class, f.Dispatched, f.AgentGone = classify.TransportDead, true, a.AgentGone()
 			return f
 		}
-		f.class = classify.Classify(status, ct, a.first)
-	case !a.heals && status == fasthttp.StatusNotFound:
-		f.class = classify.Protocol // no session id was sent: 404 is not about one
+		f.Class = classify.Classify(status, ct, a.First)
+	case !a.Heals && status == fasthttp.StatusNotFound:
+		f.Class = classify.Protocol // no session id was sent: 404 is not about one
 	default:
-		f.class = classify.Classify(status, ct, r.Body())
+		f.Class = classify.Classify(status, ct, r.Body())
 	}
-	switch f.class {
+	switch f.Class {
 	case classify.SessionGone:
 		// Rejected before dispatch (docs/healing.md "Replay rules"): never ran.
-		f.mayHeal = a.heals && !a.healed && a.r.standing == bound
+		f.MayHeal = a.Heals && !a.healed && a.R.Standing == Bound
 	case classify.TransportDead, classify.Busy:
 		// A 502/503/504. Proof of no harm only if the body is a known
 		// refusal by the server itself; a gateway's error page is not. A
 		// rate limit (429) turns requests away before they run.
-		body := a.first // a streamed answer: its first event (Body would drain it)
+		body := a.First // a streamed answer: its first event (Body would drain it)
 		if !r.IsStream() {
 			body = r.Body()
 		}
-		f.dispatched = status != fasthttp.StatusTooManyRequests && !classify.Refused(status, ct, body)
+		f.Dispatched = status != fasthttp.StatusTooManyRequests && !classify.Refused(status, ct, body)
 		if status == fasthttp.StatusServiceUnavailable && len(r.Header.Peek("Retry-After")) > 0 {
-			f.class = classify.Busy // it says when to come back: a wait, not an outage
+			f.Class = classify.Busy // it says when to come back: a wait, not an outage
 		}
-		if f.class == classify.Busy {
+		if f.Class == classify.Busy {
 			if a.budget.IsZero() {
-				a.budget = time.Now().Add(a.s.cfg.HealTimeout)
+				a.budget = time.Now().Add(a.S.Cfg.HealTimeout)
 			}
 			now := time.Now()
-			f.waited, f.waitFits = a.waited, now.Add(retryAfter(&r.Header, now)).Before(a.budget)
+			f.waited, f.waitFits = a.waited, now.Add(RetryAfter(&r.Header, now)).Before(a.budget)
 		}
 	}
 	return f
@@ -380,24 +380,24 @@ func (a *attempt) judge(err error) facts {
 // peek reads a POST's SSE answer up to its first event with data, through
 // the rewriter set up for it (peekFirst); false when the stream ended or
 // broke first.
-func (a *attempt) peek() bool {
-	a.rw.gen, a.rw.max = a.gen, a.s.cfg.MaxSSELine
-	a.rw.meter.mem = a.s.mem
-	if !a.heals {
-		a.rw.gen = 1 // nothing to renumber: no session, or the bridge's own
+func (a *Attempt) peek() bool {
+	a.Rw.Gen, a.Rw.Max = a.Gen, a.S.Cfg.MaxSSELine
+	a.Rw.Meter.Mem = a.S.Mem
+	if !a.Heals {
+		a.Rw.Gen = 1 // nothing to renumber: no session, or the bridge's own
 	}
-	a.rw.watch = a.msg.method == "tools/list" && a.sess != nil
-	if a.heals && a.msg.isRequest() && !a.msg.batch && a.s.cfg.ResumeBuffer > 0 {
-		a.rw.own = ownStreams.Add(1) // its agent may resume it (answerlog.go)
+	a.Rw.Watch = a.Msg.Method == "tools/list" && a.Sess != nil
+	if a.Heals && a.Msg.IsRequest() && !a.Msg.Batch && a.S.Cfg.ResumeBuffer > 0 {
+		a.Rw.Own = ownStreams.Add(1) // its agent may resume it (answerlog.go)
 	}
 	// A call that sends nothing for stream_keepalive is judged on its head
 	// and streamed, so that its agent gets keepalive comments (idle.go): a
 	// session error comes at once, never after that long.
-	a.quiet = a.msg.isRequest()
+	a.quiet = a.Msg.IsRequest()
 	var ok bool
-	a.out, a.first, a.firstWhole, ok = peekFirst((*upstreamStream)(a), &a.rw, a.out[:0], a.readBuf())
+	a.Out, a.First, a.FirstWhole, ok = PeekFirst((*upstreamStream)(a), &a.Rw, a.Out[:0], a.readBuf())
 	if a.quietArmed {
-		_ = a.resp.SetReadDeadline(time.Time{})
+		_ = a.Resp.SetReadDeadline(time.Time{})
 	}
 	a.quiet, a.quietArmed = false, false
 	return ok
@@ -405,80 +405,80 @@ func (a *attempt) peek() bool {
 
 // readBuf returns the attempt's buffer for one upstream read.
 func (t *tryAnswer) readBuf() []byte {
-	if cap(t.buf) < readBuf {
-		t.buf = make([]byte, readBuf)
+	if cap(t.Buf) < ReadBuf {
+		t.Buf = make([]byte, ReadBuf)
 	}
-	return t.buf[:readBuf]
+	return t.Buf[:ReadBuf]
 }
 
 // heal re-initializes the upstream session (single-flight per session) and
 // points the request at the new one. When healing fails, ok is false and
 // out is what the agent gets.
-func (a *attempt) heal(reason int) (out outcome, ok bool) {
-	a.next()
+func (a *Attempt) heal(reason int) (out Outcome, ok bool) {
+	a.Next()
 	if a.budget.IsZero() {
-		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
+		a.budget = time.Now().Add(a.S.Cfg.HealTimeout)
 	}
 	ctx, cancel := context.WithDeadline(a.traceContext(), a.budget)
 	defer cancel()
-	up, gen, err := a.s.healer.heal(ctx, a.sess, a.gen, reason, a.r.hdr)
+	up, gen, err := a.S.Healer.Heal(ctx, a.Sess, a.Gen, reason, a.R.Hdr)
 	if err != nil {
 		var (
-			bo *breakerOpenError
-			ce *credentialError
-			he *healAuthError
-			be *busyError
+			bo *BreakerOpenError
+			ce *CredentialError
+			he *HealAuthError
+			be *BusyError
 		)
 		switch {
 		case errors.As(err, &bo):
-			return outcome{kind: outBreakerOpen, wait: bo.wait}, false
+			return Outcome{Kind: outBreakerOpen, wait: bo.Wait}, false
 		case errors.As(err, &ce):
-			return outcome{kind: outCredential, err: err}, false
+			return Outcome{Kind: outCredential, Err: err}, false
 		case errors.As(err, &he):
-			return outcome{kind: outHealAuth, err: he}, false
+			return Outcome{Kind: outHealAuth, Err: he}, false
 		case errors.As(err, &be):
-			return outcome{kind: outBusy, err: be}, false
-		case errors.Is(err, errClosing):
-			return outcome{kind: outDown, why: "mcpheal is shutting down"}, false
-		case errors.Is(err, errRecipeRefused) || errors.Is(err, session.ErrClosed):
+			return Outcome{Kind: outBusy, Err: be}, false
+		case errors.Is(err, ErrClosing):
+			return Outcome{Kind: OutDown, Why: "mcpheal is shutting down"}, false
+		case errors.Is(err, ErrRecipeRefused) || errors.Is(err, session.ErrClosed):
 			// Its id would open again and heal into the same refusal.
-			a.s.sessions.end(a.sess, errors.Is(err, errRecipeRefused))
-			return outcome{kind: outGone}, false
+			a.S.Sessions.End(a.Sess, errors.Is(err, ErrRecipeRefused))
+			return Outcome{Kind: outGone}, false
 		}
-		return outcome{kind: outDown, why: "upstream unreachable while re-initializing the session"}, false
+		return Outcome{Kind: OutDown, Why: "upstream unreachable while re-initializing the session"}, false
 	}
 	// A session adopted from another process may have died with this
 	// one (an upstream restart): the request may then heal once more.
-	a.up, a.gen = up, gen
-	if !a.sess.WasAdopted(gen) || a.adopted {
+	a.up, a.Gen = up, gen
+	if !a.Sess.WasAdopted(gen) || a.adopted {
 		a.healed = true
 	}
 	a.adopted = true
-	return outcome{}, true
+	return Outcome{}, true
 }
 
 // afterHeal decides what a request does once its session healed: most are
 // replayed; a few have nothing left to do on the new session.
-func (a *attempt) afterHeal() (outcome, bool) {
+func (a *Attempt) afterHeal() (Outcome, bool) {
 	switch {
-	case a.msg.get && len(a.req.Header.PeekBytes(hdrLastEventID)) > 0:
+	case a.Msg.Get && len(a.Req.Header.PeekBytes(HdrLastEventID)) > 0:
 		// Its Last-Event-ID named the dead session's events.
-		return outcome{kind: outEndResumption}, false
-	case !a.msg.get && !a.msg.isRequest():
+		return Outcome{Kind: outEndResumption}, false
+	case !a.Msg.Get && !a.Msg.IsRequest():
 		// A notification or a response to a dead session: the new session
 		// never asked for it; acknowledge and drop it.
-		return outcome{kind: outAccepted}, false
+		return Outcome{Kind: outAccepted}, false
 	}
-	return outcome{}, true
+	return Outcome{}, true
 }
 
 // backoff waits before the next try, within the heal budget. It reports
 // false when the budget is spent. One request per session waits out the
 // outage by trying (session.Probe); the others wait for it.
-func (a *attempt) backoff() bool {
-	a.next()
+func (a *Attempt) backoff() bool {
+	a.Next()
 	if a.budget.IsZero() {
-		a.budget = time.Now().Add(a.s.cfg.HealTimeout)
+		a.budget = time.Now().Add(a.S.Cfg.HealTimeout)
 	}
 	if a.wait.Min == 0 {
 		a.wait = upstream.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
@@ -487,25 +487,25 @@ func (a *attempt) backoff() bool {
 	if left <= 0 {
 		return false
 	}
-	if a.s.trace != nil && a.r != nil && a.r.tctx != nil {
-		_, sp := a.s.trace.child(a.r.tctx, "mcpheal wait", attribute.String("mcpheal.wait", "outage"))
+	if a.S.Trace != nil && a.R != nil && a.R.Tctx != nil {
+		_, sp := a.S.Trace.Child(a.R.Tctx, "mcpheal wait", attribute.String("mcpheal.wait", "outage"))
 		defer sp.End()
 	}
-	if a.sess != nil && !a.probing {
-		lead, done := a.sess.Probe()
+	if a.Sess != nil && !a.probing {
+		lead, done := a.Sess.Probe()
 		if !lead {
 			return a.awaitProbe(done, left)
 		}
 		a.probing = true
 	}
-	return a.s.link.sleep(min(a.wait.Next(), left))
+	return a.S.Link.Sleep(min(a.wait.Next(), left))
 }
 
 // traceContext is the context of the request's span, for work done on
 // its behalf (a heal); Background when tracing is off.
-func (a *attempt) traceContext() context.Context {
-	if a.r != nil && a.r.tctx != nil {
-		return a.r.tctx
+func (a *Attempt) traceContext() context.Context {
+	if a.R != nil && a.R.Tctx != nil {
+		return a.R.Tctx
 	}
 	return context.Background()
 }
@@ -513,56 +513,56 @@ func (a *attempt) traceContext() context.Context {
 // spanName names an exchange's span as MCP's conventions name a client
 // span: the method, and the tool it calls. It is a copy: the message's
 // members are views into the agent's body, which outlives no handler.
-func (a *attempt) spanName() string {
+func (a *Attempt) spanName() string {
 	switch {
-	case a.msg.get:
+	case a.Msg.Get:
 		return "GET stream"
-	case a.msg.tool != "":
-		return spanText(a.msg.method) + " " + spanText(a.msg.tool)
-	case a.msg.method == "":
+	case a.Msg.Tool != "":
+		return SpanText(a.Msg.Method) + " " + SpanText(a.Msg.Tool)
+	case a.Msg.Method == "":
 		return "response"
 	}
-	return spanText(a.msg.method)
+	return SpanText(a.Msg.Method)
 }
 
 // awaitProbe waits, within the heal budget, for the request probing the
 // session's outage, then points this request at the session's current
 // upstream id: the probe may have healed it meanwhile.
-func (a *attempt) awaitProbe(done <-chan struct{}, left time.Duration) bool {
+func (a *Attempt) awaitProbe(done <-chan struct{}, left time.Duration) bool {
 	t := time.NewTimer(left)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
 		return false
-	case <-a.s.done:
+	case <-a.S.Done:
 		return false
 	}
-	a.up, a.gen = a.sess.Current()
+	a.up, a.Gen = a.Sess.Current()
 	return true
 }
 
 // endProbe releases the requests waiting on this one's probe, if it is one.
-func (a *attempt) endProbe() {
+func (a *Attempt) endProbe() {
 	if a.probing {
 		a.probing = false
-		a.sess.ProbeDone()
+		a.Sess.ProbeDone()
 	}
 }
 
 // abandon ends the attempt's exchange in flight as if its agent had gone
 // (a bridged call the agent cancelled): decide gives up on it and nothing
 // is sent again. It may run on another goroutine than the attempt's.
-func (a *attempt) abandon() {
-	a.watch.gone.Store(true)
-	a.resp.Interrupt()
+func (a *Attempt) Abandon() {
+	a.Watch.Gone.Store(true)
+	a.Resp.Interrupt()
 }
 
 // renew readies the attempt for another request on the same route (a
 // bridged call's next round): that the upstream ran the last one says
 // nothing of this one.
-func (a *attempt) renew() {
-	a.next()
+func (a *Attempt) Renew() {
+	a.Next()
 	a.mayHaveRun, a.healed, a.adopted, a.eof = false, false, false, false
 	a.budget, a.wait = time.Time{}, upstream.Backoff{}
 }
@@ -570,12 +570,12 @@ func (a *attempt) renew() {
 // peeked returns, once, the whole events the first exchange's peek read
 // (judge), for a route that reads the events itself (the bridge).
 func (t *tryAnswer) peeked() [][]byte {
-	if len(t.out) == 0 {
+	if len(t.Out) == 0 {
 		return nil
 	}
 	var fr sse.Framer
-	fr.Feed(t.out)
-	t.out = t.out[:0]
+	fr.Feed(t.Out)
+	t.Out = t.Out[:0]
 	var evs [][]byte
 	for {
 		ev, ok, _ := fr.Next()
@@ -588,12 +588,12 @@ func (t *tryAnswer) peeked() [][]byte {
 
 // How eachEvent ended.
 const (
-	eventsDone       = iota // fn said the answer is complete
-	eventsGone              // fn could not write to the agent
-	eventsCut               // the upstream stream ended first
-	eventsTooLarge          // an upstream event passed max_sse_line
-	eventsOverBudget        // holding an upstream event whole would pass memory_budget
-	eventsQuiet             // nothing came before the read deadline fn set, or a wake
+	EventsDone       = iota // fn said the answer is complete
+	EventsGone              // fn could not write to the agent
+	EventsCut               // the upstream stream ended first
+	EventsTooLarge          // an upstream event passed max_sse_line
+	EventsOverBudget        // holding an upstream event whole would pass memory_budget
+	EventsQuiet             // nothing came before the read deadline fn set, or a wake
 )
 
 // eachEvent reads the SSE answer's events, the first exchange's peek
@@ -603,11 +603,11 @@ const (
 // valid until fn returns. A stream of a session mcpheal holds that ends
 // before its response is resumed upstream as the relay resumes it
 // (resume.go), from the last event id it read.
-func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
-	fr := &a.rw.fr // it holds what the attempt's peek read past its first events
-	fr.Max = a.s.cfg.MaxSSELine
+func (a *Attempt) EachEvent(fn func(data []byte) (done, ok bool)) int {
+	fr := &a.Rw.Fr // it holds what the attempt's peek read past its first events
+	fr.Max = a.S.Cfg.MaxSSELine
 	var data []byte
-	a.rw.meter.mem = a.s.mem
+	a.Rw.Meter.Mem = a.S.Mem
 	// The peek's events were rewritten (their ids noted by the rewriter
 	// then); those framed here are the upstream's own, noted here.
 	feed := func(ev []byte) (int, bool) {
@@ -615,14 +615,14 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 			return 0, false
 		}
 		done, ok := fn(data)
-		if cap(data) > freeHold {
+		if cap(data) > FreeHold {
 			data = nil // a large event's copy is not kept for the next
 		}
 		switch {
 		case !ok:
-			return eventsGone, true
+			return EventsGone, true
 		case done:
-			return eventsDone, true
+			return EventsDone, true
 		}
 		return 0, false
 	}
@@ -635,38 +635,38 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 		for {
 			ev, ok, ferr := fr.Next()
 			if ferr != nil {
-				return eventsTooLarge
+				return EventsTooLarge
 			}
 			if !ok {
 				break
 			}
-			a.rw.noteEvent(ev)
+			a.Rw.NoteEvent(ev)
 			if end, stop := feed(ev); stop {
 				return end
 			}
 		}
-		if a.resp.TakeWake() {
-			return eventsQuiet // a route's own reason to look up (held_call.go inject)
+		if a.Resp.TakeWake() {
+			return EventsQuiet // a route's own reason to look up (held_call.go inject)
 		}
-		if fr.Buffered() == 0 && fr.Held() > freeHold {
-			fr.Reset(freeHold) // a large event has passed: its room is not kept
+		if fr.Buffered() == 0 && fr.Held() > FreeHold {
+			fr.Reset(FreeHold) // a large event has passed: its room is not kept
 		}
-		n, err := a.resp.Read(a.readBuf())
-		fr.Feed(a.buf[:n])
+		n, err := a.Resp.Read(a.readBuf())
+		fr.Feed(a.Buf[:n])
 		// An event is held whole until it ends, then copied for fn (data)
 		// and translated by it: counted past freeHold, with its copies.
-		if !a.rw.meter.hold(fr.Held() + 2*max(cap(data), fr.Buffered())) {
-			return eventsOverBudget
+		if !a.Rw.Meter.Hold(fr.Held() + 2*max(cap(data), fr.Buffered())) {
+			return EventsOverBudget
 		}
 		if err != nil && n == 0 {
 			if err != io.EOF && upstream.IsTimeout(err) { // IsTimeout allocates: not on every stream's end
-				a.resp.TakeWake()
-				return eventsQuiet // only a route that set a deadline, or woke it, sees it
+				a.Resp.TakeWake()
+				return EventsQuiet // only a route that set a deadline, or woke it, sees it
 			}
 			if us := (*upstreamStream)(a); us.resumable() && us.resume(err) {
 				continue // the rest of the answer, on a GET with Last-Event-ID
 			}
-			return eventsCut
+			return EventsCut
 		}
 	}
 }
@@ -674,26 +674,26 @@ func (a *attempt) eachEvent(fn func(data []byte) (done, ok bool)) int {
 // next prepares the attempt for another exchange. A session the upstream
 // opened for an answer that is dropped (a failed initialize, a 2026-07-28
 // request to a session-era server) is DELETEd: nobody will use its id.
-func (a *attempt) next() {
-	if a.sess == nil {
-		a.s.link.dropMinted(a.resp)
+func (a *Attempt) Next() {
+	if a.Sess == nil {
+		a.S.Link.DropMinted(a.Resp)
 	}
-	a.resp.Close()
-	a.resp.Response.Reset()
+	a.Resp.Close()
+	a.Resp.Response.Reset()
 	a.tryAnswer.reset()
 }
 
 // agentGone reports whether the agent closed its connection while the
 // attempt waited on the upstream.
-func (a *attempt) agentGone() bool { return a.watch != nil && a.watch.gone.Load() }
+func (a *Attempt) AgentGone() bool { return a.Watch != nil && a.Watch.Gone.Load() }
 
 // eraRefused reports an upstream answer that refuses the request as of the
 // session era (legacyRefused); the era is then asked again.
-func (a *attempt) eraRefused() bool {
-	r := a.resp
-	if r.StatusCode() != fasthttp.StatusBadRequest || r.IsStream() || !legacyRefused(fasthttp.StatusBadRequest, r.Body()) {
+func (a *Attempt) eraRefused() bool {
+	r := a.Resp
+	if r.StatusCode() != fasthttp.StatusBadRequest || r.IsStream() || !LegacyRefused(fasthttp.StatusBadRequest, r.Body()) {
 		return false
 	}
-	a.s.eras.forget()
+	a.S.Eras.Forget()
 	return true
 }

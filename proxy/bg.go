@@ -10,7 +10,7 @@ import (
 // sync.WaitGroup it refuses new work once Close waits: a heal's leader
 // runs detached from any request and may start work (an outage watcher, a
 // DELETE) while the server closes.
-type bgGroup struct {
+type BgGroup struct {
 	mu     sync.Mutex // protects closed, and orders Add before Wait
 	closed bool
 	wg     sync.WaitGroup
@@ -18,7 +18,7 @@ type bgGroup struct {
 
 // Add counts n more goroutines; false once the group is closed, and the
 // caller must then not start them.
-func (g *bgGroup) Add(n int) bool {
+func (g *BgGroup) Add(n int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -29,10 +29,10 @@ func (g *bgGroup) Add(n int) bool {
 }
 
 // Done ends one goroutine.
-func (g *bgGroup) Done() { g.wg.Done() }
+func (g *BgGroup) Done() { g.wg.Done() }
 
 // Wait closes the group and waits for the goroutines it counted.
-func (g *bgGroup) Wait() {
+func (g *BgGroup) Wait() {
 	g.mu.Lock()
 	g.closed = true
 	g.mu.Unlock()
@@ -40,7 +40,7 @@ func (g *bgGroup) Wait() {
 }
 
 // armWrite bounds the next writes to c by d.
-func armWrite(c net.Conn, d time.Duration) {
+func ArmWrite(c net.Conn, d time.Duration) {
 	if c == nil {
 		return
 	}
@@ -51,7 +51,7 @@ func armWrite(c net.Conn, d time.Duration) {
 }
 
 // sleepUnless waits d unless quit or done closes first.
-func sleepUnless(d time.Duration, quit, done <-chan struct{}) bool {
+func SleepUnless(d time.Duration, quit, done <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

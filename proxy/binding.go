@@ -31,7 +31,7 @@ import (
 
 // bindingOf returns the binding digest of an Authorization value; "" for
 // none.
-func bindingOf(auth []byte) string {
+func BindingOf(auth []byte) string {
 	if len(auth) == 0 {
 		return ""
 	}
@@ -48,7 +48,7 @@ func bindingOf(auth []byte) string {
 // and holds no session id of theirs.
 func jwtPrincipal(auth []byte) []byte {
 	const scheme = "Bearer "
-	if len(auth) <= len(scheme) || !strings.EqualFold(b2s(auth[:len(scheme)]), scheme) {
+	if len(auth) <= len(scheme) || !strings.EqualFold(B2s(auth[:len(scheme)]), scheme) {
 		return nil
 	}
 	tok := auth[len(scheme):]
@@ -76,14 +76,14 @@ func jwtPrincipal(auth []byte) []byte {
 }
 
 // standing is how a request's credential stands to its session.
-type standing int
+type Standing int
 
 const (
 	// bound: the session's principal (its creator's, or one it moved to).
-	bound standing = iota
+	Bound Standing = iota
 	// rotating: another principal, which the upstream may accept as a
 	// rotated token: the request goes upstream and nothing else.
-	rotating
+	Rotating
 	// stranger: another principal and nobody to judge it: the request
 	// is answered as for an unknown session.
 	stranger
@@ -94,20 +94,20 @@ const (
 // to refresh once the upstream accepts the request). It costs a string
 // compare when it is (every request but the first after a rotation), and
 // a digest otherwise.
-func standingOf(sess *session.Session, auth []byte, judged bool) (st standing, held bool) {
+func StandingOf(sess *session.Session, auth []byte, judged bool) (st Standing, held bool) {
 	cred, hdr := sess.Binding()
-	if headerValue(hdr, "Authorization") == b2s(auth) {
+	if HeaderValue(hdr, "Authorization") == B2s(auth) {
 		if len(auth) > 0 {
-			return bound, true
+			return Bound, true
 		}
 		held = true
 	}
-	b := bindingOf(auth)
+	b := BindingOf(auth)
 	switch {
 	case b == cred || b == sess.Recipe.Credential:
-		return bound, held
+		return Bound, held
 	case judged && len(auth) > 0:
-		return rotating, held
+		return Rotating, held
 	}
 	return stranger, held
 }

@@ -107,7 +107,7 @@ func wantSessionNotFound(t *testing.T, what string, resp *http.Response, body []
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("%s: %d %q; want 404 -32001", what, resp.StatusCode, body)
 	}
-	if code, _, _ := rpcError(t, body); code != codeSessionNotFound {
+	if code, _, _ := rpcError(t, body); code != CodeSessionNotFound {
 		t.Fatalf("%s: 404 %s; want JSON-RPC error -32001", what, body)
 	}
 }

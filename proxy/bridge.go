@@ -38,8 +38,8 @@ import (
 //     agent's answers go into the retry's inputResponses;
 //   - notifications/cancelled ends the upstream request;
 //   - what cannot be translated gets a JSON-RPC error that names it.
-type bridge struct {
-	s       *env
+type Bridge struct {
+	S       *Env
 	inputs  sync.Map // raw JSON id of a request sent to an agent → *pendingInput
 	calls   sync.Map // callKey → *bridgeCall, for notifications/cancelled
 	listens sync.Map // session.ClientID → *listenState (bridge_listen.go)
@@ -62,14 +62,14 @@ func callKey(id session.ClientID, rawID string) string { return string(id) + "\x
 // A request under a credential the session is not bound to (a possible
 // rotation) may only go upstream, which judges it: nothing local happens
 // for it (binding.go).
-func (b *bridge) serve(ctx *fasthttp.RequestCtx, r *request) {
-	m := &r.msg
+func (b *Bridge) Serve(ctx *fasthttp.RequestCtx, r *Request) {
+	m := &r.Msg
 	switch {
-	case r.sess == nil:
+	case r.Sess == nil:
 		b.initialize(ctx, r)
-	case m.get && r.standing == bound:
+	case m.Get && r.Standing == Bound:
 		b.listen(ctx, r)
-	case m.isRequest() && !m.batch && !answeredHere(m.method):
+	case m.IsRequest() && !m.Batch && !answeredHere(m.Method):
 		b.call(ctx, r)
 	default:
 		status, body := b.local(r)
@@ -77,7 +77,7 @@ func (b *bridge) serve(ctx *fasthttp.RequestCtx, r *request) {
 			ctx.SetStatusCode(status)
 			return
 		}
-		writeJSONAnswer(ctx, status, body, r.sess, b.s.mem)
+		WriteJSONAnswer(ctx, status, body, r.Sess, b.S.Mem)
 	}
 }
 
@@ -94,34 +94,34 @@ func answeredHere(method string) bool {
 
 // local answers what the bridge handles itself: the status, and the JSON
 // body (nil for none).
-func (b *bridge) local(r *request) (int, []byte) {
-	m := &r.msg
+func (b *Bridge) local(r *Request) (int, []byte) {
+	m := &r.Msg
 	switch {
-	case r.standing != bound:
-		b.s.count.request(m, classify.SessionGone)
-		return fasthttp.StatusNotFound, appendError(nil, codeSessionNotFound, m.idOrNull(), "Session not found")
-	case m.batch:
-		return fasthttp.StatusBadRequest, appendError(nil, codeInvalidRequest, "null",
+	case r.Standing != Bound:
+		b.S.Count.Request(m, classify.SessionGone)
+		return fasthttp.StatusNotFound, AppendError(nil, CodeSessionNotFound, m.IdOrNull(), "Session not found")
+	case m.Batch:
+		return fasthttp.StatusBadRequest, AppendError(nil, CodeInvalidRequest, "null",
 			"JSON-RPC batches are not supported: the upstream speaks MCP 2026-07-28, which has none")
-	case m.method == "" && m.id != "":
+	case m.Method == "" && m.Id != "":
 		b.input(r)
 		return fasthttp.StatusAccepted, nil
-	case m.id == "": // a notification
-		if m.method == "notifications/cancelled" {
-			b.cancel(r.sess, gjson.GetBytes(r.body, "params.requestId").Raw)
+	case m.Id == "": // a notification
+		if m.Method == "notifications/cancelled" {
+			b.cancel(r.Sess, gjson.GetBytes(r.Body, "params.requestId").Raw)
 		}
 		// notifications/initialized, roots/list_changed…: 2026-07-28 has
 		// no place for them.
 		return fasthttp.StatusAccepted, nil
-	case m.method == "initialize":
-		return fasthttp.StatusBadRequest, appendError(nil, codeInvalidRequest, m.id, "Invalid Request: the session is already initialized")
-	case m.method != "ping":
+	case m.Method == "initialize":
+		return fasthttp.StatusBadRequest, AppendError(nil, CodeInvalidRequest, m.Id, "Invalid Request: the session is already initialized")
+	case m.Method != "ping":
 		if body, ok := b.journal(r); !ok {
 			return fasthttp.StatusOK, body
 		}
 	}
-	b.s.count.request(m, classify.OK)
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.id...)
+	b.S.Count.Request(m, classify.OK)
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.Id...)
 	return fasthttp.StatusOK, append(out, `,"result":{}}`...)
 }
 
@@ -129,80 +129,80 @@ func (b *bridge) local(r *request) (int, []byte) {
 // from what server/discover said, and creates its session. The answer
 // carries the server's instructions, which may be large: it is counted in
 // the memory budget until written.
-func (b *bridge) initialize(ctx *fasthttp.RequestCtx, r *request) {
-	s, m := b.s, &r.msg
-	d := s.eras.info.Load()
+func (b *Bridge) initialize(ctx *fasthttp.RequestCtx, r *Request) {
+	s, m := b.S, &r.Msg
+	d := s.Eras.Info.Load()
 	if d == nil {
-		writeFailure(ctx, m, failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
-			msg: "upstream unreachable: " + s.link.up.Origin()})
+		WriteFailure(ctx, m, Failure{Status: fasthttp.StatusServiceUnavailable, Code: CodeUpstreamDown, RetryAfter: 1,
+			Msg: "upstream unreachable: " + s.Link.Up.Origin()})
 		return
 	}
-	version := gjson.GetBytes(r.body, "params.protocolVersion").Str
-	if !contains(legacyVersions, version) {
-		version = legacyVersions[0]
+	version := gjson.GetBytes(r.Body, "params.protocolVersion").Str
+	if !Contains(LegacyVersions, version) {
+		version = LegacyVersions[0]
 	}
-	size := 128 + len(m.id) + len(d.capabilities) + len(d.serverInfo) + len(d.instructions)
-	if !s.mem.take(int64(size)) {
-		writeFailure(ctx, m, failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget, retryAfter: 1,
-			msg: "initialize not answered: mcpheal's memory_budget is reached; retry later"})
+	size := 128 + len(m.Id) + len(d.Capabilities) + len(d.ServerInfo) + len(d.Instructions)
+	if !s.Mem.Take(int64(size)) {
+		WriteFailure(ctx, m, Failure{Status: fasthttp.StatusServiceUnavailable, Code: CodeBudget, RetryAfter: 1,
+			Msg: "initialize not answered: mcpheal's memory_budget is reached; retry later"})
 		return
 	}
-	body := &budgetBody{mem: s.mem, n: int64(size), b: make([]byte, 0, size)}
-	sess := s.sessions.newSession(origin{auth: r.auth, init: r.body}, r.hdr, version, "")
-	if err := s.sessions.admit(sess); err != nil {
+	body := &BudgetBody{Mem: s.Mem, N: int64(size), B: make([]byte, 0, size)}
+	sess := s.Sessions.NewSession(Origin{Auth: r.Auth, Init: r.Body}, r.Hdr, version, "")
+	if err := s.Sessions.Admit(sess); err != nil {
 		body.Close()
-		s.count.request(m, classify.OK)
-		writeFailure(ctx, m, admissionFailure(err))
+		s.Count.Request(m, classify.OK)
+		WriteFailure(ctx, m, AdmissionFailure(err))
 		return
 	}
-	out := append(body.b, `{"jsonrpc":"2.0","id":`...)
-	out = append(out, m.id...)
+	out := append(body.B, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, m.Id...)
 	out = append(out, `,"result":{"protocolVersion":`...)
 	out = strconv.AppendQuote(out, version)
 	out = append(out, `,"capabilities":`...)
-	out = append(out, d.capabilities...)
+	out = append(out, d.Capabilities...)
 	out = append(out, `,"serverInfo":`...)
-	out = append(out, d.serverInfo...)
-	if d.instructions != nil {
+	out = append(out, d.ServerInfo...)
+	if d.Instructions != nil {
 		out = append(out, `,"instructions":`...)
-		out = append(out, d.instructions...)
+		out = append(out, d.Instructions...)
 	}
-	body.b = append(out, "}}"...)
+	body.B = append(out, "}}"...)
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(mimeJSON)
-	ctx.Response.Header.SetBytesK(hdrSessionID, string(sess.ID))
-	ctx.Response.SetBodyStream(body, len(body.b))
-	s.count.request(m, classify.OK)
-	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).Msg("session created (bridged to 2026-07-28)")
+	ctx.SetContentTypeBytes(MimeJSON)
+	ctx.Response.Header.SetBytesK(HdrSessionID, string(sess.ID))
+	ctx.Response.SetBodyStream(body, len(body.B))
+	s.Count.Request(m, classify.OK)
+	s.Log.Debug().Str(LogSession, sess.ID.Short()).Str("protocol", version).Msg("session created (bridged to 2026-07-28)")
 }
 
 // journal records a logging/setLevel or resources/(un)subscribe, whose
 // memory the guard reserved: 2026-07-28 carries them on every request and
 // on the listen instead. It returns the error answer of one that lacks its
 // params (ok false).
-func (b *bridge) journal(r *request) (errBody []byte, ok bool) {
+func (b *Bridge) journal(r *Request) (errBody []byte, ok bool) {
 	switch {
-	case r.journal == (session.JournalChange{}) && r.msg.method == "logging/setLevel",
-		r.journal.Level != "" && !gjson.Get(r.journal.Level, "level").Exists():
-		return appendError(nil, -32602, r.msg.id, "Invalid params: level is required"), false
-	case r.journal == (session.JournalChange{}):
-		return appendError(nil, -32602, r.msg.id, "Invalid params: uri is required"), false
+	case r.Journal == (session.JournalChange{}) && r.Msg.Method == "logging/setLevel",
+		r.Journal.Level != "" && !gjson.Get(r.Journal.Level, "level").Exists():
+		return AppendError(nil, -32602, r.Msg.Id, "Invalid params: level is required"), false
+	case r.Journal == (session.JournalChange{}):
+		return AppendError(nil, -32602, r.Msg.Id, "Invalid params: uri is required"), false
 	}
-	b.s.sessions.journal(r.sess, r.journal, r.reserved)
-	r.journal, r.reserved = session.JournalChange{}, 0
-	if r.msg.method != "logging/setLevel" {
-		b.listenChanged(r.sess.ID)
+	b.S.Sessions.Journal(r.Sess, r.Journal, r.Reserved)
+	r.Journal, r.Reserved = session.JournalChange{}, 0
+	if r.Msg.Method != "logging/setLevel" {
+		b.listenChanged(r.Sess.ID)
 	}
 	return nil, true
 }
 
 // input takes an agent's answer to a request the bridge sent it, for the
 // session that was asked only.
-func (b *bridge) input(r *request) {
-	if v, ok := b.inputs.Load(r.msg.id); ok {
-		if p := v.(*pendingInput); p.sess == r.sess {
+func (b *Bridge) input(r *Request) {
+	if v, ok := b.inputs.Load(r.Msg.Id); ok {
+		if p := v.(*pendingInput); p.sess == r.Sess {
 			select {
-			case p.answer <- append([]byte(nil), r.body...):
+			case p.answer <- append([]byte(nil), r.Body...):
 			default: // answered already
 			}
 		}
@@ -214,7 +214,7 @@ func (b *bridge) input(r *request) {
 func inputID() string { return `"mcpheal-input-` + rand.Text() + `"` }
 
 // cancel ends the upstream request of the agent's call rawID.
-func (b *bridge) cancel(sess *session.Session, rawID string) {
+func (b *Bridge) cancel(sess *session.Session, rawID string) {
 	if v, ok := b.calls.Load(callKey(sess.ID, rawID)); ok {
 		v.(*bridgeCall).cancel()
 	}
@@ -223,12 +223,12 @@ func (b *bridge) cancel(sess *session.Session, rawID string) {
 // bridgeCall is one bridged call: its rounds upstream, each an exchange of
 // the attempt loop, and its answer.
 type bridgeCall struct {
-	b    *bridge
-	a    *attempt
+	b    *Bridge
+	a    *Attempt
 	key  string
 	hdr  *fasthttp.RequestHeader // the agent's, for the rounds after the handler returned
 	body []byte                  // the agent's request, for the same
-	st   agentStream
+	st   AgentStream
 
 	mu        sync.Mutex // protects cancelled, finished
 	cancelled bool
@@ -239,30 +239,30 @@ type bridgeCall struct {
 // answers the agent, InputRequiredResult rounds included. The answer is an
 // event stream (progress, log messages and requests to the agent go on it
 // as they come), or JSON when the upstream answered JSON at once.
-func (b *bridge) call(ctx *fasthttp.RequestCtx, r *request) {
-	s := b.s
-	a := newAttempt(s, ctx, r)
-	c := &bridgeCall{b: b, a: a, key: callKey(r.sess.ID, r.msg.id), hdr: new(fasthttp.RequestHeader),
-		body: append([]byte(nil), r.body...)}
-	r.hdr.CopyTo(c.hdr)
-	a.msg.id, a.msg.method, a.msg.tool = strings.Clone(a.msg.id), strings.Clone(a.msg.method), strings.Clone(a.msg.tool)
+func (b *Bridge) call(ctx *fasthttp.RequestCtx, r *Request) {
+	s := b.S
+	a := NewAttempt(s, ctx, r)
+	c := &bridgeCall{b: b, a: a, key: callKey(r.Sess.ID, r.Msg.Id), hdr: new(fasthttp.RequestHeader),
+		body: append([]byte(nil), r.Body...)}
+	r.Hdr.CopyTo(c.hdr)
+	a.Msg.Id, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.Id), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
 	b.calls.Store(c.key, c)
-	c.prepare(a.msg.id, nil, "")
-	a.watchAgent()
+	c.prepare(a.Msg.Id, nil, "")
+	a.WatchAgent()
 	out := c.round(1)
-	if out.kind != outUpstream || (!a.resp.IsStream() && !isInputRequired(a.resp.Body())) {
+	if out.Kind != OutUpstream || (!a.Resp.IsStream() && !isInputRequired(a.Resp.Body())) {
 		c.answerJSON(out)
 		c.finish()
 		return
 	}
 	// An event stream from here on; the writer owns the call.
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(mimeEventStream)
+	ctx.SetContentTypeBytes(MimeEventStream)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.SetBytesK(hdrSessionID, string(r.sess.ID))
-	c.st = agentStream{s: s, conn: ctx.Conn()}
-	a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: r.standing, ownCredential: r.ownCredential,
-		auth: append([]byte(nil), r.auth...), hdr: c.hdr, tctx: r.tctx}
+	ctx.Response.Header.SetBytesK(HdrSessionID, string(r.Sess.ID))
+	c.st = AgentStream{S: s, Conn: ctx.Conn()}
+	a.Ctx, a.R = nil, &Request{Msg: a.Msg, Sess: r.Sess, Standing: r.Standing, OwnCredential: r.OwnCredential,
+		Auth: append([]byte(nil), r.Auth...), Hdr: c.hdr, Tctx: r.Tctx}
 	ctx.SetBodyStreamWriter(c.stream)
 }
 
@@ -270,9 +270,9 @@ func (b *bridge) call(ctx *fasthttp.RequestCtx, r *request) {
 // the 2026-07-28 envelope, with the round's JSON-RPC id.
 func (c *bridgeCall) prepare(id string, inputs []byte, state string) {
 	a := c.a
-	a.req.Reset()
-	a.s.link.build(a.req, &upcall{hdr: c.hdr, body: envelope(c.body, id, a.sess, inputs, state), version: statelessVersion,
-		mcpMethod: a.msg.method, mcpName: mcpNameOf(a.msg.method, c.body)})
+	a.Req.Reset()
+	a.S.Link.Build(a.Req, &Upcall{Hdr: c.hdr, Body: Envelope(c.body, id, a.Sess, inputs, state), Version: StatelessVersion,
+		McpMethod: a.Msg.Method, McpName: McpNameOf(a.Msg.Method, c.body)})
 }
 
 // cancel interrupts the call: its exchange in flight ends as if its agent
@@ -282,7 +282,7 @@ func (c *bridgeCall) cancel() {
 	defer c.mu.Unlock()
 	c.cancelled = true
 	if !c.finished {
-		c.a.abandon()
+		c.a.Abandon()
 	}
 }
 
@@ -293,24 +293,24 @@ func (c *bridgeCall) finish() {
 	c.mu.Lock()
 	c.finished = true
 	c.mu.Unlock()
-	c.a.unwatch()
-	c.a.release()
+	c.a.Unwatch()
+	c.a.Release()
 }
 
 // answerJSON answers the agent with the first round's outcome: the
 // upstream's JSON answer mapped to the session era, or mcpheal's error.
-func (c *bridgeCall) answerJSON(out outcome) {
+func (c *bridgeCall) answerJSON(out Outcome) {
 	a := c.a
 	switch {
-	case out.kind == outAgentGone && c.isCancelled():
-		a.ctx.SetStatusCode(fasthttp.StatusAccepted) // the agent gave up on it
-	case out.kind != outUpstream:
-		a.answer(out)
+	case out.Kind == OutAgentGone && c.isCancelled():
+		a.Ctx.SetStatusCode(fasthttp.StatusAccepted) // the agent gave up on it
+	case out.Kind != OutUpstream:
+		a.Answer(out)
 	default:
-		msg, status := c.legacyAnswer(a.resp.StatusCode(), a.resp.Body())
-		if writeJSONAnswer(a.ctx, status, msg, a.sess, a.s.mem) {
-			a.s.count.bytesOut.Add(uint64(len(msg)))
-			c.a.answered(msg, status)
+		msg, status := c.legacyAnswer(a.Resp.StatusCode(), a.Resp.Body())
+		if WriteJSONAnswer(a.Ctx, status, msg, a.Sess, a.S.Mem) {
+			a.S.Count.BytesOut.Add(uint64(len(msg)))
+			c.a.Answered(msg, status)
 		}
 	}
 }
@@ -327,7 +327,7 @@ func (c *bridgeCall) isCancelled() bool {
 func (c *bridgeCall) stream(w *bufio.Writer) {
 	a := c.a
 	defer c.finish()
-	c.st.w = w
+	c.st.W = w
 	for round := 1; ; round++ {
 		msg, ok := c.relayRound()
 		if !ok {
@@ -335,12 +335,12 @@ func (c *bridgeCall) stream(w *bufio.Writer) {
 		}
 		if !isInputRequired(msg) {
 			out, _ := c.legacyAnswer(fasthttp.StatusOK, msg)
-			c.st.event(out)
-			c.a.answered(out, fasthttp.StatusOK)
+			c.st.Event(out)
+			c.a.Answered(out, fasthttp.StatusOK)
 			return
 		}
 		if round >= maxInputRounds {
-			c.fail(failure{code: codeProxyError, msg: "the upstream asked for input " + strconv.Itoa(round) +
+			c.fail(Failure{Code: CodeProxyError, Msg: "the upstream asked for input " + strconv.Itoa(round) +
 				" times; mcpheal gives up (at most " + strconv.Itoa(maxInputRounds) + " rounds)"})
 			return
 		}
@@ -348,11 +348,11 @@ func (c *bridgeCall) stream(w *bufio.Writer) {
 		if !ok || c.isCancelled() {
 			return
 		}
-		a.renew()
-		c.prepare(a.s.link.upcallID("round"), inputs, gjson.GetBytes(msg, "result.requestState").Raw)
-		if out := c.round(round + 1); out.kind != outUpstream {
+		a.Renew()
+		c.prepare(a.S.Link.UpcallID("round"), inputs, gjson.GetBytes(msg, "result.requestState").Raw)
+		if out := c.round(round + 1); out.Kind != OutUpstream {
 			if !c.isCancelled() {
-				c.fail(a.fail(out))
+				c.fail(a.Fail(out))
 			}
 			return
 		}
@@ -361,23 +361,23 @@ func (c *bridgeCall) stream(w *bufio.Writer) {
 
 // round runs one round upstream through the attempt loop; traced, it is a
 // span under the agent request's, its exchanges and any heal beneath it.
-func (c *bridgeCall) round(n int) outcome {
+func (c *bridgeCall) round(n int) Outcome {
 	a := c.a
-	if a.s.trace == nil || a.r == nil || a.r.tctx == nil {
-		return a.loop()
+	if a.S.Trace == nil || a.R == nil || a.R.Tctx == nil {
+		return a.Loop()
 	}
-	parent := a.r.tctx
-	ctx, sp := a.s.trace.child(parent, "mcpheal bridge round", attribute.Int("mcpheal.bridge.round", n))
-	a.r.tctx = ctx
-	out := a.loop()
-	a.r.tctx = parent
+	parent := a.R.Tctx
+	ctx, sp := a.S.Trace.Child(parent, "mcpheal bridge round", attribute.Int("mcpheal.bridge.round", n))
+	a.R.Tctx = ctx
+	out := a.Loop()
+	a.R.Tctx = parent
 	sp.End()
 	return out
 }
 
 // fail ends the call's stream with mcpheal's error.
-func (c *bridgeCall) fail(f failure) {
-	c.st.event(appendError(nil, f.code, c.a.msg.id, f.msg))
+func (c *bridgeCall) fail(f Failure) {
+	c.st.Event(AppendError(nil, f.Code, c.a.Msg.Id, f.Msg))
 }
 
 // relayRound passes a round's notifications to the agent and returns its
@@ -385,26 +385,26 @@ func (c *bridgeCall) fail(f failure) {
 // round without an answer (the agent was told).
 func (c *bridgeCall) relayRound() ([]byte, bool) {
 	a := c.a
-	if !a.resp.IsStream() {
-		return append([]byte(nil), a.resp.Body()...), true
+	if !a.Resp.IsStream() {
+		return append([]byte(nil), a.Resp.Body()...), true
 	}
 	var msg []byte
-	switch a.eachEvent(func(data []byte) (bool, bool) {
-		if isResponse(data) {
+	switch a.EachEvent(func(data []byte) (bool, bool) {
+		if IsResponse(data) {
 			msg = append([]byte(nil), data...)
 			return true, true
 		}
-		return false, c.st.event(data)
+		return false, c.st.Event(data)
 	}) {
-	case eventsTooLarge:
-		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
-	case eventsOverBudget:
-		c.fail(overBudgetEvent(a))
-	case eventsCut:
+	case EventsTooLarge:
+		c.fail(Failure{Code: CodeTooLarge, Msg: "an upstream event passed max_sse_line"})
+	case EventsOverBudget:
+		c.fail(OverBudgetEvent(a))
+	case EventsCut:
 		if !c.isCancelled() {
-			c.fail(a.cut())
+			c.fail(a.Cut())
 		}
-	case eventsDone:
+	case EventsDone:
 		return msg, true
 	}
 	return nil, false
@@ -416,21 +416,21 @@ func (c *bridgeCall) relayRound() ([]byte, bool) {
 // -32002 again; a session-era server's refusal makes the era be asked
 // again.
 func (c *bridgeCall) legacyAnswer(status int, msg []byte) ([]byte, int) {
-	mid := c.a.msg.id
-	if modernRefused(status, msg) {
-		c.a.s.eras.forget()
+	mid := c.a.Msg.Id
+	if ModernRefused(status, msg) {
+		c.a.S.Eras.Forget()
 	}
 	r := gjson.ParseBytes(msg)
 	if !r.IsObject() {
-		return appendError(nil, codeProxyError, mid, "the upstream answered something that is not JSON-RPC"), fasthttp.StatusBadGateway
+		return AppendError(nil, CodeProxyError, mid, "the upstream answered something that is not JSON-RPC"), fasthttp.StatusBadGateway
 	}
 	if e := r.Get("error"); e.Exists() {
 		code := e.Get("code").Int()
 		switch {
-		case code == -32602 && c.a.msg.method == "resources/read" && e.Get("data.uri").Exists():
-			return appendError(nil, -32002, mid, "Resource not found: "+e.Get("data.uri").String()), fasthttp.StatusOK
+		case code == -32602 && c.a.Msg.Method == "resources/read" && e.Get("data.uri").Exists():
+			return AppendError(nil, -32002, mid, "Resource not found: "+e.Get("data.uri").String()), fasthttp.StatusOK
 		case code == -32021:
-			return appendError(nil, -32600, mid, "The upstream (MCP 2026-07-28) needs a client capability the agent did not declare: "+
+			return AppendError(nil, -32600, mid, "The upstream (MCP 2026-07-28) needs a client capability the agent did not declare: "+
 				e.Get("message").Str), fasthttp.StatusOK
 		}
 		if status == fasthttp.StatusNotFound || status == fasthttp.StatusBadRequest {
@@ -462,7 +462,7 @@ type inputAsk struct {
 // askAgent sends the agent the requests of an InputRequiredResult and
 // returns its answers as inputResponses (raw JSON object).
 func (c *bridgeCall) askAgent(msg []byte) ([]byte, bool) {
-	b, sess := c.b, c.a.sess
+	b, sess := c.b, c.a.Sess
 	var asks []inputAsk
 	defer func() {
 		for _, a := range asks {
@@ -482,7 +482,7 @@ func (c *bridgeCall) askAgent(msg []byte) ([]byte, bool) {
 			req = append(req, `,"params":`...)
 			req = append(req, legacyInputParams(v.Get("method").Str, params, id)...)
 		}
-		ok = c.st.event(append(req, '}'))
+		ok = c.st.Event(append(req, '}'))
 		return ok
 	})
 	if !ok {
@@ -494,18 +494,18 @@ func (c *bridgeCall) askAgent(msg []byte) ([]byte, bool) {
 // collect waits for the agent's answers to the input requests and
 // returns them as inputResponses.
 func (c *bridgeCall) collect(msg []byte, asks []inputAsk) ([]byte, bool) {
-	s := c.a.s
+	s := c.a.S
 	out := []byte{'{'}
-	deadline := time.NewTimer(s.cfg.ResponseTimeout)
+	deadline := time.NewTimer(s.Cfg.ResponseTimeout)
 	defer deadline.Stop()
 	for i, a := range asks {
 		var ans []byte
 		select {
 		case ans = <-a.p.answer:
 		case <-deadline.C:
-			c.fail(failure{code: codeUpstreamDown, msg: "the agent did not answer the upstream's request for input in time"})
+			c.fail(Failure{Code: CodeUpstreamDown, Msg: "the agent did not answer the upstream's request for input in time"})
 			return nil, false
-		case <-s.done:
+		case <-s.Done:
 			return nil, false
 		}
 		r := gjson.ParseBytes(ans)
@@ -515,7 +515,7 @@ func (c *bridgeCall) collect(msg []byte, asks []inputAsk) ([]byte, bool) {
 			// is cancelled, anything else fails the call.
 			method := gjson.GetBytes(msg, "result.inputRequests."+gjson.Escape(gjson.Parse(a.key).Str)+".method").Str
 			if method != "elicitation/create" {
-				c.fail(failure{code: -32603, msg: "the agent answered the upstream's " + method +
+				c.fail(Failure{Code: -32603, Msg: "the agent answered the upstream's " + method +
 					" request with an error, which MCP 2026-07-28 cannot carry: " + r.Get("error.message").Str})
 				return nil, false
 			}

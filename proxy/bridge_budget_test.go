@@ -22,11 +22,11 @@ import (
 // flight: the sessions' cost and what server/discover said.
 func bridgeHeld(s *Server) int64 {
 	var n int64
-	for _, sess := range s.sessions.store.Sessions() {
-		n += sessionCost(sess)
+	for _, sess := range s.sessions.Store.Sessions() {
+		n += SessionCost(sess)
 	}
-	if d := s.eras.info.Load(); d != nil {
-		n += d.size()
+	if d := s.eras.Info.Load(); d != nil {
+		n += d.Size()
 	}
 	return n
 }
@@ -49,12 +49,12 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 		discover: modernDiscover(`{"tools":{}}`, `"`+strings.Repeat("i", size)+`"`),
 	})
 	s, url := startProxy(t, up.url, func(c *Config) { c.MemoryBudget = 4 * size })
-	limit := s.mem.limit
+	limit := s.mem.Limit
 
 	// One agent first: the upstream's era is asked, and the budget's base
 	// is known.
 	peerRawInitialize(t, url)
-	peerWait(t, "the first answer let go", func() bool { return s.mem.used.Load() == bridgeHeld(s) })
+	PeerWait(t, "the first answer let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
 
 	var peak atomic.Int64
 	stop := make(chan struct{})
@@ -62,7 +62,7 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for {
-			if u := s.mem.used.Load(); u > peak.Load() {
+			if u := s.mem.Used.Load(); u > peak.Load() {
 				peak.Store(u)
 			}
 			select {
@@ -114,7 +114,7 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(4 * peerTimeout))
+			_ = c.SetDeadline(time.Now().Add(4 * PeerTimeout))
 			if _, a.err = io.WriteString(c, raw); a.err != nil {
 				return
 			}
@@ -133,7 +133,7 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 		}()
 	}
 	heads.Wait()
-	held := s.mem.used.Load()
+	held := s.mem.Used.Load()
 	close(release)
 	done.Wait()
 	close(stop)
@@ -152,11 +152,11 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 			if a.body != nil && len(gjson.GetBytes(a.body, "result.instructions").Str) != size {
 				t.Errorf("agent %d: 200 whose instructions are %d bytes, want %d", i, len(gjson.GetBytes(a.body, "result.instructions").Str), size)
 			}
-		case a.status == http.StatusOK && (a.code == codeBudget || a.code == codeTooMany) && a.retry != "":
+		case a.status == http.StatusOK && (a.code == CodeBudget || a.code == CodeTooMany) && a.retry != "":
 			refused++
 		default:
 			t.Errorf("agent %d: %d %.200s (Retry-After %q); want 200, or 200 with %d or %d and Retry-After",
-				i, a.status, a.body, a.retry, codeBudget, codeTooMany)
+				i, a.status, a.body, a.retry, CodeBudget, CodeTooMany)
 		}
 	}
 	t.Logf("%d answered, %d refused; the budget counted %d bytes at most, %d with every head sent, of %d", ok, refused, peak.Load(), held, limit)
@@ -171,7 +171,7 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 		t.Errorf("the memory budget counted %d bytes while %d answers of %d bytes waited for their agents; want them counted",
 			held, ok, size)
 	}
-	peerWait(t, "the answers let go", func() bool { return s.mem.used.Load() == bridgeHeld(s) })
+	PeerWait(t, "the answers let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
 
 	// Nothing broke: the sessions created work, and once the answers are
 	// gone a new agent fits again.
@@ -184,7 +184,7 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 		}
 	}
 	peerRawInitialize(t, url)
-	peerWait(t, "the last answer let go", func() bool { return s.mem.used.Load() == bridgeHeld(s) })
+	PeerWait(t, "the last answer let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
 	noPanics(t, s)
 	if n := agentInits(up); n != 0 {
 		t.Errorf("the upstream got %d initialize, want 0 (the bridge answers it)", n)

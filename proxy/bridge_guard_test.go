@@ -181,7 +181,7 @@ func testBridgeRefusesStrangers(t *testing.T, judges bool) {
 	if resp, _ := agentOpen(t, get); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the creator's GET stream: %d; want 200", resp.StatusCode)
 	}
-	peerWait(t, "the upstream listen with the creator's subscription", func() bool {
+	PeerWait(t, "the upstream listen with the creator's subscription", func() bool {
 		for _, c := range up.received("subscriptions/listen", "") {
 			if strings.Contains(string(c.body), "test://mine") {
 				return true

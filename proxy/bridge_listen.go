@@ -54,41 +54,41 @@ func (l *listenState) set(resp *upstream.Response) {
 
 // listen serves a bridged agent's GET stream. The newest stream of a
 // session wins, as for a session-era upstream.
-func (b *bridge) listen(ctx *fasthttp.RequestCtx, r *request) {
-	s, sess := b.s, r.sess
+func (b *Bridge) listen(ctx *fasthttp.RequestCtx, r *Request) {
+	s, sess := b.S, r.Sess
 	l := &listenState{quit: make(chan struct{})}
 	if old, loaded := b.listens.Swap(sess.ID, l); loaded {
 		old.(*listenState).stop()
 	}
 	hdr := new(fasthttp.RequestHeader)
-	r.hdr.CopyTo(hdr)
+	r.Hdr.CopyTo(hdr)
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(mimeEventStream)
+	ctx.SetContentTypeBytes(MimeEventStream)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	s.count.request(&message{get: true}, classify.OK)
+	s.Count.Request(&Message{Get: true}, classify.OK)
 	out := make(chan []byte, 16)
-	if s.bg.Add(1) {
+	if s.Bg.Add(1) {
 		go b.listenPump(sess, l, hdr, out)
 	}
-	st := agentStream{s: s, conn: ctx.Conn()}
+	st := AgentStream{S: s, Conn: ctx.Conn()}
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer b.listens.CompareAndDelete(sess.ID, l)
 		defer l.stop()
-		st.w = w
-		st.pump(out, nil, l.quit, true)
+		st.W = w
+		st.Pump(out, nil, l.quit, true)
 	})
 }
 
 // listenChanged reopens the session's listen after its subscriptions
 // changed.
-func (b *bridge) listenChanged(id session.ClientID) {
+func (b *Bridge) listenChanged(id session.ClientID) {
 	if v, ok := b.listens.Load(id); ok {
 		v.(*listenState).reopen()
 	}
 }
 
 // stopListens ends every bridged GET stream (shutdown).
-func (b *bridge) stopListens() {
+func (b *Bridge) StopListens() {
 	b.listens.Range(func(k, v any) bool {
 		b.listens.Delete(k)
 		v.(*listenState).stop()
@@ -97,7 +97,7 @@ func (b *bridge) stopListens() {
 }
 
 // stopListen ends the session's bridged GET stream.
-func (b *bridge) stopListen(id session.ClientID) {
+func (b *Bridge) StopListen(id session.ClientID) {
 	if v, ok := b.listens.LoadAndDelete(id); ok {
 		v.(*listenState).stop()
 	}
@@ -105,13 +105,13 @@ func (b *bridge) stopListen(id session.ClientID) {
 
 // listenPump keeps one upstream listen open for the agent's stream and
 // hands its notifications, framed as events, to the writer.
-func (b *bridge) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out chan<- []byte) {
-	s := b.s
-	defer s.bg.Done()
+func (b *Bridge) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out chan<- []byte) {
+	s := b.S
+	defer s.Bg.Done()
 	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	delay := time.Duration(0)
 	for {
-		if delay > 0 && !sleepUnless(delay, l.quit, s.done) {
+		if delay > 0 && !SleepUnless(delay, l.quit, s.Done) {
 			return
 		}
 		select {
@@ -119,7 +119,7 @@ func (b *bridge) listenPump(sess *session.Session, l *listenState, hdr *fasthttp
 			return
 		default:
 		}
-		body, any := listenBody(s.eras.info.Load(), sess)
+		body, any := listenBody(s.Eras.Info.Load(), sess)
 		if !any {
 			// Nothing to listen to: the agent's stream stays open with
 			// keepalives until a subscription opens one.
@@ -137,24 +137,24 @@ func (b *bridge) listenPump(sess *session.Session, l *listenState, hdr *fasthttp
 
 // listenOnce opens one upstream listen and relays it until it ends. It
 // reports false when the listen could not be opened.
-func (b *bridge) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, body []byte, out chan<- []byte) bool {
-	s := b.s
+func (b *Bridge) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, body []byte, out chan<- []byte) bool {
+	s := b.S
 	req := fasthttp.AcquireRequest()
-	s.link.build(req, &upcall{hdr: hdr, body: envelope(body, s.link.upcallID("listen"), sess, nil, ""), version: statelessVersion,
-		mcpMethod: "subscriptions/listen"})
+	s.Link.Build(req, &Upcall{Hdr: hdr, Body: Envelope(body, s.Link.UpcallID("listen"), sess, nil, ""), Version: StatelessVersion,
+		McpMethod: "subscriptions/listen"})
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
 	l.set(resp)
 	defer l.set(nil)
-	err := s.link.do(req, resp, time.Now().Add(s.cfg.ResponseTimeout))
+	err := s.Link.Do(req, resp, time.Now().Add(s.Cfg.ResponseTimeout))
 	fasthttp.ReleaseRequest(req)
 	if err != nil || resp.StatusCode() != fasthttp.StatusOK || !resp.IsStream() {
-		if err == nil && modernRefused(resp.StatusCode(), resp.Body()) {
-			s.eras.forget()
+		if err == nil && ModernRefused(resp.StatusCode(), resp.Body()) {
+			s.Eras.Forget()
 		}
 		return false
 	}
-	fr := sse.Framer{Max: s.cfg.MaxSSELine}
+	fr := sse.Framer{Max: s.Cfg.MaxSSELine}
 	buf := make([]byte, 16<<10)
 	var data []byte
 	for {
@@ -186,11 +186,11 @@ func (b *bridge) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp
 // listenBody is the subscriptions/listen request for the session: every
 // list-changed notification the server offers, and the resources the
 // agent subscribed to. any is false when there is nothing to listen to.
-func listenBody(d *discovery, sess *session.Session) (body []byte, any bool) {
+func listenBody(d *Discovery, sess *session.Session) (body []byte, any bool) {
 	if d == nil {
 		return nil, false
 	}
-	caps := gjson.ParseBytes(d.capabilities)
+	caps := gjson.ParseBytes(d.Capabilities)
 	b := []byte(`{"jsonrpc":"2.0","id":0,"method":"subscriptions/listen","params":{"notifications":{`)
 	n := 0
 	flag := func(name string) {

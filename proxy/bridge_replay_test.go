@@ -78,7 +78,7 @@ func TestBridgeReplaysReplaySafeTools(t *testing.T) {
 				}
 				return
 			}
-			if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusOK || code != codeMaybeExecuted || id != "3" {
+			if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusOK || code != CodeMaybeExecuted || id != "3" {
 				t.Errorf("%s after a lost connection: %d %s; want 200 with -32011 for id 3", tc.tool, resp.StatusCode, body)
 			}
 			if runs != 1 {
@@ -102,8 +102,8 @@ func TestBridgeCutStreamSaysWhetherRetryIsSafe(t *testing.T) {
 		tool string
 		code int64
 	}{
-		{tool: "lookup", code: codeUpstreamDown},
-		{tool: "charge", code: codeMaybeExecuted},
+		{tool: "lookup", code: CodeUpstreamDown},
+		{tool: "charge", code: CodeMaybeExecuted},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			t.Parallel()

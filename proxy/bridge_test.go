@@ -29,7 +29,7 @@ func startModern(t *testing.T) *modernServer {
 	t.Helper()
 	m := &modernServer{}
 	m.srv = mcp.NewServer(&mcp.Implementation{Name: "modern-go", Version: "1.8"}, &mcp.ServerOptions{
-		SupportedProtocolVersions: []string{statelessVersion},
+		SupportedProtocolVersions: []string{StatelessVersion},
 		SubscribeHandler:          func(context.Context, *mcp.SubscribeRequest) error { return nil },
 		UnsubscribeHandler:        func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 		Instructions:              "modern instructions",
@@ -101,7 +101,7 @@ func legacyClient(t *testing.T, url string, opts *mcp.ClientOptions) (*mcp.Clien
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	c := mcp.NewClient(&mcp.Implementation{Name: "legacy-agent", Version: "1"}, opts)
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: tr}},
 		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
@@ -153,7 +153,7 @@ func TestBridgeGoSDK(t *testing.T) {
 	if got := cs.InitializeResult(); got.ServerInfo == nil || got.ServerInfo.Name != "modern-go" || got.Instructions != "modern instructions" {
 		t.Fatalf("initialize through the bridge: %+v", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil || len(tools.Tools) != 4 {
@@ -167,7 +167,7 @@ func TestBridgeGoSDK(t *testing.T) {
 	if err != nil || peerResultText(res) != "done" {
 		t.Fatalf("steps: %v, %v", peerResultText(res), err)
 	}
-	peerWait(t, "3 progress and 3 log messages", func() bool { return progress.Load() == 3 && logs.Load() == 3 })
+	PeerWait(t, "3 progress and 3 log messages", func() bool { return progress.Load() == 3 && logs.Load() == 3 })
 	res, err = goSDKCall(t, cs, "sample", map[string]any{"text": "hi"})
 	if err != nil || peerResultText(res) != "sampled <hi> state=round-1" {
 		t.Fatalf("sample: %q, %v", peerResultText(res), err)
@@ -205,7 +205,7 @@ func TestBridgeCancel(t *testing.T) {
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow"}); err == nil {
 		t.Fatal("slow returned before it was cancelled")
 	}
-	peerWait(t, "the server to see the call cancelled", func() bool { return up.aborted.Load() == 1 })
+	PeerWait(t, "the server to see the call cancelled", func() bool { return up.aborted.Load() == 1 })
 	callEcho(t, cs, "after a cancel") // the session goes on
 }
 

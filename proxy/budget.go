@@ -23,19 +23,19 @@ import (
 // most write_timeout. An SSE answer relayed line by line holds one read
 // buffer, not counted, and at most one held line (max_sse_line), counted
 // past freeHold (holdMeter), as are the events a route reads whole.
-type budget struct {
-	limit int64
-	used  atomic.Int64
+type Budget struct {
+	Limit int64
+	Used  atomic.Int64
 }
 
 // freeHold is what a stream may hold whole without counting it (a line,
 // an event): the read buffer's size, which every stream has anyway. Past
 // it, holdMeter counts what is held.
-const freeHold = 64 << 10
+const FreeHold = 64 << 10
 
 // errHoldBudget ends a stream that would hold a line or an event whole
 // past freeHold, and the budget has no room for it.
-var errHoldBudget = errors.New("memory_budget reached holding an event")
+var ErrHoldBudget = errors.New("memory_budget reached holding an event")
 
 // holdMeter counts in the budget what a stream holds whole past freeHold:
 // a line the relay must see whole (an id, a server→client request it
@@ -45,70 +45,64 @@ var errHoldBudget = errors.New("memory_budget reached holding an event")
 // hold them outside memory_budget. Its zero value (no budget) counts
 // nothing; it is not safe for concurrent use.
 type holdMeter struct {
-	mem     *budget
+	Mem     *Budget
 	charged int64
 }
 
 // hold makes the charge n bytes, or nothing for n ≤ freeHold, taking or
 // giving back the difference. It reports false, the charge unchanged,
 // when the budget has no room.
-func (m *holdMeter) hold(n int) bool {
-	if m.mem == nil {
+func (m *holdMeter) Hold(n int) bool {
+	if m.Mem == nil {
 		return true
 	}
 	want := int64(0)
-	if n > freeHold {
+	if n > FreeHold {
 		want = int64(n)
 	}
 	switch d := want - m.charged; {
 	case d > 0:
-		if !m.mem.take(d) {
+		if !m.Mem.Take(d) {
 			return false
 		}
 	case d < 0:
-		m.mem.give(-d)
+		m.Mem.Give(-d)
 	}
 	m.charged = want
 	return true
 }
 
 // release gives the charge back.
-func (m *holdMeter) release() { m.hold(0) }
+func (m *holdMeter) Release() { m.Hold(0) }
 
 // sessionOverhead approximates what one session costs beyond its recipe.
 const sessionOverhead = 2 << 10
 
-// take reserves n bytes; false when that would pass the limit.
-func (b *budget) take(n int64) bool {
+// Take reserves n bytes; false when that would pass the limit. It is also
+// upstream.Budget's, by which a JSON answer is charged as it is read.
+func (b *Budget) Take(n int64) bool {
 	for {
-		u := b.used.Load()
-		if u+n > b.limit {
+		u := b.Used.Load()
+		if u+n > b.Limit {
 			return false
 		}
-		if b.used.CompareAndSwap(u, u+n) {
+		if b.Used.CompareAndSwap(u, u+n) {
 			return true
 		}
 	}
 }
 
-// give returns n bytes taken before.
-func (b *budget) give(n int64) { b.used.Add(-n) }
+// Give returns n bytes taken before.
+func (b *Budget) Give(n int64) { b.Used.Add(-n) }
 
-// charge counts n bytes whatever is left: state mcpheal must hold once it
+// Charge counts n bytes whatever is left: state mcpheal must hold once it
 // exists (a journal adopted from the fleet, within its per-session cap; a
 // server's discover answer). Negative n gives back.
-func (b *budget) charge(n int64) { b.used.Add(n) }
-
-// Take is take for upstream, which charges a JSON answer as it is read
-// (upstream.Budget).
-func (b *budget) Take(n int64) bool { return b.take(n) }
-
-// Give is give for upstream (upstream.Budget).
-func (b *budget) Give(n int64) { b.give(n) }
+func (b *Budget) Charge(n int64) { b.Used.Add(n) }
 
 // sessionCost is what a session is counted for, the same when it is
 // admitted and when it leaves.
-func sessionCost(sess *session.Session) int64 {
+func SessionCost(sess *session.Session) int64 {
 	n := sessionOverhead + len(sess.Recipe.InitBody)
 	for _, kv := range sess.Recipe.Header {
 		n += len(kv[0]) + len(kv[1])

@@ -79,7 +79,7 @@ func TestJSONAnswerChargedWhileRead(t *testing.T) {
 	up := startChunkedUpstream(t, 3<<20, 2<<20)
 	s, url := startProxy(t, up.url, nil)
 	sid := peerRawInitialize(t, url)
-	base := s.mem.used.Load()
+	base := s.mem.Used.Load()
 	done := make(chan []byte, 1)
 	go func() {
 		resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`))
@@ -91,12 +91,12 @@ func TestJSONAnswerChargedWhileRead(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		done <- b
 	}()
-	peerWait(t, "the partial answer charged", func() bool { return s.mem.used.Load()-base >= 4<<20 })
+	PeerWait(t, "the partial answer charged", func() bool { return s.mem.Used.Load()-base >= 4<<20 })
 	up.open()
 	if b := <-done; len(b) != 3<<20 {
 		t.Fatalf("the agent got %d bytes, want the whole 3 MiB answer", len(b))
 	}
-	peerWait(t, "the charge given back", func() bool { return s.mem.used.Load() == base })
+	PeerWait(t, "the charge given back", func() bool { return s.mem.Used.Load() == base })
 }
 
 // TestJSONAnswersPastBudget: concurrent chunked answers that would pass the
@@ -112,7 +112,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 		c.ReplayTools = []string{"big"}
 	})
 	sid := peerRawInitialize(t, url)
-	base := s.mem.used.Load()
+	base := s.mem.Used.Load()
 	type answer struct {
 		status int
 		raw    []byte
@@ -133,11 +133,11 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 	}
 	// While every answer is stalled, one at least is refused already.
 	first := <-answers
-	if code, msg, _ := rpcError(t, first.raw); first.status != http.StatusOK || code != codeBudget ||
+	if code, msg, _ := rpcError(t, first.raw); first.status != http.StatusOK || code != CodeBudget ||
 		!strings.Contains(msg, "memory_budget") {
 		t.Fatalf("first answer while all stall: %d %.200s; want 200 -32017 naming memory_budget", first.status, first.raw)
 	}
-	if used := s.mem.used.Load(); used > 16<<20 {
+	if used := s.mem.Used.Load(); used > 16<<20 {
 		t.Fatalf("budget used %d, past its limit", used)
 	}
 	up.open()
@@ -145,7 +145,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 	close(answers)
 	for a := range answers {
 		code, _, _ := rpcError(t, a.raw)
-		if !(a.status == http.StatusOK && len(a.raw) == 4<<20) && !(a.status == http.StatusOK && code == codeBudget) {
+		if !(a.status == http.StatusOK && len(a.raw) == 4<<20) && !(a.status == http.StatusOK && code == CodeBudget) {
 			t.Fatalf("answer %d %.200s; want the whole answer or 200 -32017", a.status, a.raw)
 		}
 	}
@@ -155,7 +155,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 	if st := s.Stats(); st.Replays != 0 || st.UpstreamDown != 0 || s.breakerState() != 0 {
 		t.Fatalf("stats %+v, breaker %d: an answer past the budget is no outage", st, s.breakerState())
 	}
-	peerWait(t, "the charges given back", func() bool { return s.mem.used.Load() == base })
+	PeerWait(t, "the charges given back", func() bool { return s.mem.Used.Load() == base })
 }
 
 // TestSlowAgentAnswerCharged: an answer waiting for an agent that does not
@@ -167,17 +167,17 @@ func TestSlowAgentAnswerCharged(t *testing.T) {
 	up := startChunkedUpstream(t, size, -1)
 	s, url := startProxy(t, up.url, func(c *Config) { c.WriteTimeout = 2 * time.Second })
 	sid := peerRawInitialize(t, url)
-	base := s.mem.used.Load()
+	base := s.mem.Used.Load()
 	c, addr := dialAgent(t, url)
 	_ = c.(*net.TCPConn).SetReadBuffer(4096)
 	if _, err := io.WriteString(c, rawRequest(addr, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`)); err != nil {
 		t.Fatal(err)
 	}
-	peerWait(t, "the handler done", func() bool { return up.runs.Load() == 1 && s.inflight.Load() == 0 })
-	if held := s.mem.used.Load() - base; held < 2*size {
+	PeerWait(t, "the handler done", func() bool { return up.runs.Load() == 1 && s.inflight.Load() == 0 })
+	if held := s.mem.Used.Load() - base; held < 2*size {
 		t.Fatalf("%d bytes charged while the answer waits for the agent, want at least %d", held, 2*size)
 	}
-	peerWait(t, "the answer let go", func() bool { return s.mem.used.Load() == base })
+	PeerWait(t, "the answer let go", func() bool { return s.mem.Used.Load() == base })
 }
 
 // rawRequest is the bytes of one agent POST on session sid.
@@ -210,7 +210,7 @@ func bigEventCalls(t *testing.T, s *Server, up *scripted, calls, through int, se
 	var peakAt atomic.Int64
 	go func() {
 		for !stop.Load() {
-			if u := s.mem.used.Load(); u > peakAt.Load() {
+			if u := s.mem.Used.Load(); u > peakAt.Load() {
 				peakAt.Store(u)
 			}
 			time.Sleep(50 * time.Microsecond)
@@ -230,7 +230,7 @@ func bigEventCalls(t *testing.T, s *Server, up *scripted, calls, through int, se
 			answers <- answer{st, msg}
 		}()
 	}
-	peerWait(t, "every call but those the budget holds answered", func() bool { return returned.Load() == int64(calls-through) })
+	PeerWait(t, "every call but those the budget holds answered", func() bool { return returned.Load() == int64(calls-through) })
 	close(up.hold)
 	for range calls {
 		a := <-answers
@@ -300,7 +300,7 @@ func checkBigEventCalls(t *testing.T, s *Server, up *scripted, tool string, code
 		switch c {
 		case 0:
 			done++
-		case codeBudget:
+		case CodeBudget:
 			refused++
 		default:
 			t.Errorf("a call answered %d; want its result or -32017", c)
@@ -309,8 +309,8 @@ func checkBigEventCalls(t *testing.T, s *Server, up *scripted, tool string, code
 	if done != 1 || refused != calls-1 {
 		t.Errorf("%d answered, %d refused by the budget; want 1 and %d", done, refused, calls-1)
 	}
-	if peak > s.mem.limit {
-		t.Errorf("the budget counted %d bytes at its peak, past its limit of %d", peak, s.mem.limit)
+	if peak > s.mem.Limit {
+		t.Errorf("the budget counted %d bytes at its peak, past its limit of %d", peak, s.mem.Limit)
 	}
 	if n := up.Runs(tool); n != calls {
 		t.Errorf("%s ran %d times for %d calls, want once each", tool, n, calls)

@@ -162,7 +162,7 @@ type Config struct {
 }
 
 // adminOff is the AdminListen value that disables the operations listener.
-const adminOff = "off"
+const AdminOff = "off"
 
 // AdminFor returns the admin listener's address for an agent listener that
 // sets none: the next port, so that two mcpheal processes started with
@@ -186,13 +186,13 @@ func AdminFor(listen string) string {
 	return net.JoinHostPort(host, strconv.Itoa(p+1))
 }
 
-func (c *Config) normalize() error {
+func (c *Config) Normalize() error {
 	if c.Upstream == "" {
 		return errors.New("no upstream URL")
 	}
-	c.Name = orStr(c.Name, "default")
-	c.Listen = orStr(c.Listen, "127.0.0.1:8787")
-	c.Path = orStr(c.Path, "/mcp")
+	c.Name = OrStr(c.Name, "default")
+	c.Listen = OrStr(c.Listen, "127.0.0.1:8787")
+	c.Path = OrStr(c.Path, "/mcp")
 	if !strings.HasPrefix(c.Path, "/") {
 		return fmt.Errorf("path %q must start with /", c.Path)
 	}
@@ -213,15 +213,15 @@ func (c *Config) normalize() error {
 	switch c.EraBridge {
 	case "":
 		c.EraBridge = "auto"
-	case "auto", "off", eraBridgeLegacy, eraBridge2026, eraBridgePrefer2026:
+	case "auto", "off", EraBridgeLegacy, EraBridge2026, EraBridgePrefer2026:
 	default:
 		return fmt.Errorf("era_bridge: want auto, legacy-agents, 2026-agents, prefer-2026 or off, got %q", c.EraBridge)
 	}
 	c.WriteTimeout = orDur(c.WriteTimeout, 30*time.Second)
-	c.AdminListen = orStr(c.AdminListen, AdminFor(c.Listen))
-	if c.AdminListen != adminOff {
+	c.AdminListen = OrStr(c.AdminListen, AdminFor(c.Listen))
+	if c.AdminListen != AdminOff {
 		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
-			return fmt.Errorf("admin listen %q: want host:port or %q", c.AdminListen, adminOff)
+			return fmt.Errorf("admin listen %q: want host:port or %q", c.AdminListen, AdminOff)
 		}
 	}
 	if len(c.AuthTokens) == 0 && !c.InsecureListen && !IsLoopback(c.Listen) {
@@ -260,7 +260,7 @@ func (c *Config) normalizeResume() {
 // session store's and upstream client's own defaults aside).
 func Defaults() Config {
 	c := Config{Upstream: "http://127.0.0.1/mcp"}
-	_ = c.normalize() // a valid loopback config: no error
+	_ = c.Normalize() // a valid loopback config: no error
 	c.Upstream = ""
 	return c
 }
@@ -294,7 +294,7 @@ func orDur(d, def time.Duration) time.Duration {
 }
 
 // orStr returns s, or def when s is empty.
-func orStr(s, def string) string {
+func OrStr(s, def string) string {
 	if s == "" {
 		return def
 	}
@@ -303,10 +303,10 @@ func orStr(s, def string) string {
 
 // The era_bridge settings besides auto (both directions) and off.
 const (
-	eraBridgeLegacy = "legacy-agents" // session-era agents of 2026-07-28-only upstreams only
-	eraBridge2026   = "2026-agents"   // 2026-07-28 agents of session-era upstreams only
+	EraBridgeLegacy = "legacy-agents" // session-era agents of 2026-07-28-only upstreams only
+	EraBridge2026   = "2026-agents"   // 2026-07-28 agents of session-era upstreams only
 	// eraBridgePrefer2026 is auto, and session-era agents of an upstream of
 	// both eras go through the bridge too: the upstream sees 2026-07-28
 	// traffic only (docs/eras.md "Servers of both eras").
-	eraBridgePrefer2026 = "prefer-2026"
+	EraBridgePrefer2026 = "prefer-2026"
 )

@@ -6,15 +6,15 @@ import "github.com/mcpheal/mcpheal/classify"
 // upstream session that asked (docs/streams.md "Streams and session state across a
 // heal": ids of later generations were renumbered). It reports false when
 // that session is gone.
-func (a *attempt) answerRoute() bool {
-	if answerGen(a.msg.id) > a.gen {
+func (a *Attempt) AnswerRoute() bool {
+	if AnswerGen(a.Msg.Id) > a.Gen {
 		// Asked by a generation another process healed into.
-		a.gen = a.s.sessions.fleet.follow(a.sess)
-		a.up, a.gen = a.sess.Current()
+		a.Gen = a.S.Sessions.Fleet.Follow(a.Sess)
+		a.up, a.Gen = a.Sess.Current()
 	}
-	restored, live := answerRoute(a.r.body, a.msg.id, a.gen)
+	restored, live := AnswerRoute(a.R.Body, a.Msg.Id, a.Gen)
 	if restored != nil {
-		a.req.SetBodyRaw(restored)
+		a.Req.SetBodyRaw(restored)
 	}
 	return live
 }
@@ -24,35 +24,35 @@ func (a *attempt) answerRoute() bool {
 // without one; a session the caps or the budget leave no room for, or an
 // upstream session id past maxUpstreamID, is DELETEd upstream and the
 // agent gets mcpheal's error.
-func (a *attempt) create() outcome {
-	msg, ok := a.initializeAnswer()
+func (a *Attempt) Create() Outcome {
+	msg, ok := a.InitializeAnswer()
 	if !ok {
-		a.s.link.dropMinted(a.resp)
-		return outcome{kind: outTooLarge, class: classify.Protocol, err: errAnswerTooLarge}
+		a.S.Link.DropMinted(a.Resp)
+		return Outcome{Kind: OutTooLarge, Class: classify.Protocol, Err: ErrAnswerTooLarge}
 	}
-	return a.createFrom(msg)
+	return a.CreateFrom(msg)
 }
 
 // createFrom is create, given the initialize's answer (its JSON-RPC
 // message).
-func (a *attempt) createFrom(msg []byte) outcome {
-	version := initializedVersion(a.resp.StatusCode(), msg)
+func (a *Attempt) CreateFrom(msg []byte) Outcome {
+	version := InitializedVersion(a.Resp.StatusCode(), msg)
 	if version == "" {
-		return outcome{kind: outUpstream, class: classify.Classify(a.resp.StatusCode(), mimeJSON, msg)}
+		return Outcome{Kind: OutUpstream, Class: classify.Classify(a.Resp.StatusCode(), MimeJSON, msg)}
 	}
-	s := a.s
-	up, err := s.link.sessionOf(&a.resp.Header, a.req.Header.PeekBytes(hdrAuthorization))
+	s := a.S
+	up, err := s.Link.SessionOf(&a.Resp.Header, a.Req.Header.PeekBytes(HdrAuthorization))
 	if err != nil {
-		return outcome{kind: outInvalid, err: err}
+		return Outcome{Kind: outInvalid, Err: err}
 	}
-	sess := s.sessions.newSession(origin{auth: a.r.auth, init: a.r.body, heldID: a.r.heldID, heldGen: a.r.heldGen}, &a.req.Header, version, up)
-	if err := s.sessions.admit(sess); err != nil {
-		s.link.dropMinted(a.resp)
-		s.log.Warn().Err(err).Int("sessions", s.sessions.store.Len()).Int64("budget", s.mem.limit).Msg("initialize refused")
-		return outcome{kind: outFull, err: err}
+	sess := s.Sessions.NewSession(Origin{Auth: a.R.Auth, Init: a.R.Body, HeldID: a.R.HeldID, HeldGen: a.R.HeldGen}, &a.Req.Header, version, up)
+	if err := s.Sessions.Admit(sess); err != nil {
+		s.Link.DropMinted(a.Resp)
+		s.Log.Warn().Err(err).Int("sessions", s.Sessions.Store.Len()).Int64("budget", s.Mem.Limit).Msg("initialize refused")
+		return Outcome{Kind: outFull, Err: err}
 	}
-	a.sess, a.r.sess, a.heals = sess, sess, true
-	a.r.standing, a.r.ownCredential = bound, true
-	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", version).Bool("stateful", up != "").Msg("session created")
-	return outcome{kind: outUpstream, class: classify.OK}
+	a.Sess, a.R.Sess, a.Heals = sess, sess, true
+	a.R.Standing, a.R.OwnCredential = Bound, true
+	s.Log.Debug().Str(LogSession, sess.ID.Short()).Str("protocol", version).Bool("stateful", up != "").Msg("session created")
+	return Outcome{Kind: OutUpstream, Class: classify.OK}
 }

@@ -29,7 +29,7 @@ const (
 	// actAbandon gives up on the request: its agent closed its connection
 	// while it waited, so there is nobody to answer and nothing is sent
 	// again.
-	actAbandon
+	ActAbandon
 	// actCredential answers -32018: mcpheal could not get the upstream
 	// credential it owns, so nothing was sent. Trying again would only ask
 	// the token endpoint again (it holds its own retry schedule).
@@ -44,34 +44,34 @@ var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too la
 func (a action) String() string { return actionNames[a] }
 
 // facts are what the decision needs to know of one exchange.
-type facts struct {
-	class classify.Class
+type Facts struct {
+	Class classify.Class
 	// dispatched: the upstream may have run the request. False only on
 	// proof that it did not: nothing written, a refused connection, a
 	// session rejection, a 5xx that is a known server refusal
 	// (classify.Refused). Any other failure after the request was written
 	// (reset, EOF, a cut SSE answer, a gateway's 502/503/504) leaves it
 	// true.
-	dispatched bool
+	Dispatched bool
 	// replaySafe: running the request twice does no harm (docs/healing.md "Replay
 	// rules": a side-effect-free method, a tool annotated readOnlyHint or
 	// idempotentHint, a tool the operator allow-listed, a notification or a
 	// response).
-	replaySafe bool
+	ReplaySafe bool
 	// session: the request belongs to an agent session mcpheal can heal
 	// (not 2026-07-28 session-less traffic).
-	session bool
+	Session bool
 	// mayHeal: the request carries the credential the session is bound to
 	// (docs/security.md "Security": only that credential may re-create it).
-	mayHeal bool
+	MayHeal bool
 	// healed: this request already healed the session once.
 	healed bool
 	// tooLarge: the answer passed max_answer, or the memory budget, and
 	// was not read.
-	tooLarge bool
+	TooLarge bool
 	// agentGone: the agent closed its connection while the request waited
 	// on the upstream (agentWatch), which interrupted the exchange.
-	agentGone bool
+	AgentGone bool
 	// credential: the exchange never started: mcpheal could not get the
 	// upstream credential it owns.
 	credential bool
@@ -90,34 +90,34 @@ type facts struct {
 // replays whatever the method. Everything else that fails after the request
 // was written is ambiguous, and an ambiguous request that is not replay-safe
 // is refused, never run twice.
-func decide(f facts) action {
-	if f.agentGone {
-		return actAbandon // whatever the upstream did, nobody waits for it
+func Decide(f Facts) action {
+	if f.AgentGone {
+		return ActAbandon // whatever the upstream did, nobody waits for it
 	}
 	if f.credential {
 		return actCredential // nothing was sent, and nothing will be until the token endpoint answers
 	}
-	if f.tooLarge {
+	if f.TooLarge {
 		return actTooLarge // never replayed: it ran, and would be as large again
 	}
-	switch f.class {
+	switch f.Class {
 	case classify.SessionGone:
 		switch {
-		case !f.session || !f.mayHeal:
+		case !f.Session || !f.MayHeal:
 			return actPass // nothing mcpheal may heal: the agent's SDK decides
 		case f.healed:
 			return actFail // the new session was refused at once: do not loop
 		}
 		return actHeal
 	case classify.TransportDead, classify.Timeout:
-		if f.dispatched && !f.replaySafe {
+		if f.Dispatched && !f.ReplaySafe {
 			return actRefuse
 		}
 		return actRetry
 	case classify.Busy:
 		// At capacity, not down: once, and only when it is harmless and
 		// the server's wait fits; else its own answer, Retry-After and all.
-		if f.waited || !f.waitFits || (f.dispatched && !f.replaySafe) {
+		if f.waited || !f.waitFits || (f.Dispatched && !f.ReplaySafe) {
 			return actPass
 		}
 		return actWait
@@ -130,20 +130,20 @@ func decide(f facts) action {
 // only for a tool the upstream annotated readOnlyHint or idempotentHint
 // (learned from the tools/list answers of the session) or one the operator
 // allow-listed (replay_tools).
-func replayable(m *message, sess *session.Session, allow map[string]bool) bool {
-	if m.batch {
+func replayable(m *Message, sess *session.Session, allow map[string]bool) bool {
+	if m.Batch {
 		return false // its elements are not judged one by one: one may be a tools/call
 	}
-	if m.get || !m.isRequest() {
+	if m.Get || !m.IsRequest() {
 		return true // a GET stream, a notification, an answer: nothing runs twice
 	}
-	switch m.method {
+	switch m.Method {
 	case "ping", "initialize", "tools/list", "resources/list", "resources/templates/list",
 		"resources/read", "prompts/list", "prompts/get", "completion/complete",
 		"logging/setLevel", "resources/subscribe", "resources/unsubscribe", "server/discover":
 		return true
 	case "tools/call":
-		return allow[m.tool] || (sess != nil && sess.Replayable(m.tool))
+		return allow[m.Tool] || (sess != nil && sess.Replayable(m.Tool))
 	}
 	return false
 }

@@ -12,14 +12,14 @@ import (
 // params' _meta completed with the session's protocol version, client info,
 // client capabilities and log level, and inputResponses and requestState
 // set when not empty.
-func envelope(body []byte, id string, sess *session.Session, inputs []byte, state string) []byte {
+func Envelope(body []byte, id string, sess *session.Session, inputs []byte, state string) []byte {
 	r := gjson.ParseBytes(body)
 	init := gjson.Parse(sess.Recipe.InitBody)
 	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
 	out = append(out, `,"method":`...)
 	out = append(out, r.Get("method").Raw...)
 	out = append(out, `,"params":{`...)
-	out, n, meta := copyParams(out, r.Get("params"), false)
+	out, n, meta := CopyParams(out, r.Get("params"), false)
 	comma := func() {
 		if n > 0 {
 			out = append(out, ',')
@@ -37,7 +37,7 @@ func envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 		out = append(out, state...)
 	}
 	comma()
-	out = append(out, `"_meta":{"io.modelcontextprotocol/protocolVersion":"`+statelessVersion+`"`...)
+	out = append(out, `"_meta":{"io.modelcontextprotocol/protocolVersion":"`+StatelessVersion+`"`...)
 	if ci := init.Get("params.clientInfo"); ci.IsObject() {
 		out = append(out, `,"io.modelcontextprotocol/clientInfo":`...)
 		out = append(out, ci.Raw...)
@@ -52,7 +52,7 @@ func envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 		out = append(out, `,"io.modelcontextprotocol/logLevel":`...)
 		out = append(out, lvl.Raw...)
 	}
-	out = appendForeignMeta(out, meta)
+	out = AppendForeignMeta(out, meta)
 	return append(out, "}}}"...)
 }
 
@@ -60,7 +60,7 @@ func envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 // separated, but for those each era carries its own way: _meta, and unless
 // inputs, inputResponses and requestState. It returns out, how many
 // members it appended, and the _meta.
-func copyParams(out []byte, params gjson.Result, inputs bool) ([]byte, int, gjson.Result) {
+func CopyParams(out []byte, params gjson.Result, inputs bool) ([]byte, int, gjson.Result) {
 	n := 0
 	var meta gjson.Result
 	params.ForEach(func(k, v gjson.Result) bool {
@@ -88,7 +88,7 @@ func copyParams(out []byte, params gjson.Result, inputs bool) ([]byte, int, gjso
 // appendForeignMeta appends to out, each after a comma, the members of
 // the _meta object that are not MCP's own (io.modelcontextprotocol/…):
 // the agent's and the server's, passed on whatever the era.
-func appendForeignMeta(out []byte, meta gjson.Result) []byte {
+func AppendForeignMeta(out []byte, meta gjson.Result) []byte {
 	meta.ForEach(func(k, v gjson.Result) bool {
 		if !strings.HasPrefix(k.Str, "io.modelcontextprotocol/") {
 			out = append(out, ',')
@@ -102,7 +102,7 @@ func appendForeignMeta(out []byte, meta gjson.Result) []byte {
 }
 
 // mcpNameOf returns the Mcp-Name header value of a 2026-07-28 request.
-func mcpNameOf(method string, body []byte) string {
+func McpNameOf(method string, body []byte) string {
 	switch method {
 	case "tools/call", "prompts/get":
 		return gjson.GetBytes(body, "params.name").Str

@@ -23,28 +23,28 @@ import (
 
 const (
 	eraUnknown = iota // not asked yet, or asked again after a restart
-	eraLegacy         // the session era only: 2026-07-28 agents go through the held route
-	eraModern         // 2026-07-28 only: bridge legacy agents
+	EraLegacy         // the session era only: 2026-07-28 agents go through the held route
+	EraModern         // 2026-07-28 only: bridge legacy agents
 	eraBoth           // both eras: every agent passes through
 )
 
 // discovery is what server/discover told of a 2026-07-28 upstream.
-type discovery struct {
-	capabilities []byte // the result's capabilities object, raw JSON
-	serverInfo   []byte // _meta["io.modelcontextprotocol/serverInfo"], raw JSON
-	instructions []byte // raw JSON string, or nil
+type Discovery struct {
+	Capabilities []byte // the result's capabilities object, raw JSON
+	ServerInfo   []byte // _meta["io.modelcontextprotocol/serverInfo"], raw JSON
+	Instructions []byte // raw JSON string, or nil
 }
 
 // eraState caches the upstream's era.
-type eraState struct {
-	cfg  *Config
-	log  *zerolog.Logger
-	link *link
-	mem  *budget
-	bg   *bgGroup
+type EraState struct {
+	Cfg  *Config
+	Log  *zerolog.Logger
+	Link *Link
+	Mem  *Budget
+	Bg   *BgGroup
 
-	v          atomic.Int32
-	info       atomic.Pointer[discovery]
+	V          atomic.Int32
+	Info       atomic.Pointer[Discovery]
 	mu         sync.Mutex  // one probe at a time; protects refused
 	rechecking atomic.Bool // a background recheck runs
 	// unanswered is when (unix nanoseconds) a probe last got no answer in
@@ -73,19 +73,19 @@ const eraProbeTimeout = 5 * time.Second
 // era. A probe that gets no answer, or is refused, leaves it unknown, and
 // the request passes through as it would directly (a session-era agent
 // meets the outage there).
-func (e *eraState) era(auth []byte) int { return e.detect(true, auth) }
+func (e *EraState) era(auth []byte) int { return e.Detect(true, auth) }
 
 // detect is era; log says whether to log the era it detects.
-func (e *eraState) detect(log bool, auth []byte) int {
-	if e.cfg.EraBridge == "off" {
+func (e *EraState) Detect(log bool, auth []byte) int {
+	if e.Cfg.EraBridge == "off" {
 		return eraBoth // as if: nothing is bridged
 	}
-	if v := e.v.Load(); v != eraUnknown {
+	if v := e.V.Load(); v != eraUnknown {
 		return int(v)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if v := e.v.Load(); v != eraUnknown {
+	if v := e.V.Load(); v != eraUnknown {
 		return int(v)
 	}
 	if at := e.unanswered.Load(); at != 0 && time.Since(time.Unix(0, at)) < probeHoldOff {
@@ -94,9 +94,9 @@ func (e *eraState) detect(log bool, auth []byte) int {
 	v, d := e.ask(auth)
 	e.keep(d)
 	if v != eraUnknown {
-		e.v.Store(int32(v))
+		e.V.Store(int32(v))
 		if log {
-			e.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era detected")
+			e.Log.Info().Str("era", EraNames[v]).Msg("upstream protocol era detected")
 		}
 	}
 	return v
@@ -104,45 +104,45 @@ func (e *eraState) detect(log bool, auth []byte) int {
 
 // keep holds what server/discover said, counted in the memory budget
 // (its instructions may be large; each bridged initialize carries them).
-func (e *eraState) keep(d *discovery) {
+func (e *EraState) keep(d *Discovery) {
 	if d == nil {
 		return
 	}
-	e.mem.charge(d.size())
-	if old := e.info.Swap(d); old != nil {
-		e.mem.give(old.size())
+	e.Mem.Charge(d.Size())
+	if old := e.Info.Swap(d); old != nil {
+		e.Mem.Give(old.Size())
 	}
 }
 
 // size is what a discovery is counted for.
-func (d *discovery) size() int64 {
-	return int64(len(d.capabilities) + len(d.serverInfo) + len(d.instructions))
+func (d *Discovery) Size() int64 {
+	return int64(len(d.Capabilities) + len(d.ServerInfo) + len(d.Instructions))
 }
 
-var eraNames = [...]string{"unknown", "session era only", "2026-07-28 only", "both eras (pass-through)"}
+var EraNames = [...]string{"unknown", "session era only", "2026-07-28 only", "both eras (pass-through)"}
 
 // forgetEra makes the next request ask again: the upstream restarted (a
 // deploy may change its era) or answered as the other era does.
-func (e *eraState) forget() {
-	if e.v.Swap(eraUnknown) != eraUnknown {
-		e.log.Info().Msg("upstream protocol era to be detected again")
+func (e *EraState) Forget() {
+	if e.V.Swap(eraUnknown) != eraUnknown {
+		e.Log.Info().Msg("upstream protocol era to be detected again")
 	}
 }
 
 // recheckEra asks the era again in the background after an outage (the
 // upstream may have been redeployed as another era); requests go on with
 // the era known so far until it answers.
-func (e *eraState) recheck() {
+func (e *EraState) Recheck() {
 	e.unanswered.Store(0) // unknown still: the next request asks
-	if e.cfg.EraBridge == "off" || e.v.Load() == eraUnknown || !e.rechecking.CompareAndSwap(false, true) {
+	if e.Cfg.EraBridge == "off" || e.V.Load() == eraUnknown || !e.rechecking.CompareAndSwap(false, true) {
 		return
 	}
-	if !e.bg.Add(1) {
+	if !e.Bg.Add(1) {
 		e.rechecking.Store(false)
 		return
 	}
 	go func() {
-		defer e.bg.Done()
+		defer e.Bg.Done()
 		defer e.rechecking.Store(false)
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -151,8 +151,8 @@ func (e *eraState) recheck() {
 			return
 		}
 		e.keep(d)
-		if old := e.v.Swap(int32(v)); int(old) != v {
-			e.log.Info().Str("era", eraNames[v]).Msg("upstream protocol era changed")
+		if old := e.V.Swap(int32(v)); int(old) != v {
+			e.Log.Info().Str("era", EraNames[v]).Msg("upstream protocol era changed")
 		}
 	}()
 }
@@ -160,27 +160,27 @@ func (e *eraState) recheck() {
 // bridged reports whether legacy agents of this upstream go through the
 // bridge: when it speaks 2026-07-28 only, or (era_bridge prefer-2026) both
 // eras.
-func (e *eraState) bridged(auth []byte) bool {
-	switch e.cfg.EraBridge {
-	case eraBridge2026:
+func (e *EraState) Bridged(auth []byte) bool {
+	switch e.Cfg.EraBridge {
+	case EraBridge2026:
 		return false
-	case eraBridgePrefer2026:
+	case EraBridgePrefer2026:
 		v := e.era(auth)
-		return v == eraModern || v == eraBoth && e.info.Load() != nil
+		return v == EraModern || v == eraBoth && e.Info.Load() != nil
 	}
-	return e.era(auth) == eraModern
+	return e.era(auth) == EraModern
 }
 
 // heldRoute reports whether 2026-07-28 agents of this upstream go through
 // the held route (held.go).
-func (e *eraState) heldRoute(auth []byte) bool {
-	return e.cfg.EraBridge != eraBridgeLegacy && e.era(auth) == eraLegacy
+func (e *EraState) HeldRoute(auth []byte) bool {
+	return e.Cfg.EraBridge != EraBridgeLegacy && e.era(auth) == EraLegacy
 }
 
 // ask probes without the agent's credential first (the upstream's 401
 // then tells that it judges credentials itself), then with it, skipping
 // a credential refused within probeHoldOff. e.mu is held.
-func (e *eraState) ask(auth []byte) (int, *discovery) {
+func (e *EraState) ask(auth []byte) (int, *Discovery) {
 	now := time.Now()
 	for k, at := range e.refused {
 		if now.Sub(at) >= probeHoldOff {
@@ -214,28 +214,28 @@ const maxRefused = 1024
 // (400 "Server not initialized", a missing session id): eraLegacy. A 401,
 // a 403 or a -32022 is no answer: eraUnknown, and that credential is not
 // sent again for probeHoldOff. e.mu is held.
-func (e *eraState) probe(auth []byte) (_ int, d *discovery, refused bool) {
+func (e *EraState) probe(auth []byte) (_ int, d *Discovery, refused bool) {
 	var hdr *fasthttp.RequestHeader
 	if len(auth) > 0 {
 		hdr = &fasthttp.RequestHeader{}
-		hdr.SetBytesKV(hdrAuthorization, auth)
+		hdr.SetBytesKV(HdrAuthorization, auth)
 	}
-	body := `{"jsonrpc":"2.0","id":` + e.link.upcallID("discover") + `,"method":"server/discover","params":{"_meta":{` +
-		`"io.modelcontextprotocol/protocolVersion":"` + statelessVersion + `",` +
+	body := `{"jsonrpc":"2.0","id":` + e.Link.UpcallID("discover") + `,"method":"server/discover","params":{"_meta":{` +
+		`"io.modelcontextprotocol/protocolVersion":"` + StatelessVersion + `",` +
 		`"io.modelcontextprotocol/clientInfo":{"name":"mcpheal","version":"1"},` +
 		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
-	rep, err := e.link.call(&upcall{hdr: hdr, body: []byte(body), version: statelessVersion, mcpMethod: "server/discover",
-		deadline: time.Now().Add(min(eraProbeTimeout, e.cfg.ResponseTimeout))})
+	rep, err := e.Link.Call(&Upcall{Hdr: hdr, Body: []byte(body), Version: StatelessVersion, McpMethod: "server/discover",
+		Deadline: time.Now().Add(min(eraProbeTimeout, e.Cfg.ResponseTimeout))})
 	if err != nil {
 		return eraUnknown, nil, false
 	}
-	if rep.session != "" {
-		e.link.deleteLater(rep.session, nil, true) // a session-era server opened one for the probe
+	if rep.Session != "" {
+		e.Link.DeleteLater(rep.Session, nil, true) // a session-era server opened one for the probe
 	}
-	if rep.status == fasthttp.StatusUnauthorized {
+	if rep.Status == fasthttp.StatusUnauthorized {
 		// The upstream wants a credential: it judges credentials itself
 		// (binding.go).
-		e.link.judgesCredentials.Store(true)
+		e.Link.JudgesCredentials.Store(true)
 	}
 	// A -32022 (this version unsupported) names the versions the server
 	// does support (2026-07-28 basic/versioning; the Go SDK's server of the
@@ -243,48 +243,48 @@ func (e *eraState) probe(auth []byte) (_ int, d *discovery, refused bool) {
 	// One that names 2026-07-28 itself (a server may refuse the first
 	// request it sees so, to test its clients' retry), or names none, says
 	// nothing of the era; nor does a 401 or a 403.
-	unsupported := gjson.GetBytes(rep.msg, "error.code").Int() == -32022
+	unsupported := gjson.GetBytes(rep.Msg, "error.code").Int() == -32022
 	if unsupported {
-		if v, ok := supportedEra(gjson.GetBytes(rep.msg, "error.data.supported")); ok {
+		if v, ok := supportedEra(gjson.GetBytes(rep.Msg, "error.data.supported")); ok {
 			return v, nil, false
 		}
 	}
-	if rep.status == fasthttp.StatusUnauthorized || rep.status == fasthttp.StatusForbidden || unsupported {
+	if rep.Status == fasthttp.StatusUnauthorized || rep.Status == fasthttp.StatusForbidden || unsupported {
 		if e.refused == nil {
 			e.refused = map[string]time.Time{}
 		}
 		e.refused[string(auth)] = time.Now()
 		return eraUnknown, nil, true
 	}
-	if rep.status >= 500 {
+	if rep.Status >= 500 {
 		return eraUnknown, nil, false
 	}
-	res := gjson.GetBytes(rep.msg, "result")
-	if rep.status != fasthttp.StatusOK || !res.IsObject() {
-		return eraLegacy, nil, false
+	res := gjson.GetBytes(rep.Msg, "result")
+	if rep.Status != fasthttp.StatusOK || !res.IsObject() {
+		return EraLegacy, nil, false
 	}
 	modern, legacy := false, false
 	for _, v := range res.Get("supportedVersions").Array() {
-		if v.Str >= statelessVersion {
+		if v.Str >= StatelessVersion {
 			modern = true
 		} else {
 			legacy = true
 		}
 	}
 	if !modern {
-		return eraLegacy, nil, false
+		return EraLegacy, nil, false
 	}
-	d = &discovery{capabilities: []byte(res.Get("capabilities").Raw)}
-	if len(d.capabilities) == 0 {
-		d.capabilities = []byte("{}")
+	d = &Discovery{Capabilities: []byte(res.Get("capabilities").Raw)}
+	if len(d.Capabilities) == 0 {
+		d.Capabilities = []byte("{}")
 	}
 	if si := res.Get(`_meta.io\.modelcontextprotocol/serverInfo`); si.IsObject() {
-		d.serverInfo = []byte(si.Raw)
+		d.ServerInfo = []byte(si.Raw)
 	} else {
-		d.serverInfo = []byte(`{"name":"mcpheal-bridge","version":"1"}`)
+		d.ServerInfo = []byte(`{"name":"mcpheal-bridge","version":"1"}`)
 	}
 	if ins := res.Get("instructions"); ins.Type == gjson.String {
-		d.instructions = []byte(ins.Raw)
+		d.Instructions = []byte(ins.Raw)
 	}
 	v := eraBoth
 	if !legacy {
@@ -308,12 +308,12 @@ func supportedEra(list gjson.Result) (v int, ok bool) {
 		if s.Type != gjson.String {
 			continue
 		}
-		if s.Str >= statelessVersion {
+		if s.Str >= StatelessVersion {
 			return eraUnknown, false
 		}
 		n++
 	}
-	return eraLegacy, n > 0
+	return EraLegacy, n > 0
 }
 
 // eraProbeClient is the clientInfo name of servesSessions' initialize, by
@@ -329,45 +329,45 @@ const eraProbeClient = "mcpheal-era-probe"
 // when the initialize got no answer in time (a server slow to initialize
 // is asked again by the next request, not taken for one of 2026-07-28
 // alone). e.mu is held.
-func (e *eraState) servesSessions(auth []byte) int {
+func (e *EraState) servesSessions(auth []byte) int {
 	var hdr *fasthttp.RequestHeader
 	if len(auth) > 0 {
 		hdr = &fasthttp.RequestHeader{}
-		hdr.SetBytesKV(hdrAuthorization, auth)
+		hdr.SetBytesKV(HdrAuthorization, auth)
 	}
-	deadline := time.Now().Add(min(eraProbeTimeout, e.cfg.ResponseTimeout))
+	deadline := time.Now().Add(min(eraProbeTimeout, e.Cfg.ResponseTimeout))
 	// Mcp-Method too: a server of 2026-07-28 wants it on every POST, and
 	// one of the session era ignores it.
-	body := `{"jsonrpc":"2.0","id":` + e.link.upcallID("era") + `,"method":"initialize","params":{"protocolVersion":"` +
-		legacyVersions[0] + `","capabilities":{},"clientInfo":{"name":"` + eraProbeClient + `","version":"1"}}}`
-	rep, err := e.link.call(&upcall{hdr: hdr, body: []byte(body), deadline: deadline, name: "initialize", mcpMethod: "initialize"})
+	body := `{"jsonrpc":"2.0","id":` + e.Link.UpcallID("era") + `,"method":"initialize","params":{"protocolVersion":"` +
+		LegacyVersions[0] + `","capabilities":{},"clientInfo":{"name":"` + eraProbeClient + `","version":"1"}}}`
+	rep, err := e.Link.Call(&Upcall{Hdr: hdr, Body: []byte(body), Deadline: deadline, Name: "initialize", McpMethod: "initialize"})
 	switch {
-	case rep.status == 0 || rep.status >= 500:
+	case rep.Status == 0 || rep.Status >= 500:
 		return eraUnknown // no answer in time, or none of the server's
-	case err != nil || rep.session == "":
-		return eraModern
+	case err != nil || rep.Session == "":
+		return EraModern
 	}
-	defer e.link.deleteLater(rep.session, auth, true)
-	version := initializedVersion(rep.status, rep.msg)
-	if version == "" || version >= statelessVersion {
-		return eraModern
+	defer e.Link.DeleteLater(rep.Session, auth, true)
+	version := InitializedVersion(rep.Status, rep.Msg)
+	if version == "" || version >= StatelessVersion {
+		return EraModern
 	}
-	ping := `{"jsonrpc":"2.0","id":` + e.link.upcallID("era") + `,"method":"ping"}`
-	rep, err = e.link.call(&upcall{hdr: hdr, body: []byte(ping), session: rep.session, version: version,
-		deadline: time.Now().Add(min(eraProbeTimeout, e.cfg.ResponseTimeout)), name: "ping", mcpMethod: "ping"})
+	ping := `{"jsonrpc":"2.0","id":` + e.Link.UpcallID("era") + `,"method":"ping"}`
+	rep, err = e.Link.Call(&Upcall{Hdr: hdr, Body: []byte(ping), Session: rep.Session, Version: version,
+		Deadline: time.Now().Add(min(eraProbeTimeout, e.Cfg.ResponseTimeout)), Name: "ping", McpMethod: "ping"})
 	switch {
-	case rep.status == 0 || rep.status >= 500:
+	case rep.Status == 0 || rep.Status >= 500:
 		return eraUnknown
-	case err == nil && rep.status == fasthttp.StatusOK && gjson.GetBytes(rep.msg, "result").Exists():
+	case err == nil && rep.Status == fasthttp.StatusOK && gjson.GetBytes(rep.Msg, "result").Exists():
 		return eraBoth
 	}
-	return eraModern
+	return EraModern
 }
 
 // legacyRefused reports an answer by which a 2026-07-28-only server refuses
 // a session-era request: 400 with -32022 (unsupported protocol version), or
 // the Go SDK's text/plain "Unsupported protocol version".
-func legacyRefused(status int, body []byte) bool {
+func LegacyRefused(status int, body []byte) bool {
 	if status != fasthttp.StatusBadRequest {
 		return false
 	}
@@ -379,7 +379,7 @@ func legacyRefused(status int, body []byte) bool {
 
 // modernRefused reports an answer by which a session-era server refuses a
 // 2026-07-28 request: it wants a session.
-func modernRefused(status int, body []byte) bool {
+func ModernRefused(status int, body []byte) bool {
 	return status == fasthttp.StatusBadRequest &&
 		(bytes.Contains(body, []byte("Server not initialized")) || bytes.Contains(body, []byte("No valid session")) ||
 			bytes.Contains(body, []byte("Mcp-Session-Id")))

@@ -46,8 +46,8 @@ func TestEraUnderAgentCredential(t *testing.T) {
 	if resp, body := modern(creatorToken); resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"echo"`) {
 		t.Fatalf("a 2026-07-28 agent with its credential: %d %s", resp.StatusCode, body)
 	}
-	if v := s.eras.v.Load(); v != eraModern {
-		t.Errorf("era %s, want %s", eraNames[v], eraNames[eraModern])
+	if v := s.eras.V.Load(); v != EraModern {
+		t.Errorf("era %s, want %s", EraNames[v], EraNames[EraModern])
 	}
 	sid := agentInitialize(t, url, creatorToken)
 	resp, body := agentPost(t, url, sid, creatorToken, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)

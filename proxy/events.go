@@ -26,49 +26,49 @@ import (
 // Everything else passes through untouched. The first events of an answer
 // are framed whole (fr, then event) so that the first can be judged; the
 // rest is relayed line by line as it arrives (stream, in relay.go).
-type eventRewriter struct {
-	fr  sse.Framer
-	gen uint64
+type EventRewriter struct {
+	Fr  sse.Framer
+	Gen uint64
 	// meter counts a held line past freeHold, and its rewritten copy, in
 	// the memory budget (relay.go); events a route reads itself too
 	// (attempt.eachEvent).
-	meter holdMeter
+	Meter holdMeter
 	// lastID is the upstream id of the last event that ended (its blank
 	// line passed), for resumption: the server replays what follows it, so
 	// an event cut half-way comes again whole. nextID is the id field of
 	// the event in progress, set: it had one.
-	lastID  string
+	LastID  string
 	nextID  string
 	setID   bool
 	inEvent bool   // a line of an event that has not ended has passed
 	cut     []byte // what ends a line or event a resumption cut (resumed), written first
-	retryMs int    // the last retry: field, 0 if none
+	RetryMs int    // the last retry: field, 0 if none
 	// own, when not 0, gives every event that has an id or carries data
 	// mcpheal's own id instead of the upstream's, "m<own>-<seq>"
 	// (answerlog.go); not an event that only sets retry: (with empty data
 	// or none), which an agent would take for a priming event if it had an
 	// id. seq counts the events of the answer; idOut says the event in
 	// progress has had its id.
-	own     uint64
+	Own     uint64
 	seq     uint64
 	idOut   bool
 	hasData bool // the event in progress carries data: a message, not a priming or retry: event
-	idBuf   []byte
+	IdBuf   []byte
 	// watch: keep the data of the stream's response in response (a
 	// tools/list answer, whose tools the proxy learns); it ends once
 	// response is set.
-	watch    bool
-	response []byte
+	Watch    bool
+	Response []byte
 
 	// answered: a JSON-RPC response has passed (an answer stream that
 	// ends without one leaves its request unanswered).
-	answered bool
+	Answered bool
 
 	// The line relay (relay.go). max caps a line held whole (0: no cap).
-	max   int
+	Max   int
 	lines sse.Lines
-	mode  lineMode
-	held  []byte // the current line, while it must be seen whole
+	Mode  lineMode
+	Held  []byte // the current line, while it must be seen whole
 	// head is the start of the data line passing through, to tell a
 	// response from a notification or a server→client request.
 	head  [headLen]byte
@@ -77,14 +77,14 @@ type eventRewriter struct {
 }
 
 // next returns the next complete event of the stream framed so far.
-func (er *eventRewriter) next() ([]byte, bool, error) { return er.fr.Next() }
+func (er *EventRewriter) Next() ([]byte, bool, error) { return er.Fr.Next() }
 
 // event appends one complete event to out, rewritten where needed.
-func (er *eventRewriter) event(out, ev []byte) []byte {
-	if !er.answered && isResponse(sse.Data(nil, ev)) {
-		er.answered = true
+func (er *EventRewriter) Event(out, ev []byte) []byte {
+	if !er.Answered && IsResponse(sse.Data(nil, ev)) {
+		er.Answered = true
 	}
-	if er.gen <= 1 && er.own == 0 && !er.watch && !bytes.Contains(ev, []byte("id:")) && !bytes.Contains(ev, []byte("retry:")) {
+	if er.Gen <= 1 && er.Own == 0 && !er.Watch && !bytes.Contains(ev, []byte("id:")) && !bytes.Contains(ev, []byte("retry:")) {
 		return append(out, ev...) // the common case: nothing to change
 	}
 	for len(ev) > 0 {
@@ -102,13 +102,13 @@ func (er *eventRewriter) event(out, ev []byte) []byte {
 // to the agent before it: mcpheal's own id, for an event about to end
 // without one. An event is one or more lines ended by a blank line, as
 // answerLog counts them (comments included, so that the two agree).
-func (er *eventRewriter) startLine(blank bool) []byte {
+func (er *EventRewriter) startLine(blank bool) []byte {
 	switch {
 	case blank:
 		var id []byte
-		if er.own != 0 && er.inEvent && !er.idOut && er.hasData {
-			id = append(er.ownID(er.idBuf[:0]), '\n')
-			er.idBuf = id
+		if er.Own != 0 && er.inEvent && !er.idOut && er.hasData {
+			id = append(er.ownID(er.IdBuf[:0]), '\n')
+			er.IdBuf = id
 		}
 		er.endEvent()
 		return id
@@ -120,19 +120,19 @@ func (er *eventRewriter) startLine(blank bool) []byte {
 }
 
 // ownID appends the id field of the event in progress, mcpheal's own.
-func (er *eventRewriter) ownID(out []byte) []byte {
+func (er *EventRewriter) ownID(out []byte) []byte {
 	er.idOut = true
 	out = sse.AppendFieldName(out, "id")
-	return appendOwnID(out, er.own, er.seq)
+	return appendOwnID(out, er.Own, er.seq)
 }
 
 // endEvent records that an event ended: its id, if it had one, is where
 // the stream resumes (HTML Living Standard §9.2.6: the last event ID is
 // set when an event is dispatched, a priming event with no data
 // included).
-func (er *eventRewriter) endEvent() {
+func (er *EventRewriter) endEvent() {
 	if er.setID {
-		er.lastID, er.setID = er.nextID, false
+		er.LastID, er.setID = er.nextID, false
 	}
 	er.inEvent = false
 }
@@ -140,17 +140,17 @@ func (er *eventRewriter) endEvent() {
 // noteEvent records the id and retry: of a whole event that a route reads
 // itself (attempt.eachEvent) rather than relays: where its stream resumes,
 // and after how long. An id equal to the last allocates nothing.
-func (er *eventRewriter) noteEvent(ev []byte) {
-	if id, ok := sse.ID(ev); ok && string(id) != er.lastID {
-		er.lastID = string(id)
+func (er *EventRewriter) NoteEvent(ev []byte) {
+	if id, ok := sse.ID(ev); ok && string(id) != er.LastID {
+		er.LastID = string(id)
 	}
 	if ms, ok := sse.Retry(ev); ok {
-		er.retryMs = ms
+		er.RetryMs = ms
 	}
 }
 
 // line appends one field line, rewritten.
-func (er *eventRewriter) line(out, line []byte) []byte {
+func (er *EventRewriter) line(out, line []byte) []byte {
 	name, v, comment := sse.Field(line)
 	if comment {
 		return append(out, line...)
@@ -158,27 +158,27 @@ func (er *eventRewriter) line(out, line []byte) []byte {
 	switch string(name) {
 	case "id":
 		er.nextID, er.setID = string(v), true
-		if er.own != 0 {
+		if er.Own != 0 {
 			return er.ownID(out) // the upstream's id is kept for resuming upstream (resume.go)
 		}
 		if len(v) == 0 {
 			return append(out, line...)
 		}
 		out = sse.AppendFieldName(out, "id")
-		out = strconv.AppendUint(out, er.gen, 10)
+		out = strconv.AppendUint(out, er.Gen, 10)
 		out = append(out, '-')
 		return append(out, v...)
 	case "retry":
 		if ms, err := strconv.Atoi(string(v)); err == nil {
-			er.retryMs = ms
+			er.RetryMs = ms
 		}
 	case "data":
 		er.hasData = er.hasData || len(bytes.TrimSpace(v)) > 0
-		if er.watch && isResponse(v) {
-			er.response, er.watch = append(er.response[:0], v...), false
+		if er.Watch && IsResponse(v) {
+			er.Response, er.Watch = append(er.Response[:0], v...), false
 		}
-		if er.gen > 1 {
-			if nv, ok := namespaceRequestID(v, er.gen); ok {
+		if er.Gen > 1 {
+			if nv, ok := namespaceRequestID(v, er.Gen); ok {
 				out = sse.AppendFieldName(out, "data")
 				return append(out, nv...)
 			}
@@ -189,7 +189,7 @@ func (er *eventRewriter) line(out, line []byte) []byte {
 
 // namespaceRequestID rewrites the id of a server→client JSON-RPC request.
 func namespaceRequestID(msg []byte, gen uint64) ([]byte, bool) {
-	s := b2s(msg)
+	s := B2s(msg)
 	if !gjson.Get(s, "method").Exists() {
 		return nil, false
 	}
@@ -217,12 +217,12 @@ func namespaceRequestID(msg []byte, gen uint64) ([]byte, bool) {
 // goes: it returns the body to send upstream with the id restored (nil when
 // the body goes as it is), or ok false when the request belonged to a dead
 // generation (drop it: the upstream session that asked is gone).
-func answerRoute(body []byte, id string, gen uint64) ([]byte, bool) {
+func AnswerRoute(body []byte, id string, gen uint64) ([]byte, bool) {
 	const prefix = `"mcpheal-g`
 	if !strings.HasPrefix(id, prefix) {
 		return nil, gen <= 1 // an id from generation 1 is sent as it was
 	}
-	v := gjson.Get(b2s(body), "id")
+	v := gjson.Get(B2s(body), "id")
 	rest := strings.TrimPrefix(v.Str, "mcpheal-g")
 	g, tag, found := strings.Cut(rest, "-")
 	if !found || len(tag) == 0 || g != strconv.FormatUint(gen, 10) {
@@ -245,7 +245,7 @@ func answerRoute(body []byte, id string, gen uint64) ([]byte, bool) {
 
 // answerGen returns the generation named by the id of an agent's answer to
 // a server→client request, 0 for an id mcpheal did not rewrite.
-func answerGen(id string) uint64 {
+func AnswerGen(id string) uint64 {
 	rest, ok := strings.CutPrefix(id, `"mcpheal-g`)
 	if !ok {
 		return 0
@@ -257,7 +257,7 @@ func answerGen(id string) uint64 {
 
 // upstreamEventID returns the upstream part of an agent's Last-Event-ID when
 // it belongs to generation gen, else "".
-func upstreamEventID(agentID []byte, gen uint64) string {
+func UpstreamEventID(agentID []byte, gen uint64) string {
 	g, rest, ok := strings.Cut(string(agentID), "-")
 	if !ok || g != strconv.FormatUint(gen, 10) {
 		return ""
@@ -275,7 +275,7 @@ func appendOwnID(out []byte, own, seq uint64) []byte {
 
 // parseOwnID splits a Last-Event-ID of mcpheal's own into the answer's key
 // ("m<own>") and the event's number; ok is false for any other id.
-func parseOwnID(id []byte) (key string, seq int, ok bool) {
+func ParseOwnID(id []byte) (key string, seq int, ok bool) {
 	s := string(id)
 	if !strings.HasPrefix(s, "m") {
 		return "", 0, false

@@ -12,10 +12,10 @@ func rewriteAll(t *testing.T, gen uint64, in string) string {
 	t.Helper()
 	var first string
 	for size := 1; size <= 7; size++ {
-		er := eventRewriter{gen: gen}
+		er := EventRewriter{Gen: gen}
 		var out []byte
 		for i := 0; i < len(in); i += size {
-			res, aliased, err := er.stream(nil, []byte(in[i:min(i+size, len(in))]))
+			res, aliased, err := er.Stream(nil, []byte(in[i:min(i+size, len(in))]))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,10 +63,10 @@ func TestEventRewriter(t *testing.T) {
 
 func TestEventRewriterState(t *testing.T) {
 	t.Parallel()
-	er := eventRewriter{gen: 4}
-	_, _, _ = er.stream(nil, []byte("retry: 1500\nid: e7\ndata: {}\n\n"))
-	if er.lastID != "e7" || er.retryMs != 1500 {
-		t.Fatalf("lastID %q retry %d, want e7 1500", er.lastID, er.retryMs)
+	er := EventRewriter{Gen: 4}
+	_, _, _ = er.Stream(nil, []byte("retry: 1500\nid: e7\ndata: {}\n\n"))
+	if er.LastID != "e7" || er.RetryMs != 1500 {
+		t.Fatalf("lastID %q retry %d, want e7 1500", er.LastID, er.RetryMs)
 	}
 }
 
@@ -85,8 +85,8 @@ func TestAnswerRoute(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":"mcpheal-g2-n5","result":{}}`, 3, "", false},
 	}
 	for _, tt := range tests {
-		m := parseMessage([]byte(tt.body))
-		got, ok := answerRoute([]byte(tt.body), m.id, tt.gen)
+		m := ParseMessage([]byte(tt.body))
+		got, ok := AnswerRoute([]byte(tt.body), m.Id, tt.gen)
 		if ok != tt.ok || ok && string(got) != tt.want {
 			t.Errorf("answerRoute(%s, gen %d) = %s, %v; want %s, %v", tt.body, tt.gen, got, ok, tt.want, tt.ok)
 		}
@@ -94,8 +94,8 @@ func TestAnswerRoute(t *testing.T) {
 	// Round trip: what the rewriter sends is what answerRoute restores.
 	nv, _ := namespaceRequestID([]byte(`{"id":"x\u00e9","method":"m"}`), 7)
 	resp := bytes.Replace(nv, []byte(`"method":"m"`), []byte(`"result":{}`), 1)
-	m := parseMessage(resp)
-	back, ok := answerRoute(resp, m.id, 7)
+	m := ParseMessage(resp)
+	back, ok := AnswerRoute(resp, m.Id, 7)
 	if !ok || string(back) != `{"id":"xé","result":{}}` {
 		t.Fatalf("round trip = %s, %v", back, ok)
 	}
@@ -103,10 +103,10 @@ func TestAnswerRoute(t *testing.T) {
 
 func TestUpstreamEventID(t *testing.T) {
 	t.Parallel()
-	if got := upstreamEventID([]byte("3-abc-1"), 3); got != "abc-1" {
+	if got := UpstreamEventID([]byte("3-abc-1"), 3); got != "abc-1" {
 		t.Fatalf("same generation: %q", got)
 	}
-	if got := upstreamEventID([]byte("2-abc"), 3); got != "" {
+	if got := UpstreamEventID([]byte("2-abc"), 3); got != "" {
 		t.Fatalf("old generation: %q, want dropped", got)
 	}
 }
@@ -123,16 +123,16 @@ func FuzzRelay(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string, cut, gen uint8) {
 		g, own := uint64(gen%3)+1, uint64(gen/3%2)*7
 		relay := func(pieces ...string) string {
-			er := eventRewriter{gen: g, own: own}
+			er := EventRewriter{Gen: g, Own: own}
 			var out []byte
 			for _, p := range pieces {
-				res, _, err := er.stream(nil, []byte(p))
+				res, _, err := er.Stream(nil, []byte(p))
 				if err != nil {
 					t.Fatal(err)
 				}
 				out = append(out, res...)
 			}
-			out, _ = er.endStream(out, true)
+			out, _ = er.EndStream(out, true)
 			return string(out)
 		}
 		whole := relay(s)
@@ -165,24 +165,24 @@ func TestRelayPassesLargeResponsesAfterHeal(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("r", 1<<20)
 	in := "data: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"text\":\"" + big + "\"}}\n\n"
-	er := eventRewriter{gen: 2, max: 64 << 10}
+	er := EventRewriter{Gen: 2, Max: 64 << 10}
 	var out []byte
 	for i := 0; i < len(in); i += 16 << 10 {
-		res, _, err := er.stream(nil, []byte(in[i:min(i+16<<10, len(in))]))
+		res, _, err := er.Stream(nil, []byte(in[i:min(i+16<<10, len(in))]))
 		if err != nil {
 			t.Fatalf("at %d: %v", i, err)
 		}
 		out = append(out, res...)
-		if len(er.held) > headLen+16<<10 {
-			t.Fatalf("held %d bytes of a response", len(er.held))
+		if len(er.Held) > headLen+16<<10 {
+			t.Fatalf("held %d bytes of a response", len(er.Held))
 		}
 	}
 	if string(out) != in {
 		t.Fatal("the response was changed")
 	}
 	// A request from generation 2 is still renumbered.
-	er = eventRewriter{gen: 2, max: 64 << 10}
-	res, _, _ := er.stream(nil, []byte("data: {\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"sampling/createMessage\",\"params\":{}}\n\n"))
+	er = EventRewriter{Gen: 2, Max: 64 << 10}
+	res, _, _ := er.Stream(nil, []byte("data: {\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"sampling/createMessage\",\"params\":{}}\n\n"))
 	if !strings.Contains(string(res), `"mcpheal-g2-n4"`) {
 		t.Fatalf("request not renumbered: %q", res)
 	}

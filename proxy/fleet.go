@@ -35,24 +35,24 @@ import (
 // other processes until their upstream session dies.
 //
 // A nil *fleet is a process alone: every method does nothing.
-type fleet struct {
-	cfg     *Config
-	log     *zerolog.Logger
-	shared  session.Shared
-	watcher session.Watcher // shared's events, or nil
+type Fleet struct {
+	Cfg     *Config
+	Log     *zerolog.Logger
+	Shared  session.Shared
+	Watcher session.Watcher // shared's events, or nil
 	keys    sync.Map        // Watcher.Key → session.ClientID of the sessions held (with a watcher)
 	// instance names this process among the fleet's (Event.Owner).
-	instance string
-	stats    fleetStats
-	sleep    func(time.Duration) bool // the link's: ends early when the server closes
+	Instance string
+	Stats    fleetStats
+	Sleep    func(time.Duration) bool // the link's: ends early when the server closes
 }
 
 // fleetStats counts the store's use.
 type fleetStats struct {
 	latency *prometheus.HistogramVec // seconds per store call, by op
 	errors  [numStoreOps]prometheus.Counter
-	adopted prometheus.Counter // heals adopted from another process
-	lost    prometheus.Counter // heals whose own upstream session lost the race
+	Adopted prometheus.Counter // heals adopted from another process
+	Lost    prometheus.Counter // heals whose own upstream session lost the race
 }
 
 const (
@@ -69,7 +69,7 @@ const (
 
 var storeOpNames = [numStoreOps]string{"load", "advance", "lead", "journal", "end", "stream", "bind", "recipe"}
 
-func (st *fleetStats) init(upstream string) {
+func (st *fleetStats) Init(upstream string) {
 	labels := prometheus.Labels{"upstream": upstream}
 	st.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:        "mcpheal_store_seconds",
@@ -84,54 +84,54 @@ func (st *fleetStats) init(upstream string) {
 			ConstLabels: prometheus.Labels{"upstream": upstream, "op": storeOpNames[op]},
 		})
 	}
-	st.adopted = prometheus.NewCounter(prometheus.CounterOpts{
+	st.Adopted = prometheus.NewCounter(prometheus.CounterOpts{
 		Name:        "mcpheal_heals_adopted_total",
 		Help:        "Heals served by an upstream session another mcpheal process created.",
 		ConstLabels: labels,
 	})
-	st.lost = prometheus.NewCounter(prometheus.CounterOpts{
+	st.Lost = prometheus.NewCounter(prometheus.CounterOpts{
 		Name:        "mcpheal_heals_lost_race_total",
 		Help:        "Upstream sessions created by a heal that another process won first, and DELETEd.",
 		ConstLabels: labels,
 	})
 }
 
-func (f *fleet) collect(ch chan<- prometheus.Metric) {
+func (f *Fleet) Collect(ch chan<- prometheus.Metric) {
 	if f == nil {
 		return
 	}
-	st := &f.stats
+	st := &f.Stats
 	st.latency.Collect(ch)
 	for op := range st.errors {
 		st.errors[op].Collect(ch)
 	}
-	st.adopted.Collect(ch)
-	st.lost.Collect(ch)
+	st.Adopted.Collect(ch)
+	st.Lost.Collect(ch)
 }
 
 // call runs one call to the shared store, bounded by Config.StoreTimeout,
 // timing and counting it.
-func (f *fleet) call(ctx context.Context, op int, fn func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.StoreTimeout)
+func (f *Fleet) call(ctx context.Context, op int, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, f.Cfg.StoreTimeout)
 	defer cancel()
 	start := time.Now()
 	err := fn(ctx)
-	f.stats.latency.WithLabelValues(storeOpNames[op]).Observe(time.Since(start).Seconds())
+	f.Stats.latency.WithLabelValues(storeOpNames[op]).Observe(time.Since(start).Seconds())
 	if err != nil {
-		f.stats.errors[op].Inc()
-		f.log.Warn().Str("op", storeOpNames[op]).Err(err).Msg("session store call failed; carrying on alone")
+		f.Stats.errors[op].Inc()
+		f.Log.Warn().Str("op", storeOpNames[op]).Err(err).Msg("session store call failed; carrying on alone")
 	}
 	return err
 }
 
 // load returns the fleet's state of id; ok false when there is no store or
 // it failed.
-func (f *fleet) load(ctx context.Context, id session.ClientID) (st session.State, ok bool) {
+func (f *Fleet) Load(ctx context.Context, id session.ClientID) (st session.State, ok bool) {
 	if f == nil {
 		return st, false
 	}
 	err := f.call(ctx, opLoad, func(ctx context.Context) (err error) {
-		st, err = f.shared.Load(ctx, id)
+		st, err = f.Shared.Load(ctx, id)
 		return err
 	})
 	return st, err == nil
@@ -139,58 +139,58 @@ func (f *fleet) load(ctx context.Context, id session.ClientID) (st session.State
 
 // created records a new session's first upstream session, and its
 // initialize when its sealed id carries only a digest of it.
-func (f *fleet) created(sess *session.Session) {
+func (f *Fleet) created(sess *session.Session) {
 	if f == nil {
 		return
 	}
 	up, gen := sess.Current()
 	_ = f.call(context.Background(), opAdvance, func(ctx context.Context) error {
-		_, _, err := f.shared.Advance(ctx, sess.ID, gen-1, up)
+		_, _, err := f.Shared.Advance(ctx, sess.ID, gen-1, up)
 		return err
 	})
 	if !sess.Recipe.InitSealed {
-		f.keep(sess.ID, []byte(sess.Recipe.InitBody))
+		f.Keep(sess.ID, []byte(sess.Recipe.InitBody))
 	}
 }
 
 // keep records the initialize of a session whose id carries only its
 // digest; for a held session (held.go), the upstream's answer to it.
-func (f *fleet) keep(id session.ClientID, init []byte) {
+func (f *Fleet) Keep(id session.ClientID, init []byte) {
 	if f == nil {
 		return
 	}
 	_ = f.call(context.Background(), opRecipe, func(ctx context.Context) error {
-		return f.shared.SaveRecipe(ctx, id, init)
+		return f.Shared.SaveRecipe(ctx, id, init)
 	})
 }
 
 // ended records that the agent ended the session.
-func (f *fleet) ended(id session.ClientID) {
+func (f *Fleet) ended(id session.ClientID) {
 	if f == nil {
 		return
 	}
 	_ = f.call(context.Background(), opEnd, func(ctx context.Context) error {
-		return f.shared.End(ctx, id)
+		return f.Shared.End(ctx, id)
 	})
 }
 
 // note records one change of the session's journal.
-func (f *fleet) note(sess *session.Session, c session.JournalChange) {
+func (f *Fleet) note(sess *session.Session, c session.JournalChange) {
 	if f == nil {
 		return
 	}
 	_ = f.call(context.Background(), opJournal, func(ctx context.Context) error {
-		return f.shared.Note(ctx, sess.ID, c)
+		return f.Shared.Note(ctx, sess.ID, c)
 	})
 }
 
 // bind records the credential binding the session moved to.
-func (f *fleet) bind(sess *session.Session, binding string) {
+func (f *Fleet) bind(sess *session.Session, binding string) {
 	if f == nil {
 		return
 	}
 	_ = f.call(context.Background(), opBind, func(ctx context.Context) error {
-		return f.shared.Bind(ctx, sess.ID, binding)
+		return f.Shared.Bind(ctx, sess.ID, binding)
 	})
 }
 
@@ -203,13 +203,13 @@ var errAdopt = errors.New("nothing to adopt")
 // lease holder gave up, or the store does not answer). An ended session
 // gives session.ErrClosed. The fleet's journal replaces the local one;
 // grew is how much it grew.
-func (f *fleet) adopt(ctx context.Context, sess *session.Session, seen uint64) (up session.UpstreamID, gen uint64, grew int, err error) {
+func (f *Fleet) adopt(ctx context.Context, sess *session.Session, seen uint64) (up session.UpstreamID, gen uint64, grew int, err error) {
 	if f == nil {
 		return "", 0, 0, errAdopt
 	}
 	var leaseUntil time.Time
 	for {
-		st, ok := f.load(ctx, sess.ID)
+		st, ok := f.Load(ctx, sess.ID)
 		switch {
 		case !ok:
 			return "", 0, grew, errAdopt
@@ -220,7 +220,7 @@ func (f *fleet) adopt(ctx context.Context, sess *session.Session, seen uint64) (
 			grew += sess.SetJournal(st.Journal)
 		}
 		if st.Gen > seen && st.Upstream != "" {
-			f.stats.adopted.Inc()
+			f.Stats.Adopted.Inc()
 			return st.Upstream, st.Gen, grew, nil
 		}
 		if time.Now().After(leaseUntil) {
@@ -228,15 +228,15 @@ func (f *fleet) adopt(ctx context.Context, sess *session.Session, seen uint64) (
 			// gave up in time (it died mid-heal): claim it.
 			var lead bool
 			err := f.call(ctx, opLead, func(ctx context.Context) (err error) {
-				lead, err = f.shared.Lead(ctx, sess.ID, seen, leaseTTL)
+				lead, err = f.Shared.Lead(ctx, sess.ID, seen, LeaseTTL)
 				return err
 			})
 			if err != nil || lead {
 				return "", 0, grew, errAdopt
 			}
-			leaseUntil = time.Now().Add(leaseTTL)
+			leaseUntil = time.Now().Add(LeaseTTL)
 		}
-		if !f.sleep(25*time.Millisecond) || ctx.Err() != nil {
+		if !f.Sleep(25*time.Millisecond) || ctx.Err() != nil {
 			return "", 0, grew, errAdopt // time is up: try alone
 		}
 	}
@@ -247,14 +247,14 @@ func (f *fleet) adopt(ctx context.Context, sess *session.Session, seen uint64) (
 // the lease must not stall the session's heals fleet-wide for longer. A
 // heal slower than this may meet a second one; the compare-and-set then
 // keeps one upstream session.
-const leaseTTL = 3 * time.Second
+const LeaseTTL = 3 * time.Second
 
 // publish records up, created by this process for the generation after
 // seen. When another process recorded one first, the winner's is returned
 // (gen != 0) and lost is true: the caller DELETEs its own; a session ended
 // meanwhile gives session.ErrClosed. When the store fails, up stands
 // (gen 0).
-func (f *fleet) publish(ctx context.Context, sess *session.Session, seen uint64, up session.UpstreamID) (_ session.UpstreamID, gen uint64, lost bool, err error) {
+func (f *Fleet) publish(ctx context.Context, sess *session.Session, seen uint64, up session.UpstreamID) (_ session.UpstreamID, gen uint64, lost bool, err error) {
 	if f == nil {
 		return up, 0, false, nil
 	}
@@ -263,7 +263,7 @@ func (f *fleet) publish(ctx context.Context, sess *session.Session, seen uint64,
 		won bool
 	)
 	err = f.call(ctx, opAdvance, func(ctx context.Context) (err error) {
-		st, won, err = f.shared.Advance(ctx, sess.ID, seen, up)
+		st, won, err = f.Shared.Advance(ctx, sess.ID, seen, up)
 		return err
 	})
 	switch {
@@ -272,14 +272,14 @@ func (f *fleet) publish(ctx context.Context, sess *session.Session, seen uint64,
 	case st.Ended:
 		return "", 0, true, session.ErrClosed
 	}
-	f.stats.lost.Inc()
+	f.Stats.Lost.Inc()
 	return st.Upstream, st.Gen, true, nil
 }
 
 // follow brings the session up to the fleet's generation (another process
 // healed it) and returns the session's generation afterwards.
-func (f *fleet) follow(sess *session.Session) uint64 {
-	if st, ok := f.load(context.Background(), sess.ID); ok && st.Gen > 0 && st.Upstream != "" {
+func (f *Fleet) Follow(sess *session.Session) uint64 {
+	if st, ok := f.Load(context.Background(), sess.ID); ok && st.Gen > 0 && st.Upstream != "" {
 		sess.Follow(st.Upstream, st.Gen)
 	}
 	_, gen := sess.Current()
@@ -288,43 +288,43 @@ func (f *fleet) follow(sess *session.Session) uint64 {
 
 // index makes a session just added to the store findable by the events
 // that name it.
-func (f *fleet) index(sess *session.Session) {
-	if f != nil && f.watcher != nil {
-		f.keys.Store(f.watcher.Key(sess.ID), sess.ID)
+func (f *Fleet) index(sess *session.Session) {
+	if f != nil && f.Watcher != nil {
+		f.keys.Store(f.Watcher.Key(sess.ID), sess.ID)
 	}
 }
 
 // forget undoes index once the session left the store.
-func (f *fleet) forget(sess *session.Session) {
-	if f != nil && f.watcher != nil {
-		f.keys.Delete(f.watcher.Key(sess.ID))
+func (f *Fleet) forget(sess *session.Session) {
+	if f != nil && f.Watcher != nil {
+		f.keys.Delete(f.Watcher.Key(sess.ID))
 	}
 }
 
 // claimStream tells the fleet that this process opens the session's GET
 // stream: one that holds another lets go, since the upstream allows one.
-func (f *fleet) claimStream(sess *session.Session) {
-	if f == nil || f.watcher == nil {
+func (f *Fleet) ClaimStream(sess *session.Session) {
+	if f == nil || f.Watcher == nil {
 		return
 	}
 	_ = f.call(context.Background(), opStream, func(ctx context.Context) error {
-		return f.watcher.Tell(ctx, session.Event{Key: f.watcher.Key(sess.ID), Stream: true, Owner: f.instance})
+		return f.Watcher.Tell(ctx, session.Event{Key: f.Watcher.Key(sess.ID), Stream: true, Owner: f.Instance})
 	})
 }
 
 // watch applies the fleet's events with apply until done closes.
-func (f *fleet) watch(done <-chan struct{}, apply func(session.ClientID, session.Event)) {
+func (f *Fleet) Watch(done <-chan struct{}, apply func(session.ClientID, session.Event)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-done
 		cancel()
 	}()
-	f.watcher.Watch(ctx, func(e session.Event) {
+	f.Watcher.Watch(ctx, func(e session.Event) {
 		v, ok := f.keys.Load(e.Key)
 		if !ok {
 			return
 		}
-		if e.Stream && e.Owner == f.instance {
+		if e.Stream && e.Owner == f.Instance {
 			return // our own claim
 		}
 		apply(v.(session.ClientID), e)

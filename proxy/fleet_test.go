@@ -60,7 +60,7 @@ func TestFleetDeleteRacesItsOwnEvent(t *testing.T) {
 // peerWaitOrNot polls cond like peerWait, and returns when it holds or the
 // time is up, leaving the verdict to the caller.
 func peerWaitOrNot(cond func() bool) {
-	deadline := time.Now().Add(peerTimeout)
+	deadline := time.Now().Add(PeerTimeout)
 	for !cond() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -71,13 +71,13 @@ func FuzzProxy(f *testing.F) {
 	status, body, _ := handle(s, "POST", host, jsonCT, both, "", "",
 		[]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"victim","version":"1"}}}`))
 	victim := ""
-	for _, sess := range s.sessions.store.Sessions() {
+	for _, sess := range s.sessions.Store.Sessions() {
 		victim = string(sess.ID)
 	}
 	if status != 200 || victim == "" {
 		f.Fatalf("victim initialize: %d %q", status, body)
 	}
-	victimUp, _ := s.sessions.store.Sessions()[0].Current()
+	victimUp, _ := s.sessions.Store.Sessions()[0].Current()
 
 	seeds := []struct {
 		method, host, ct, accept, origin string
@@ -107,7 +107,7 @@ func FuzzProxy(f *testing.F) {
 	}
 	ping := []byte(`{"jsonrpc":"2.0","id":"v","method":"ping"}`)
 	f.Fuzz(func(t *testing.T, method, hostHdr, ct, accept, origin string, sidMode uint8, body []byte) {
-		panics := s.count.panics.Load()
+		panics := s.count.Panics.Load()
 		var sid string
 		switch sidMode % 4 {
 		case 1:
@@ -118,7 +118,7 @@ func FuzzProxy(f *testing.F) {
 			sid = string(body[:min(len(body), 40)])
 		}
 		status, out, ctype := handle(s, method, hostHdr, ct, accept, origin, sid, body)
-		if s.count.panics.Load() != panics {
+		if s.count.Panics.Load() != panics {
 			t.Fatalf("the handler panicked on %q %q %q", method, sid, body)
 		}
 		if status < 100 || status > 599 {
@@ -142,10 +142,10 @@ func (s *Server) freshSession(t *testing.T) string {
 	t.Helper()
 	// Admission never evicts a session at its cap, so the harness ends old
 	// ones itself (an agent would DELETE them), keeping the victim.
-	if s.sessions.store.Len() > 1000 {
-		for _, sess := range s.sessions.store.Sessions()[:500] {
+	if s.sessions.Store.Len() > 1000 {
+		for _, sess := range s.sessions.Store.Sessions()[:500] {
 			if sess.Recipe.InitBody != "" && !strings.Contains(sess.Recipe.InitBody, `"victim"`) {
-				s.sessions.end(sess, false)
+				s.sessions.End(sess, false)
 			}
 		}
 	}
@@ -155,7 +155,7 @@ func (s *Server) freshSession(t *testing.T) string {
 		t.Fatalf("initialize: %d %q", status, body)
 	}
 	var newest string
-	for _, sess := range s.sessions.store.Sessions() { // most recently used last
+	for _, sess := range s.sessions.Store.Sessions() { // most recently used last
 		newest = string(sess.ID)
 	}
 	return newest

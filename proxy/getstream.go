@@ -27,15 +27,15 @@ import (
 //
 // The pump owns the upstream side, the writer the agent side; the writer
 // stops the pump when the agent goes away.
-type getStream struct {
-	s    *env
-	set  *streamSet // the streams of the upstream, this one among them
+type GetStream struct {
+	S    *Env
+	Set  *StreamSet // the streams of the upstream, this one among them
 	conn net.Conn   // the agent's connection: each write is bounded by WriteTimeout
-	sess *session.Session
-	hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
-	out  chan []byte             // rewritten events, pump → writer
-	quit chan struct{}           // closed by stop
-	done chan struct{}           // closed when the pump has ended
+	Sess *session.Session
+	Hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
+	Out  chan []byte             // rewritten events, pump → writer
+	Quit chan struct{}           // closed by stop
+	Done chan struct{}           // closed when the pump has ended
 	once sync.Once
 	// resume: the agent's GET carried a Last-Event-ID of the live
 	// generation, so it resumes one upstream stream (most often a call's):
@@ -51,28 +51,28 @@ type getStream struct {
 // streamRoute is the route of an agent's GET: its standalone stream
 // (serve), or the resumption of an answer mcpheal keeps (serveLog). It
 // holds the streams open, which a heal moves to the new upstream session.
-type streamRoute struct {
-	env *env
-	set streamSet
+type StreamRoute struct {
+	Env *Env
+	Set StreamSet
 }
 
 // serve opens the upstream GET for the agent's stream. If that first
 // open fails the agent gets the upstream's answer (405: the server has no GET
 // stream; 409: one is already open) or the proxy's own; once open, the stream
 // outlives upstream sessions.
-func (sr *streamRoute) serve(ctx *fasthttp.RequestCtx, r *request) (reroute bool) {
-	s, sess := sr.env, r.sess
-	g := &getStream{s: s, set: &sr.set, sess: sess, hdr: new(fasthttp.RequestHeader),
-		out: make(chan []byte, 16), quit: make(chan struct{}), done: make(chan struct{})}
-	r.hdr.CopyTo(g.hdr)
-	stripRequestHeader(g.hdr, s.link.requestDrops())
-	s.link.setOperatorHeaders(g.hdr)
+func (sr *StreamRoute) Serve(ctx *fasthttp.RequestCtx, r *Request) (reroute bool) {
+	s, sess := sr.Env, r.Sess
+	g := &GetStream{S: s, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader),
+		Out: make(chan []byte, 16), Quit: make(chan struct{}), Done: make(chan struct{})}
+	r.Hdr.CopyTo(g.Hdr)
+	StripRequestHeader(g.Hdr, s.Link.RequestDrops())
+	s.Link.SetOperatorHeaders(g.Hdr)
 	_, gen := sess.Current()
-	agentLast := r.hdr.PeekBytes(hdrLastEventID)
-	last := upstreamEventID(agentLast, gen)
+	agentLast := r.Hdr.PeekBytes(HdrLastEventID)
+	last := UpstreamEventID(agentLast, gen)
 	if len(agentLast) > 0 && last == "" {
-		s.count.request(&message{get: true}, classify.OK)
-		endResumption(ctx)
+		s.Count.Request(&Message{Get: true}, classify.OK)
+		EndResumption(ctx)
 		return false
 	}
 	g.resume = last != ""
@@ -81,47 +81,47 @@ func (sr *streamRoute) serve(ctx *fasthttp.RequestCtx, r *request) (reroute bool
 	// servers allow one GET per session (409 otherwise): the newest wins. A
 	// GET resuming another upstream stream evicts only if the upstream
 	// refuses it.
-	evicted := !g.resume && sr.set.evict(sess.ID, s.cfg.MaxStreams-1)
+	evicted := !g.resume && sr.Set.Evict(sess.ID, s.Cfg.MaxStreams-1)
 	if !g.resume {
-		s.sessions.fleet.claimStream(sess) // and in the other processes of the fleet
+		s.Sessions.Fleet.ClaimStream(sess) // and in the other processes of the fleet
 	}
 
-	a := newAttempt(s, ctx, r)
-	defer a.release()
-	a.heals = true
-	g.hdr.CopyTo(&a.req.Header)
-	setLastEventID(a.req, last)
-	ok, reroute := a.run()
+	a := NewAttempt(s, ctx, r)
+	defer a.Release()
+	a.Heals = true
+	g.Hdr.CopyTo(&a.Req.Header)
+	setLastEventID(a.Req, last)
+	ok, reroute := a.Run()
 	// The stream replaced here closes at once; one another process of the
 	// fleet holds closes when that process hears the claim, which may take
 	// longer under load: up to 2 s.
 	until := time.Now().Add(2 * time.Second)
 	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && time.Now().Before(until); try++ {
-		if !evicted && !sr.set.evict(sess.ID, 0) && s.sessions.fleet == nil {
+		if !evicted && !sr.Set.Evict(sess.ID, 0) && s.Sessions.Fleet == nil {
 			break // the conflicting GET is not the proxy's
 		}
 		evicted = true
 		// The upstream has not yet seen the replaced stream's connection close.
-		if !s.link.sleep(min(time.Duration(try)*20*time.Millisecond, 200*time.Millisecond)) {
+		if !s.Link.Sleep(min(time.Duration(try)*20*time.Millisecond, 200*time.Millisecond)) {
 			break
 		}
-		a.s.mem.give(a.charged) // the refusal buffered for the agent is replaced
-		a.charged = 0
-		a.next()
-		ok, reroute = a.run()
+		a.S.Mem.Give(a.Charged) // the refusal buffered for the agent is replaced
+		a.Charged = 0
+		a.Next()
+		ok, reroute = a.Run()
 	}
 	if !ok {
 		return reroute // run answered the agent itself (an error, or the upstream's refusal), or the era changed
 	}
-	a.unwatch()
-	g.resp, g.gen = a.resp, a.gen
-	a.resp = nil // the stream's now
+	a.Unwatch()
+	g.resp, g.gen = a.Resp, a.Gen
+	a.Resp = nil // the stream's now
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	sr.set.add(sess.ID, g)
-	if s.bg.Add(1) {
-		go g.pump()
+	sr.Set.Add(sess.ID, g)
+	if s.Bg.Add(1) {
+		go g.Pump()
 	} else { // closing: the stream ends at once
-		close(g.done)
+		close(g.Done)
 		upstream.ReleaseResponse(g.resp)
 	}
 	g.conn = ctx.Conn()
@@ -131,22 +131,22 @@ func (sr *streamRoute) serve(ctx *fasthttp.RequestCtx, r *request) (reroute bool
 
 // write relays events and keepalive comments to the agent until it goes
 // away or the stream is stopped.
-func (g *getStream) write(w *bufio.Writer) {
-	defer g.set.remove(g.sess.ID, g)
-	defer g.stop()
-	out := agentStream{s: g.s, w: w, conn: g.conn}
-	out.pump(g.out, g.done, g.quit, true)
+func (g *GetStream) write(w *bufio.Writer) {
+	defer g.Set.Remove(g.Sess.ID, g)
+	defer g.Stop()
+	out := AgentStream{S: g.S, W: w, Conn: g.conn}
+	out.Pump(g.Out, g.Done, g.Quit, true)
 }
 
 // pump reads the upstream GET stream, and when it ends opens the next one:
 // in the same session with Last-Event-ID, or after healing the session.
-func (g *getStream) pump() {
-	defer g.s.bg.Done()
-	defer close(g.done) // g.out stays open: an inject racing the end must not panic
+func (g *GetStream) Pump() {
+	defer g.S.Bg.Done()
+	defer close(g.Done) // g.out stays open: an inject racing the end must not panic
 	defer func() {
 		if p := recover(); p != nil {
-			g.s.count.panics.Add(1)
-			g.s.log.Error().Interface("panic", p).Msg("stream pump panicked")
+			g.S.Count.Panics.Add(1)
+			g.S.Log.Error().Interface("panic", p).Msg("stream pump panicked")
 		}
 	}()
 	buf := make([]byte, 16<<10)
@@ -157,19 +157,19 @@ func (g *getStream) pump() {
 		// Whole events only: the writer's keepalive comments and injected
 		// events then always fall between two events, and an event cut
 		// with its stream is dropped, never spliced onto the next stream.
-		er := eventRewriter{gen: gen, fr: sse.Framer{Max: g.s.cfg.MaxSSELine}}
+		er := EventRewriter{Gen: gen, Fr: sse.Framer{Max: g.S.Cfg.MaxSSELine}}
 		for {
 			n, err := resp.Read(buf)
-			er.fr.Feed(buf[:n])
+			er.Fr.Feed(buf[:n])
 			var out []byte
 			var ferr error
 			for {
-				ev, ok, e := er.next()
+				ev, ok, e := er.Next()
 				if e != nil || !ok {
 					ferr = e
 					break
 				}
-				out = er.event(out, ev)
+				out = er.Event(out, ev)
 			}
 			if len(out) > 0 && !g.send(out) {
 				break
@@ -177,7 +177,7 @@ func (g *getStream) pump() {
 			if ferr != nil {
 				// An event past max_sse_line: reopening would bring it
 				// back. The agent's stream ends; its SDK decides.
-				g.s.log.Warn().Str(logSession, g.sess.ID.Short()).Int("limit", g.s.cfg.MaxSSELine).
+				g.S.Log.Warn().Str(LogSession, g.Sess.ID.Short()).Int("limit", g.S.Cfg.MaxSSELine).
 					Msg("GET stream event too large; stream ended")
 				g.mu.Lock()
 				g.resp = nil
@@ -193,18 +193,18 @@ func (g *getStream) pump() {
 		g.resp = nil
 		g.mu.Unlock()
 		upstream.ReleaseResponse(resp)
-		if g.resume || !g.reopen(er.lastID, er.retryMs) {
+		if g.resume || !g.Reopen(er.LastID, er.RetryMs) {
 			return
 		}
 	}
 }
 
 // send queues an event for the agent; false once the stream is stopped.
-func (g *getStream) send(ev []byte) bool {
+func (g *GetStream) send(ev []byte) bool {
 	select {
-	case g.out <- ev:
+	case g.Out <- ev:
 		return true
-	case <-g.quit:
+	case <-g.Quit:
 		return false
 	}
 }
@@ -213,7 +213,7 @@ func (g *getStream) send(ev []byte) bool {
 // (or a backoff while the upstream is down), heals a session found gone, and
 // gives up only when the stream is stopped, the session ended, or the
 // upstream says it has no GET stream.
-func (g *getStream) reopen(lastID string, retryMs int) bool {
+func (g *GetStream) Reopen(lastID string, retryMs int) bool {
 	delay := time.Duration(retryMs) * time.Millisecond
 	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	g.mu.Lock()
@@ -221,18 +221,18 @@ func (g *getStream) reopen(lastID string, retryMs int) bool {
 	g.mu.Unlock()
 	for {
 		select {
-		case <-g.quit:
+		case <-g.Quit:
 			return false
 		default:
 		}
-		if delay > 0 && !sleepUnless(delay, g.quit, g.s.done) {
+		if delay > 0 && !SleepUnless(delay, g.Quit, g.S.Done) {
 			return false
 		}
 		delay = wait.Next()
-		if g.sess.Removed() {
+		if g.Sess.Removed() {
 			return false
 		}
-		up, gen := g.sess.Current()
+		up, gen := g.Sess.Current()
 		if gen != prevGen {
 			lastID = "" // event ids do not cross generations
 		}
@@ -261,15 +261,15 @@ func (g *getStream) reopen(lastID string, retryMs int) bool {
 
 // open sends one upstream GET; it returns the stream, or the class of the
 // failure.
-func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
-	if ok, _ := g.s.link.breaker.Allow(); !ok {
+func (g *GetStream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
+	if ok, _ := g.S.Link.Breaker.Allow(); !ok {
 		return nil, classify.TransportDead
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	g.s.link.build(req, &upcall{hdr: g.hdr, method: fasthttp.MethodGet, session: up, version: g.sess.Recipe.ProtocolVersion, lastEventID: lastID})
+	g.S.Link.Build(req, &Upcall{Hdr: g.Hdr, Method: fasthttp.MethodGet, Session: up, Version: g.Sess.Recipe.ProtocolVersion, LastEventID: lastID})
 	resp := upstream.AcquireResponse()
-	err := g.s.link.do(req, resp, time.Now().Add(g.s.cfg.ResponseTimeout))
+	err := g.S.Link.Do(req, resp, time.Now().Add(g.S.Cfg.ResponseTimeout))
 	cls := classify.TransportDead
 	switch {
 	case err != nil:
@@ -278,7 +278,7 @@ func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Respon
 	default:
 		cls = classify.Classify(resp.StatusCode(), resp.Header.ContentType(), resp.Body())
 	}
-	g.s.link.recordHealth(cls)
+	g.S.Link.RecordHealth(cls)
 	if cls == classify.OK && resp.IsStream() {
 		return resp, cls
 	}
@@ -288,16 +288,16 @@ func (g *getStream) open(up session.UpstreamID, lastID string) (*upstream.Respon
 
 // heal re-creates the session under the agent's credential, as a request
 // would.
-func (g *getStream) heal(seen uint64) bool {
-	ctx, cancel := contextWithTimeout(g.s.cfg.HealTimeout, g.quit)
+func (g *GetStream) heal(seen uint64) bool {
+	ctx, cancel := contextWithTimeout(g.S.Cfg.HealTimeout, g.Quit)
 	defer cancel()
-	_, _, err := g.s.healer.heal(ctx, g.sess, seen, reasonSessionGone, g.hdr)
+	_, _, err := g.S.Healer.Heal(ctx, g.Sess, seen, ReasonSessionGone, g.Hdr)
 	return err == nil
 }
 
 // reconnectBefore cuts the upstream stream if it belongs to a generation
 // older than gen; the pump then reopens on the new session.
-func (g *getStream) reconnectBefore(gen uint64) {
+func (g *GetStream) reconnectBefore(gen uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.resp != nil && g.gen < gen {
@@ -306,9 +306,9 @@ func (g *getStream) reconnectBefore(gen uint64) {
 }
 
 // stop ends the stream: the pump and the writer return.
-func (g *getStream) stop() {
+func (g *GetStream) Stop() {
 	g.once.Do(func() {
-		close(g.quit)
+		close(g.Quit)
 		g.mu.Lock()
 		if g.resp != nil {
 			g.resp.Interrupt()
@@ -332,44 +332,44 @@ func contextWithTimeout(d time.Duration, quit <-chan struct{}) (context.Context,
 
 func setLastEventID(req *fasthttp.Request, id string) {
 	if id == "" {
-		req.Header.DelBytes(hdrLastEventID)
+		req.Header.DelBytes(HdrLastEventID)
 		return
 	}
-	req.Header.SetBytesK(hdrLastEventID, id)
+	req.Header.SetBytesK(HdrLastEventID, id)
 }
 
 // serveLog answers an agent's GET whose Last-Event-ID names event seq of
 // the answer logged in l: the events after it, then the rest as it comes,
 // with keepalive comments while none does, until the answer ends.
-func (sr *streamRoute) serveLog(ctx *fasthttp.RequestCtx, r *request, l *answerLog, seq int) {
-	s := sr.env
-	s.count.request(&r.msg, classify.OK)
-	if !l.attach() {
-		s.count.agentResumes[outcomeFailed].Add(1)
-		endResumption(ctx)
+func (sr *StreamRoute) ServeLog(ctx *fasthttp.RequestCtx, r *Request, l *AnswerLog, seq int) {
+	s := sr.Env
+	s.Count.Request(&r.Msg, classify.OK)
+	if !l.Attach() {
+		s.Count.AgentResumes[OutcomeFailed].Add(1)
+		EndResumption(ctx)
 		return
 	}
-	s.count.agentResumes[outcomeOK].Add(1)
-	ctx.Response.Header.SetContentTypeBytes(mimeEventStream)
+	s.Count.AgentResumes[OutcomeOK].Add(1)
+	ctx.Response.Header.SetContentTypeBytes(MimeEventStream)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.Response.Header.SetBytesK(hdrSessionID, string(r.sess.ID))
+	ctx.Response.Header.SetBytesK(HdrSessionID, string(r.Sess.ID))
 	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer l.detach()
-		t := time.NewTicker(s.cfg.StreamKeepalive)
+		defer l.Detach()
+		t := time.NewTicker(s.Cfg.StreamKeepalive)
 		defer t.Stop()
-		out := agentStream{s: s, w: w, conn: conn}
+		out := AgentStream{S: s, W: w, Conn: conn}
 		var evs []byte
 		for {
 			var wake <-chan struct{}
 			var end, lost bool
-			evs, seq, wake, end, lost = l.since(evs[:0], seq)
+			evs, seq, wake, end, lost = l.Since(evs[:0], seq)
 			if lost {
-				s.log.Warn().Str(logSession, r.sess.ID.Short()).Int("resume_buffer", s.cfg.ResumeBuffer).
+				s.Log.Warn().Str(LogSession, r.Sess.ID.Short()).Int("resume_buffer", s.Cfg.ResumeBuffer).
 					Msg("agent resumed an answer from further back than mcpheal kept; its stream ends")
 			}
-			if len(evs) > 0 && !out.write(evs) {
+			if len(evs) > 0 && !out.Write(evs) {
 				return
 			}
 			if end {
@@ -378,10 +378,10 @@ func (sr *streamRoute) serveLog(ctx *fasthttp.RequestCtx, r *request, l *answerL
 			select {
 			case <-wake:
 			case <-t.C:
-				if !out.write(keepaliveComment) {
+				if !out.Write(KeepaliveComment) {
 					return
 				}
-			case <-s.done:
+			case <-s.Done:
 				return
 			}
 		}

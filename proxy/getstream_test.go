@@ -29,7 +29,7 @@ func TestStateGetStreamAcrossRestart(t *testing.T) {
 	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed.Add(1) },
 	}, tap.wrap)
-	peerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+	PeerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
 	var n atomic.Int64
 	addResource := func() { up.AddResource(fmt.Sprintf("test://peer/added/%d", n.Add(1))) }
 	nudge(t, "resources/list_changed before the restart", addResource, func() bool { return changed.Load() > 0 })
@@ -39,7 +39,7 @@ func TestStateGetStreamAcrossRestart(t *testing.T) {
 	}
 
 	up.Restart()
-	peerWait(t, "the proxy's GET on a new upstream session", func() bool {
+	PeerWait(t, "the proxy's GET on a new upstream session", func() bool {
 		for _, r := range up.Requests() {
 			if r.HTTPMethod == http.MethodGet && r.SessionID != "" && r.SessionID != old[0] {
 				return true
@@ -77,11 +77,11 @@ func TestStateGetStreamAgentReconnect(t *testing.T) {
 	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed.Add(1) },
 	}, tap.wrap)
-	peerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+	PeerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
 
 	tap.cutGET()
 	// go-sdk reconnects after 1-2 s (its first backoff, with jitter).
-	peerWait(t, "the agent's GET reconnect", func() bool { return len(tap.snapshot().getStatus) >= 2 })
+	PeerWait(t, "the agent's GET reconnect", func() bool { return len(tap.snapshot().getStatus) >= 2 })
 	if st := tap.snapshot().getStatus; st[1] != http.StatusOK {
 		t.Fatalf("agent's GET reconnect answered %d, want 200 (GET answers %v)", st[1], st)
 	}

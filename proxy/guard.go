@@ -26,16 +26,16 @@ import (
 type guard struct {
 	cfg      *Config
 	hosts    hostGuard
-	mem      *budget
-	link     *link
-	sessions *sessions
-	eras     *eraState
-	held     *held
+	mem      *Budget
+	link     *Link
+	sessions *Sessions
+	eras     *EraState
+	held     *Held
 }
 
 // check runs every check on one agent request and fills r, or answers the
 // refusal itself and reports false.
-func (g *guard) check(ctx *fasthttp.RequestCtx, r *request) bool {
+func (g *guard) check(ctx *fasthttp.RequestCtx, r *Request) bool {
 	body := ctx.PostBody()
 	h := &ctx.Request.Header
 	switch {
@@ -43,88 +43,88 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *request) bool {
 		tooLarge(ctx, g.cfg.MaxBody)
 		return false
 	case !g.hosts.allow(ctx):
-		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, requestID(body, g.cfg.MaxJSONDepth),
+		WriteError(ctx, fasthttp.StatusForbidden, CodeForbidden, RequestID(body, g.cfg.MaxJSONDepth),
 			"Forbidden: Host or Origin not allowed")
 		return false
 	case !g.inbound(ctx):
 		return false
-	case len(h.PeekAll(string(hdrSessionID))) > 1:
+	case len(h.PeekAll(string(HdrSessionID))) > 1:
 		// Which one would the upstream read? Neither is forwarded.
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, requestID(body, g.cfg.MaxJSONDepth),
+		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, RequestID(body, g.cfg.MaxJSONDepth),
 			"Bad Request: more than one Mcp-Session-Id header")
 		return false
 	}
-	r.hdr, r.body, r.auth = h, body, h.PeekBytes(hdrAuthorization)
+	r.Hdr, r.Body, r.Auth = h, body, h.PeekBytes(HdrAuthorization)
 	switch {
 	case ctx.IsPost():
 		if !g.message(ctx, r) {
 			return false
 		}
 	case ctx.IsGet():
-		if !bytes.Contains(h.PeekBytes(hdrAccept), mimeEventStream) {
-			writeError(ctx, fasthttp.StatusNotAcceptable, codeInvalidRequest, "null",
+		if !bytes.Contains(h.PeekBytes(HdrAccept), MimeEventStream) {
+			WriteError(ctx, fasthttp.StatusNotAcceptable, CodeInvalidRequest, "null",
 				"Not Acceptable: GET requires Accept: text/event-stream")
 			return false
 		}
-		r.msg.get = true
+		r.Msg.Get = true
 	case ctx.IsDelete():
-		r.del = true
+		r.Del = true
 	default:
 		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
-		writeError(ctx, fasthttp.StatusMethodNotAllowed, codeInvalidRequest, "null", "Method Not Allowed")
+		WriteError(ctx, fasthttp.StatusMethodNotAllowed, CodeInvalidRequest, "null", "Method Not Allowed")
 		return false
 	}
-	r.stateless = isStatelessEra(h, &r.msg)
-	if sid := h.PeekBytes(hdrSessionID); len(sid) > 0 {
+	r.Stateless = isStatelessEra(h, &r.Msg)
+	if sid := h.PeekBytes(HdrSessionID); len(sid) > 0 {
 		return g.session(ctx, r, sid)
 	}
-	if !r.stateless && r.msg.method != "initialize" && bytes.Contains(body, metaVersionName) {
+	if !r.Stateless && r.Msg.Method != "initialize" && bytes.Contains(body, metaVersionName) {
 		// No session, and the body says 2026-07-28's way what version it
 		// speaks, whatever its header says: the 2026-07-28 server judges
 		// it (the held route: refuse2026; else the upstream).
-		r.stateless = true
+		r.Stateless = true
 	}
 	switch {
-	case r.msg.method == "initialize" && len(body) > g.cfg.MaxInitBody:
+	case r.Msg.Method == "initialize" && len(body) > g.cfg.MaxInitBody:
 		// A recipe is kept for the session's life: agents' are < 2 KiB.
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, r.msg.idOrNull(),
+		WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, CodeInvalidRequest, r.Msg.IdOrNull(),
 			"initialize body larger than "+strconv.Itoa(g.cfg.MaxInitBody)+" bytes (max_init_body)")
 		return false
-	case r.stateless && !r.del && g.eras.heldRoute(r.auth):
+	case r.Stateless && !r.Del && g.eras.HeldRoute(r.Auth):
 		// No session id: the session mcpheal holds for the agent's
 		// credential and client, if there is one yet (held.go).
-		r.onHeldRoute = true
-		r.sess = g.held.lookup(heldKeyOf(r.auth, body))
+		r.OnHeldRoute = true
+		r.Sess = g.held.Lookup(HeldKeyOf(r.Auth, body))
 		return true
-	case r.msg.method == "initialize" || (r.stateless && !r.del):
+	case r.Msg.Method == "initialize" || (r.Stateless && !r.Del):
 		return true
 	}
-	writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, r.msg.idOrNull(),
+	WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, r.Msg.IdOrNull(),
 		"Bad Request: Mcp-Session-Id header is required")
 	return false
 }
 
 // message checks a POST's body and reads the JSON-RPC members mcpheal
 // routes on.
-func (g *guard) message(ctx *fasthttp.RequestCtx, r *request) bool {
-	body := r.body
+func (g *guard) message(ctx *fasthttp.RequestCtx, r *Request) bool {
+	body := r.Body
 	switch {
-	case !hasMediaType(r.hdr.ContentType(), mimeJSON):
-		writeError(ctx, fasthttp.StatusUnsupportedMediaType, codeInvalidRequest, requestID(body, g.cfg.MaxJSONDepth),
+	case !HasMediaType(r.Hdr.ContentType(), MimeJSON):
+		WriteError(ctx, fasthttp.StatusUnsupportedMediaType, CodeInvalidRequest, RequestID(body, g.cfg.MaxJSONDepth),
 			"Unsupported Media Type: Content-Type must be application/json")
 		return false
 	case !jsonDepthOK(body, g.cfg.MaxJSONDepth):
 		// Checked first: gjson's validator recurses once per level.
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, "null",
 			"Invalid Request: JSON nested deeper than "+strconv.Itoa(g.cfg.MaxJSONDepth)+" levels (max_json_depth)")
 		return false
 	case !gjson.ValidBytes(body):
-		writeError(ctx, fasthttp.StatusBadRequest, codeParseError, "null", "Parse error: body is not valid JSON")
+		WriteError(ctx, fasthttp.StatusBadRequest, CodeParseError, "null", "Parse error: body is not valid JSON")
 		return false
 	}
-	r.msg = parseMessage(body)
-	if r.msg.dup {
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+	r.Msg = ParseMessage(body)
+	if r.Msg.Dup {
+		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, "null",
 			"Invalid Request: a member (method, id, params or params.name) appears twice")
 		return false
 	}
@@ -136,20 +136,20 @@ func (g *guard) message(ctx *fasthttp.RequestCtx, r *request) bool {
 // under a credential that may not use it, are answered alike: 404, as MCP
 // answers an unknown session (2025-03-26+ §Session Management), so that a
 // stranger learns nothing of it.
-func (g *guard) session(ctx *fasthttp.RequestCtx, r *request, sid []byte) bool {
-	sess, ok := g.sessions.lookup(sid, r.auth)
+func (g *guard) session(ctx *fasthttp.RequestCtx, r *Request, sid []byte) bool {
+	sess, ok := g.sessions.Lookup(sid, r.Auth)
 	if ok {
-		r.standing, r.ownCredential = standingOf(sess, r.auth, g.link.judgesCredentials.Load())
+		r.Standing, r.OwnCredential = StandingOf(sess, r.Auth, g.link.JudgesCredentials.Load())
 		// Only the upstream may accept a credential the session is not
 		// bound to: a GET or a DELETE under it would take the session's
 		// stream or end it without asking the upstream.
-		ok = r.standing == bound || (r.standing == rotating && !r.msg.get && !r.del)
+		ok = r.Standing == Bound || (r.Standing == Rotating && !r.Msg.Get && !r.Del)
 	}
 	if !ok {
-		sessionNotFound(ctx, r.msg.idOrNull())
+		sessionNotFound(ctx, r.Msg.IdOrNull())
 		return false
 	}
-	r.sess = sess
+	r.Sess = sess
 	return g.reserveJournal(ctx, r)
 }
 
@@ -158,51 +158,51 @@ func (g *guard) session(ctx *fasthttp.RequestCtx, r *request, sid []byte) bool {
 // anywhere, within the session's cap (Config.MaxJournal) and the memory
 // budget, or refuses the request: a journal is replayed on every heal, so
 // it must stay small, and it is held for the session's life.
-func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *request) bool {
-	if !r.msg.isRequest() {
+func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *Request) bool {
+	if !r.Msg.IsRequest() {
 		return true
 	}
-	switch r.msg.method {
+	switch r.Msg.Method {
 	case "resources/subscribe", "resources/unsubscribe":
-		uri := gjson.GetBytes(r.body, "params.uri").Str
+		uri := gjson.GetBytes(r.Body, "params.uri").Str
 		if uri == "" {
 			return true // the upstream's own error
 		}
-		r.journal = session.JournalChange{URI: uri, Subscribed: r.msg.method == "resources/subscribe"}
+		r.Journal = session.JournalChange{URI: uri, Subscribed: r.Msg.Method == "resources/subscribe"}
 	case "logging/setLevel":
-		p := gjson.GetBytes(r.body, "params")
+		p := gjson.GetBytes(r.Body, "params")
 		if !p.IsObject() {
 			return true
 		}
-		r.journal = session.JournalChange{Level: p.Raw}
+		r.Journal = session.JournalChange{Level: p.Raw}
 	default:
 		return true
 	}
-	n, ok := r.sess.ReserveJournal(r.journal, g.cfg.MaxJournal)
+	n, ok := r.Sess.ReserveJournal(r.Journal, g.cfg.MaxJournal)
 	if !ok {
-		r.journal = session.JournalChange{}
-		writeError(ctx, fasthttp.StatusOK, codeJournalFull, r.msg.idOrNull(), "the session's state (log level and "+
+		r.Journal = session.JournalChange{}
+		WriteError(ctx, fasthttp.StatusOK, CodeJournalFull, r.Msg.IdOrNull(), "the session's state (log level and "+
 			"subscriptions) would pass mcpheal's max_journal of "+strconv.Itoa(g.cfg.MaxJournal)+
-			" bytes, which mcpheal restores after every heal; "+r.msg.method+" was not sent")
+			" bytes, which mcpheal restores after every heal; "+r.Msg.Method+" was not sent")
 		return false
 	}
-	if !g.mem.take(int64(n)) {
-		r.sess.UnreserveJournal(n)
-		r.journal = session.JournalChange{}
-		writeFailure(ctx, &r.msg, failure{status: fasthttp.StatusServiceUnavailable, code: codeBudget, retryAfter: 1,
-			msg: r.msg.method + " not sent: mcpheal's memory_budget is reached; retry later"})
+	if !g.mem.Take(int64(n)) {
+		r.Sess.UnreserveJournal(n)
+		r.Journal = session.JournalChange{}
+		WriteFailure(ctx, &r.Msg, Failure{Status: fasthttp.StatusServiceUnavailable, Code: CodeBudget, RetryAfter: 1,
+			Msg: r.Msg.Method + " not sent: mcpheal's memory_budget is reached; retry later"})
 		return false
 	}
-	r.reserved = int64(n)
+	r.Reserved = int64(n)
 	return true
 }
 
 // settle gives back a journal reservation the request did not use.
-func (g *guard) settle(r *request) {
-	if r.journal != (session.JournalChange{}) {
-		r.sess.UnreserveJournal(int(r.reserved))
-		g.mem.give(r.reserved)
-		r.journal, r.reserved = session.JournalChange{}, 0
+func (g *guard) settle(r *Request) {
+	if r.Journal != (session.JournalChange{}) {
+		r.Sess.UnreserveJournal(int(r.Reserved))
+		g.mem.Give(r.Reserved)
+		r.Journal, r.Reserved = session.JournalChange{}, 0
 	}
 }
 
@@ -212,9 +212,9 @@ func (g *guard) inbound(ctx *fasthttp.RequestCtx) bool {
 	if len(g.cfg.AuthTokens) == 0 {
 		return true
 	}
-	got := ctx.Request.Header.PeekBytes(hdrAuthorization)
+	got := ctx.Request.Header.PeekBytes(HdrAuthorization)
 	const scheme = "Bearer "
-	if len(got) > len(scheme) && strings.EqualFold(b2s(got[:len(scheme)]), scheme) {
+	if len(got) > len(scheme) && strings.EqualFold(B2s(got[:len(scheme)]), scheme) {
 		tok := got[len(scheme):]
 		ok := 0
 		for _, want := range g.cfg.AuthTokens { // no early exit: constant time over the set
@@ -224,7 +224,7 @@ func (g *guard) inbound(ctx *fasthttp.RequestCtx) bool {
 			return true
 		}
 	}
-	writeError(ctx, fasthttp.StatusUnauthorized, codeUnauthorized, requestID(ctx.PostBody(), g.cfg.MaxJSONDepth),
+	WriteError(ctx, fasthttp.StatusUnauthorized, CodeUnauthorized, RequestID(ctx.PostBody(), g.cfg.MaxJSONDepth),
 		"Unauthorized: a valid bearer token is required")
 	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="mcpheal"`)
 	return false
@@ -232,26 +232,26 @@ func (g *guard) inbound(ctx *fasthttp.RequestCtx) bool {
 
 // isStatelessEra reports traffic of MCP 2026-07-28 or later, which has no
 // sessions: a server/discover probe or an explicit new protocol version.
-func isStatelessEra(h *fasthttp.RequestHeader, m *message) bool {
-	if m.method == "server/discover" {
+func isStatelessEra(h *fasthttp.RequestHeader, m *Message) bool {
+	if m.Method == "server/discover" {
 		return true
 	}
-	v := h.PeekBytes(hdrProtocolVersion)
-	return len(v) == len(statelessVersion) && b2s(v) >= statelessVersion
+	v := h.PeekBytes(HdrProtocolVersion)
+	return len(v) == len(StatelessVersion) && B2s(v) >= StatelessVersion
 }
 
 // metaVersionName is the _meta member by which a 2026-07-28 request names
 // its protocol version.
-var metaVersionName = []byte(`"` + metaVersionKey + `"`)
+var metaVersionName = []byte(`"` + MetaVersionKey + `"`)
 
 // sessionNotFound is MCP's answer to an unknown session id (2025-03-26+
 // §Session Management: 404; the agent then starts over with initialize).
 func sessionNotFound(ctx *fasthttp.RequestCtx, id string) {
-	writeError(ctx, fasthttp.StatusNotFound, codeSessionNotFound, id, "Session not found")
+	WriteError(ctx, fasthttp.StatusNotFound, CodeSessionNotFound, id, "Session not found")
 }
 
 func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
-	writeError(ctx, fasthttp.StatusRequestEntityTooLarge, codeInvalidRequest, "null",
+	WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, CodeInvalidRequest, "null",
 		"Request body too large (limit "+strconv.Itoa(limit)+" bytes)")
 }
 
@@ -282,11 +282,11 @@ func jsonDepthOK(b []byte, max int) bool {
 
 // requestID returns the raw JSON id of body for error answers, or "null".
 // maxDepth is Config.MaxJSONDepth: gjson's validator recurses per level.
-func requestID(body []byte, maxDepth int) string {
+func RequestID(body []byte, maxDepth int) string {
 	if len(body) == 0 || !jsonDepthOK(body, maxDepth) || !gjson.ValidBytes(body) { // an id from broken JSON is no id
 		return "null"
 	}
-	id := gjson.Get(b2s(body), "id")
+	id := gjson.Get(B2s(body), "id")
 	if !id.Exists() || id.Raw == "" {
 		return "null"
 	}
@@ -305,7 +305,7 @@ type hostGuard struct {
 	hosts map[string]bool // lower-case host names, without port
 }
 
-func newHostGuard(listen string, extra []string) hostGuard {
+func NewHostGuard(listen string, extra []string) hostGuard {
 	g := hostGuard{hosts: make(map[string]bool)}
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -333,17 +333,17 @@ func hostname(h string) string {
 }
 
 // allowHost reports whether a Host header names this proxy.
-func (g hostGuard) allowHost(h []byte) bool {
+func (g hostGuard) AllowHost(h []byte) bool {
 	if len(h) == 0 {
 		return false
 	}
-	name := hostname(b2s(h))
+	name := hostname(B2s(h))
 	return g.hosts[name] || g.hosts[strings.ToLower(name)]
 }
 
 // allowOrigin reports whether an Origin header is absent (a non-browser
 // client), or a page served from one of the proxy's own names.
-func (g hostGuard) allowOrigin(o []byte) bool {
+func (g hostGuard) AllowOrigin(o []byte) bool {
 	if len(o) == 0 {
 		return true
 	}
@@ -355,5 +355,5 @@ func (g hostGuard) allowOrigin(o []byte) bool {
 }
 
 func (g hostGuard) allow(ctx *fasthttp.RequestCtx) bool {
-	return g.allowHost(ctx.Request.Header.Host()) && g.allowOrigin(ctx.Request.Header.PeekBytes(hdrOrigin))
+	return g.AllowHost(ctx.Request.Header.Host()) && g.AllowOrigin(ctx.Request.Header.PeekBytes(HdrOrigin))
 }

@@ -11,17 +11,17 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-func setSessionHeader(req *fasthttp.Request, up session.UpstreamID) {
+func SetSessionHeader(req *fasthttp.Request, up session.UpstreamID) {
 	if up == "" {
-		req.Header.DelBytes(hdrSessionID)
+		req.Header.DelBytes(HdrSessionID)
 		return
 	}
-	req.Header.SetBytesK(hdrSessionID, string(up))
+	req.Header.SetBytesK(HdrSessionID, string(up))
 }
 
 // Hop-by-hop headers (RFC 9110 §7.6.1) and headers the proxy owns.
 var (
-	reqDropHeaders = newNameSet(
+	ReqDropHeaders = NewNameSet(
 		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "TE", "Trailer",
 		"Transfer-Encoding", "Upgrade",
 		// fasthttp has answered the agent's Expect: 100-continue itself.
@@ -34,8 +34,8 @@ var (
 	)
 	// reqDropWithAuth is reqDropHeaders when mcpheal supplies the
 	// upstream credential itself: the agent's Authorization stays behind.
-	reqDropWithAuth = newNameSet(append(append([]string(nil), reqDropHeaders.names...), "Authorization")...)
-	respDropHeaders = newNameSet(
+	ReqDropWithAuth = NewNameSet(append(append([]string(nil), ReqDropHeaders.Names...), "Authorization")...)
+	RespDropHeaders = NewNameSet(
 		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "TE", "Trailer",
 		"Transfer-Encoding", "Upgrade",
 		// The upstream's session id never reaches the agent (idBit).
@@ -43,26 +43,26 @@ var (
 	)
 	// The fields fasthttp keeps out of its list of fields (a response's
 	// Date is managed by fasthttp).
-	requestApart  = newNameSet("Host", "Content-Type", "Content-Length", "User-Agent")
-	responseApart = newNameSet("Content-Type", "Content-Length", "Content-Encoding", "Server", "Set-Cookie", "Date")
+	requestApart  = NewNameSet("Host", "Content-Type", "Content-Length", "User-Agent")
+	responseApart = NewNameSet("Content-Type", "Content-Length", "Content-Encoding", "Server", "Set-Cookie", "Date")
 )
 
 // idBit is Mcp-Session-Id's bit in respDropHeaders.
-var idBit = respDropHeaders.bits(hdrSessionID)
+var idBit = RespDropHeaders.Bits(HdrSessionID)
 
 // nameSet is a set of up to 32 field names, looked up ignoring case.
-type nameSet struct {
-	names []string
+type NameSet struct {
+	Names []string
 	byLen [maxNameLen + 1]uint32 // the bits of the names of each length
 }
 
 const maxNameLen = 23
 
-func newNameSet(names ...string) *nameSet {
+func NewNameSet(names ...string) *NameSet {
 	if len(names) > 32 {
 		panic("nameSet: more than 32 names")
 	}
-	s := &nameSet{names: names}
+	s := &NameSet{Names: names}
 	for i, n := range names {
 		if len(n) > maxNameLen {
 			panic("nameSet: name longer than maxNameLen: " + n)
@@ -73,13 +73,13 @@ func newNameSet(names ...string) *nameSet {
 }
 
 // bits returns 1<<i if name is names[i] (ignoring case), else 0.
-func (s *nameSet) bits(name []byte) uint32 {
+func (s *NameSet) Bits(name []byte) uint32 {
 	if len(name) > maxNameLen {
 		return 0
 	}
 	for m := s.byLen[len(name)]; m != 0; m &= m - 1 {
 		i := mathbits.TrailingZeros32(m)
-		if strings.EqualFold(b2s(name), s.names[i]) {
+		if strings.EqualFold(B2s(name), s.Names[i]) {
 			return 1 << i
 		}
 	}
@@ -97,14 +97,14 @@ func (s *nameSet) bits(name []byte) uint32 {
 // the fields of a name that stays, they are written again in the order
 // received instead. A header that was not parsed from the wire
 // (RequestCtx.Init) has no raw block: each name is deleted.
-func stripRequestHeader(h *fasthttp.RequestHeader, drop *nameSet) {
+func StripRequestHeader(h *fasthttp.RequestHeader, drop *NameSet) {
 	h.ResetConnectionClose()
 	raw := h.RawHeaders()
 	if len(raw) == 0 {
-		stripListed(h, drop)
+		StripListed(h, drop)
 		return
 	}
-	found, reorder := rawHeaderNames(raw, drop)
+	found, reorder := RawHeaderNames(raw, drop)
 	switch {
 	case found == 0:
 	case !reorder:
@@ -119,23 +119,23 @@ func stripRequestHeader(h *fasthttp.RequestHeader, drop *nameSet) {
 // was parsed): it reads h's own list, in order. The Cookie fields are
 // fasthttp's cookie list, which Del leaves alone, so only the other fields
 // are written again when a deletion could reorder them.
-func stripListed(h *fasthttp.RequestHeader, drop *nameSet) {
+func StripListed(h *fasthttp.RequestHeader, drop *NameSet) {
 	var found uint32
 	dropped, keptAfter := false, false
-	var seen [maxNames][]byte
+	var seen [MaxNames][]byte
 	n, repeats := 0, false
 	for k := range h.All() {
-		if requestApart.bits(k) != 0 || string(k) == "Cookie" {
+		if requestApart.Bits(k) != 0 || string(k) == "Cookie" {
 			continue
 		}
-		if bit := drop.bits(k); bit != 0 {
+		if bit := drop.Bits(k); bit != 0 {
 			found |= bit
 			dropped = true
 			continue
 		}
 		keptAfter = keptAfter || dropped
 		if !repeats {
-			repeats = n == maxNames || seenName(seen[:n], k)
+			repeats = n == MaxNames || seenName(seen[:n], k)
 			if !repeats {
 				seen[n], n = k, n+1
 			}
@@ -152,7 +152,7 @@ func stripListed(h *fasthttp.RequestHeader, drop *nameSet) {
 	defer fieldCopies.Put(fc)
 	fc.reset()
 	for k, v := range h.All() {
-		if requestApart.bits(k) == 0 && string(k) != "Cookie" && drop.bits(k) == 0 {
+		if requestApart.Bits(k) == 0 && string(k) != "Cookie" && drop.Bits(k) == 0 {
 			fc.add(k, v)
 		}
 	}
@@ -164,12 +164,12 @@ func stripListed(h *fasthttp.RequestHeader, drop *nameSet) {
 // keeps in its list goes, and those that stay come back as received. The
 // raw block is read once: AllInOrder joins a folded value in place, in the
 // block itself, so a second pass would read it garbled.
-func rebuildRequestHeader(h *fasthttp.RequestHeader, drop *nameSet, found uint32) {
+func rebuildRequestHeader(h *fasthttp.RequestHeader, drop *NameSet, found uint32) {
 	fc := fieldCopies.Get().(*fieldCopy)
 	defer fieldCopies.Put(fc)
 	fc.reset()
 	for k, v := range h.AllInOrder() {
-		if requestApart.bits(k) == 0 && found&drop.bits(k) == 0 {
+		if requestApart.Bits(k) == 0 && found&drop.Bits(k) == 0 {
 			fc.add(k, v)
 		}
 	}
@@ -197,7 +197,7 @@ func (fc *fieldCopy) add(k, v []byte) {
 // replace deletes from h the fields named by the found bits of drop and
 // every field fc holds, then adds fc's fields back in their order; with
 // asReceived, as fields only (a Cookie field stays one field).
-func (fc *fieldCopy) replace(h *fasthttp.RequestHeader, drop *nameSet, found uint32, asReceived bool) {
+func (fc *fieldCopy) replace(h *fasthttp.RequestHeader, drop *NameSet, found uint32, asReceived bool) {
 	delFound(h, drop, found)
 	for i, start := 0, 0; i < len(fc.ends); i, start = i+2, fc.ends[i+1] {
 		h.DelBytes(fc.b[start:fc.ends[i]])
@@ -214,8 +214,8 @@ func (fc *fieldCopy) replace(h *fasthttp.RequestHeader, drop *nameSet, found uin
 }
 
 // delFound deletes from h the fields named by the found bits of drop.
-func delFound(h *fasthttp.RequestHeader, drop *nameSet, found uint32) {
-	for i, name := range drop.names {
+func delFound(h *fasthttp.RequestHeader, drop *NameSet, found uint32) {
+	for i, name := range drop.Names {
 		if found&(1<<i) != 0 {
 			h.Del(name)
 		}
@@ -230,15 +230,15 @@ var fieldCopies = sync.Pool{New: func() any { return new(fieldCopy) }}
 // fields could reorder fields of one name that stays: fasthttp's Del moves
 // the last field into the gap, so that needs a field that stays after one
 // that goes, and a name that stays more than once.
-func rawHeaderNames(raw []byte, drop *nameSet) (found uint32, reorder bool) {
+func RawHeaderNames(raw []byte, drop *NameSet) (found uint32, reorder bool) {
 	dropped, keptAfter := false, false
 	for b := raw; len(b) > 0; {
 		name, rest := fieldName(b)
 		b = rest
-		if name == nil || requestApart.bits(name) != 0 {
+		if name == nil || requestApart.Bits(name) != 0 {
 			continue
 		}
-		if bit := drop.bits(name); bit != 0 {
+		if bit := drop.Bits(name); bit != 0 {
 			found |= bit
 			dropped = true
 		} else {
@@ -248,15 +248,15 @@ func rawHeaderNames(raw []byte, drop *nameSet) (found uint32, reorder bool) {
 	if !keptAfter {
 		return found, false
 	}
-	var seen [maxNames][]byte
+	var seen [MaxNames][]byte
 	n := 0
 	for b := raw; len(b) > 0; {
 		name, rest := fieldName(b)
 		b = rest
-		if name == nil || drop.bits(name) != 0 || requestApart.bits(name) != 0 {
+		if name == nil || drop.Bits(name) != 0 || requestApart.Bits(name) != 0 {
 			continue
 		}
-		if n == maxNames || seenName(seen[:n], name) {
+		if n == MaxNames || seenName(seen[:n], name) {
 			return found, true
 		}
 		seen[n], n = name, n+1
@@ -282,7 +282,7 @@ func fieldName(b []byte) (name, rest []byte) {
 // maxNames is how many distinct field names rawHeaderNames and
 // stripResponseHeader tell apart when they look for repeats; past it they
 // assume one.
-const maxNames = 32
+const MaxNames = 32
 
 // seenName reports whether name is among seen (ignoring case).
 func seenName(seen [][]byte, name []byte) bool {
@@ -302,19 +302,19 @@ func seenName(seen [][]byte, name []byte) bool {
 // the names, Del runs only for those present (the TypeScript SDK's server
 // sends Connection: keep-alive), and if a deletion could reorder the fields of a name that
 // stays they are written again in src's order.
-func stripResponseHeader(src, h *fasthttp.ResponseHeader, keepOneID bool) (sessionIDs int) {
+func StripResponseHeader(src, h *fasthttp.ResponseHeader, keepOneID bool) (sessionIDs int) {
 	h.ResetConnectionClose()
 	var found uint32
 	dropped, keptAfter := false, false
 	for k := range src.All() {
-		switch bit := respDropHeaders.bits(k); {
+		switch bit := RespDropHeaders.Bits(k); {
 		case bit == idBit:
 			sessionIDs++
 			found |= bit
 		case bit != 0:
 			found |= bit
 			dropped = true
-		case responseApart.bits(k) == 0:
+		case responseApart.Bits(k) == 0:
 			keptAfter = keptAfter || dropped
 		}
 	}
@@ -326,19 +326,19 @@ func stripResponseHeader(src, h *fasthttp.ResponseHeader, keepOneID bool) (sessi
 	switch {
 	case found == 0:
 	case !keptAfter || !responseRepeats(src):
-		for i, name := range respDropHeaders.names {
+		for i, name := range RespDropHeaders.Names {
 			if found&(1<<i) != 0 {
 				h.Del(name)
 			}
 		}
 	default:
 		for k := range src.All() {
-			if responseApart.bits(k) == 0 {
+			if responseApart.Bits(k) == 0 {
 				h.DelBytes(k)
 			}
 		}
 		for k, v := range src.All() {
-			if responseApart.bits(k) == 0 && found&respDropHeaders.bits(k) == 0 {
+			if responseApart.Bits(k) == 0 && found&RespDropHeaders.Bits(k) == 0 {
 				h.AddBytesKV(k, v)
 			}
 		}
@@ -349,13 +349,13 @@ func stripResponseHeader(src, h *fasthttp.ResponseHeader, keepOneID bool) (sessi
 // responseRepeats reports whether a field name that stays appears more than
 // once in h.
 func responseRepeats(h *fasthttp.ResponseHeader) bool {
-	var seen [maxNames][]byte
+	var seen [MaxNames][]byte
 	n := 0
 	for k := range h.All() {
-		if respDropHeaders.bits(k) != 0 || responseApart.bits(k) != 0 {
+		if RespDropHeaders.Bits(k) != 0 || responseApart.Bits(k) != 0 {
 			continue // Set-Cookie among them: fasthttp keeps those apart, in order
 		}
-		if n == maxNames || seenName(seen[:n], k) {
+		if n == MaxNames || seenName(seen[:n], k) {
 			return true
 		}
 		seen[n], n = k, n+1
@@ -364,7 +364,7 @@ func responseRepeats(h *fasthttp.ResponseHeader) bool {
 }
 
 // headerValue returns the value of the named header in hdr, or "".
-func headerValue(hdr [][2]string, name string) string {
+func HeaderValue(hdr [][2]string, name string) string {
 	for _, kv := range hdr {
 		if strings.EqualFold(kv[0], name) {
 			return kv[1]

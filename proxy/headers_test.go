@@ -117,13 +117,13 @@ func TestHopByHopHeadersDropped(t *testing.T) {
 // of a name that stays (one after the deleted field, repeated) is told.
 func TestRawHeaderNames(t *testing.T) {
 	t.Parallel()
-	names := newNameSet("Keep-Alive", "TE", "Accept-Encoding")
+	names := NewNameSet("Keep-Alive", "TE", "Accept-Encoding")
 	type want struct {
 		found   uint32
 		reorder bool
 	}
 	many := "TE: 1\r\n"
-	for i := range maxNames + 1 {
+	for i := range MaxNames + 1 {
 		many += "X-" + strconv.Itoa(i) + ": 1\r\n"
 	}
 	for raw, w := range map[string]want{
@@ -142,7 +142,7 @@ func TestRawHeaderNames(t *testing.T) {
 		"TE: 1\r\nHost: a\r\nX: 1\r\nhost: b\r\n":       {2, false}, // Host is not in the list
 		many: {2, true}, // past maxNames, a repeat is assumed
 	} {
-		if f, r := rawHeaderNames([]byte(raw), names); f != w.found || r != w.reorder {
+		if f, r := RawHeaderNames([]byte(raw), names); f != w.found || r != w.reorder {
 			t.Errorf("rawHeaderNames(%q) = %b, %v; want %b, %v", raw, f, r, w.found, w.reorder)
 		}
 	}
@@ -152,7 +152,7 @@ func TestRawHeaderNames(t *testing.T) {
 // nothing else is folded.
 func TestNameSetBits(t *testing.T) {
 	t.Parallel()
-	names := newNameSet("Keep-Alive", "TE", "Mcp-Session-Id")
+	names := NewNameSet("Keep-Alive", "TE", "Mcp-Session-Id")
 	for name, want := range map[string]uint32{
 		"Keep-Alive": 1, "KEEP-ALIVE": 1, "keep-alive": 1, "kEEP-aLIVE": 1,
 		"te": 2, "Te": 2, "MCP-SESSION-ID": 4,
@@ -163,7 +163,7 @@ func TestNameSetBits(t *testing.T) {
 		"TE ":             0,
 		"":                0,
 	} {
-		if got := names.bits([]byte(name)); got != want {
+		if got := names.Bits([]byte(name)); got != want {
 			t.Errorf("bits(%q) = %b, want %b", name, got, want)
 		}
 	}
@@ -174,7 +174,7 @@ func TestNameSetBits(t *testing.T) {
 // loses its hop-by-hop headers.
 func TestCopyRequestWithoutRawHeaders(t *testing.T) {
 	t.Parallel()
-	l := &link{cfg: &Config{}}
+	l := &Link{Cfg: &Config{}}
 	var ctx fasthttp.RequestCtx
 	var r fasthttp.Request
 	r.Header.SetMethod(fasthttp.MethodPost)
@@ -183,7 +183,7 @@ func TestCopyRequestWithoutRawHeaders(t *testing.T) {
 	r.Header.Set("X-Kept", "1")
 	ctx.Init(&r, nil, nil)
 	var out fasthttp.Request
-	l.copyRequest(&ctx.Request.Header, ctx.PostBody(), &out)
+	l.CopyRequest(&ctx.Request.Header, ctx.PostBody(), &out)
 	if len(out.Header.Peek("Keep-Alive")) > 0 || len(out.Header.Peek("Accept-Encoding")) > 0 {
 		t.Fatalf("copied request keeps hop-by-hop headers:\n%s", out.Header.String())
 	}
@@ -220,23 +220,23 @@ func BenchmarkStripHeaders(b *testing.B) {
 	}{
 		{"request/strip", func() {
 			req.Header.CopyTo(&h)
-			stripRequestHeader(&h, reqDropHeaders)
+			StripRequestHeader(&h, ReqDropHeaders)
 		}},
 		{"request/del-each", func() {
 			req.Header.CopyTo(&h)
 			h.ResetConnectionClose()
-			for _, n := range reqDropHeaders.names {
+			for _, n := range ReqDropHeaders.Names {
 				h.Del(n)
 			}
 		}},
 		{"response/strip", func() {
 			resp.Header.CopyTo(&rh)
-			stripResponseHeader(&resp.Header, &rh, true)
+			StripResponseHeader(&resp.Header, &rh, true)
 		}},
 		{"response/del-each", func() {
 			resp.Header.CopyTo(&rh)
 			rh.ResetConnectionClose()
-			for _, n := range respDropHeaders.names {
+			for _, n := range RespDropHeaders.Names {
 				rh.Del(n)
 			}
 		}},
@@ -268,7 +268,7 @@ func TestUpcallKeepsFieldOrder(t *testing.T) {
 	}
 	changed := func(t *testing.T) *fasthttp.RequestHeader {
 		h := parsed(t)
-		h.SetBytesK(hdrSessionID, "upstream-id") // as setSessionHeader does
+		h.SetBytesK(HdrSessionID, "upstream-id") // as setSessionHeader does
 		return h
 	}
 	added := func(*testing.T) *fasthttp.RequestHeader {
@@ -278,13 +278,13 @@ func TestUpcallKeepsFieldOrder(t *testing.T) {
 		}
 		return h
 	}
-	l := &link{cfg: &Config{}}
+	l := &Link{Cfg: &Config{}}
 	for name, agent := range map[string]func(*testing.T) *fasthttp.RequestHeader{
 		"parsed": parsed, "changed": changed, "added": added,
 	} {
 		t.Run(name, func(t *testing.T) {
 			var req fasthttp.Request
-			l.build(&req, &upcall{hdr: agent(t), method: fasthttp.MethodGet})
+			l.Build(&req, &Upcall{Hdr: agent(t), Method: fasthttp.MethodGet})
 			h := &req.Header
 			if got := h.PeekAll("X-A"); len(got) != 2 || string(got[0]) != "1" || string(got[1]) != "2" {
 				t.Errorf("X-A fields %q, want 1 then 2:\n%s", got, h.String())
@@ -304,7 +304,7 @@ func TestUpcallKeepsFieldOrder(t *testing.T) {
 	}
 	// A header with no raw block, stripped of hop-by-hop fields only.
 	h := added(t)
-	stripRequestHeader(h, reqDropHeaders)
+	StripRequestHeader(h, ReqDropHeaders)
 	if got := h.PeekAll("X-A"); len(got) != 2 || string(got[0]) != "1" || string(got[1]) != "2" || len(h.Peek("Keep-Alive")) > 0 {
 		t.Errorf("stripRequestHeader without a raw block: X-A %q:\n%s", got, h.String())
 	}

@@ -203,7 +203,7 @@ func TestUpstreamDownPastBudget(t *testing.T) {
 	el := time.Since(start)
 	code, _, id := rpcError(t, body)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Retry-After") == "" ||
-		code != codeUpstreamDown || id != `"d-1"` {
+		code != CodeUpstreamDown || id != `"d-1"` {
 		t.Fatalf("upstream down: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	if el < 200*time.Millisecond || el > 2*time.Second {
@@ -250,7 +250,7 @@ func TestRecipeRefused(t *testing.T) {
 	version, epoch = "2025-03-26", 2 // "restart" with another version
 	mu.Unlock()
 	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
-	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != codeSessionNotFound || id != "3" {
+	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != CodeSessionNotFound || id != "3" {
 		t.Fatalf("recipe refused: %d %s; want 404 Session not found with id 3", resp.StatusCode, body)
 	}
 	resp, _ = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
@@ -291,7 +291,7 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 		}()
 	}
 	// Every call waits (the client's GET stream is one more request).
-	if !waitFor(peerTimeout, func() bool { return s.inflight.Load() >= n }) {
+	if !waitFor(PeerTimeout, func() bool { return s.inflight.Load() >= n }) {
 		t.Fatalf("%d requests in flight; want the %d calls waiting", s.inflight.Load(), n)
 	}
 	before := len(up.Requests())

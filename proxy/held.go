@@ -51,16 +51,16 @@ import (
 // ended and DELETEd upstream when idle for session_ttl. Its id, a digest
 // of its key, never leaves mcpheal; with a fleet's store, a restarted
 // process takes it over (adopt).
-type held struct {
-	s       *env
-	streams *streamSet // the held sessions' GET streams among the upstream's
-	scope   string     // heldScope
+type Held struct {
+	S       *Env
+	Streams *StreamSet // the held sessions' GET streams among the upstream's
+	Scope   string     // heldScope
 	mu      sync.Mutex
-	byKey   map[heldKey]*heldEntry
+	ByKey   map[HeldKey]*HeldEntry
 	parked  sync.Map // requestState → *heldCall waiting for the agent's input
 	calls   sync.Map // callKey → heldCancel, for notifications/cancelled
-	infos   sync.Map // *session.Session → *discovery: its initialize's answer
-	hubs    map[*session.Session]*heldHub
+	Infos   sync.Map // *session.Session → *discovery: its initialize's answer
+	Hubs    map[*session.Session]*HeldHub
 	// refusing counts the answers to upstream requests on GET streams in
 	// flight (refuse, ask).
 	refusing atomic.Int32
@@ -73,16 +73,16 @@ type heldCancel interface{ cancelByAgent() }
 // heldKey names the held session of a credential and a client: a hash of
 // the agent's Authorization and the clientInfo and clientCapabilities its
 // requests carry (what the upstream would have seen in an initialize).
-type heldKey [sha256.Size]byte
+type HeldKey [sha256.Size]byte
 
 // heldEntry is one held session, or its creation in progress (ready
 // closes when it ended, sess nil if it failed).
-type heldEntry struct {
+type HeldEntry struct {
 	ready chan struct{}
 	sess  *session.Session
 	// info is what the upstream's initialize answered, for
 	// server/discover; counted in the memory budget while held.
-	info *discovery
+	info *Discovery
 }
 
 // The paths of the 2026-07-28 _meta members mcpheal reads.
@@ -93,10 +93,10 @@ const (
 )
 
 // heldKeyOf returns the held key of an agent request.
-func heldKeyOf(auth, body []byte) heldKey {
+func HeldKeyOf(auth, body []byte) HeldKey {
 	var info, caps string
 	// One pass over _meta: a gjson path with an escaped dot allocates.
-	gjson.Get(b2s(body), "params._meta").ForEach(func(k, v gjson.Result) bool {
+	gjson.Get(B2s(body), "params._meta").ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "io.modelcontextprotocol/clientInfo":
 			info = v.Raw
@@ -121,13 +121,13 @@ func heldKeyOf(auth, body []byte) heldKey {
 // upstream allows one GET stream per session and each replica's listens
 // need theirs. It never leaves mcpheal, and no agent's Mcp-Session-Id
 // opens it (sessions.lookup).
-func (h *held) idOf(k heldKey) session.ClientID {
+func (h *Held) idOf(k HeldKey) session.ClientID {
 	d := sha256.New()
-	d.Write([]byte(h.scope))
+	d.Write([]byte(h.Scope))
 	d.Write(k[:])
 	var sum [sha256.Size]byte
 	var b [1 + 2*16]byte
-	b[0] = heldPrefix
+	b[0] = HeldPrefix
 	hex.Encode(b[1:], d.Sum(sum[:0])[:16])
 	return session.ClientID(b[:])
 }
@@ -135,15 +135,15 @@ func (h *held) idOf(k heldKey) session.ClientID {
 // heldScope names a process's place: what stays the same when it is
 // restarted in place (a container restarted in its pod, a service
 // restarted on its host) and differs between replicas.
-func heldScope(listen string) string {
+func HeldScope(listen string) string {
 	host, _ := os.Hostname()
 	return host + "\x00" + listen
 }
 
 // lookup returns the live held session of k, if any.
-func (h *held) lookup(k heldKey) *session.Session {
+func (h *Held) Lookup(k HeldKey) *session.Session {
 	h.mu.Lock()
-	e := h.byKey[k]
+	e := h.ByKey[k]
 	h.mu.Unlock()
 	if e == nil {
 		return nil
@@ -161,32 +161,32 @@ func (h *held) lookup(k heldKey) *session.Session {
 // released forgets a held session that left the store. Its key may
 // already name the next one (a request came meanwhile): what it held is
 // found by the session itself.
-func (h *held) released(sess *session.Session) {
-	if v, ok := h.infos.LoadAndDelete(sess); ok {
-		h.s.mem.give(v.(*discovery).size())
+func (h *Held) Released(sess *session.Session) {
+	if v, ok := h.Infos.LoadAndDelete(sess); ok {
+		h.S.Mem.Give(v.(*Discovery).Size())
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for k, e := range h.byKey {
+	for k, e := range h.ByKey {
 		select {
 		case <-e.ready:
 			if e.sess == sess {
-				delete(h.byKey, k)
+				delete(h.ByKey, k)
 			}
 		default:
 		}
 	}
-	if hub := h.hubs[sess]; hub != nil {
-		delete(h.hubs, sess)
-		hub.g.stop()
+	if hub := h.Hubs[sess]; hub != nil {
+		delete(h.Hubs, sess)
+		hub.g.Stop()
 	}
 }
 
 // capabilities returns the upstream's capabilities of a held session, raw
 // JSON.
-func (h *held) capabilities(sess *session.Session) []byte {
-	if v, ok := h.infos.Load(sess); ok {
-		return v.(*discovery).capabilities
+func (h *Held) capabilities(sess *session.Session) []byte {
+	if v, ok := h.Infos.Load(sess); ok {
+		return v.(*Discovery).Capabilities
 	}
 	return []byte("{}")
 }
@@ -195,27 +195,27 @@ func (h *held) capabilities(sess *session.Session) []byte {
 // (within max_journal and the memory budget) and makes it upstream. The
 // journal comes first: should the session be found gone, the heal that
 // follows replays it.
-func (h *held) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, c session.JournalChange, method, params string) error {
-	s := h.s
-	n, ok := sess.ReserveJournal(c, s.cfg.MaxJournal)
+func (h *Held) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, c session.JournalChange, method, params string) error {
+	s := h.S
+	n, ok := sess.ReserveJournal(c, s.Cfg.MaxJournal)
 	if !ok {
 		return errJournalFull
 	}
-	if !s.mem.take(int64(n)) {
+	if !s.Mem.Take(int64(n)) {
 		sess.UnreserveJournal(n)
-		return errBudget
+		return ErrBudget
 	}
-	s.sessions.journal(sess, c, int64(n))
+	s.Sessions.Journal(sess, c, int64(n))
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	up, gen := sess.Current()
-	body := `{"jsonrpc":"2.0","id":` + s.link.upcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
-	cls, err := s.healer.sessionCall(ctx, hdr, sess, up, body, nil)
+	body := `{"jsonrpc":"2.0","id":` + s.Link.UpcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
+	cls, err := s.Healer.SessionCall(ctx, hdr, sess, up, body, nil)
 	if cls == classify.SessionGone {
-		hctx, cancel := context.WithTimeout(ctx, s.cfg.HealTimeout)
+		hctx, cancel := context.WithTimeout(ctx, s.Cfg.HealTimeout)
 		defer cancel()
-		_, _, err = s.healer.heal(hctx, sess, gen, reasonSessionGone, hdr)
+		_, _, err = s.Healer.Heal(hctx, sess, gen, ReasonSessionGone, hdr)
 	}
 	return err
 }
@@ -227,14 +227,14 @@ func (h *held) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, sess
 // for another. Until one asks, the session spends no request on it: a
 // server that allows a new session only a few requests gets the agent's
 // first.
-func (h *held) logAll(c *heldCall, r *request) {
-	sess := r.sess
+func (h *Held) logAll(c *heldCall, r *Request) {
+	sess := r.Sess
 	if c.level < 0 || sess.Journal().Level != "" || !gjson.GetBytes(h.capabilities(sess), "logging").Exists() {
 		return
 	}
-	if err := h.journalled(r.tctx, recipeHeader(sess), sess, session.JournalChange{Level: `{"level":"debug"}`},
+	if err := h.journalled(r.Tctx, RecipeHeader(sess), sess, session.JournalChange{Level: `{"level":"debug"}`},
 		"logging/setLevel", `{"level":"debug"}`); err != nil {
-		h.s.log.Warn().Str(logSession, sess.ID.Short()).Err(err).Msg("held session: logging/setLevel failed")
+		h.S.Log.Warn().Str(LogSession, sess.ID.Short()).Err(err).Msg("held session: logging/setLevel failed")
 	}
 }
 
@@ -243,60 +243,60 @@ var errJournalFull = errors.New("the session's state would pass max_journal")
 
 // serve handles one request of a 2026-07-28 agent of a session-era
 // upstream.
-func (h *held) serve(ctx *fasthttp.RequestCtx, r *request) {
-	m := &r.msg
+func (h *Held) Serve(ctx *fasthttp.RequestCtx, r *Request) {
+	m := &r.Msg
 	switch {
-	case m.batch:
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null",
+	case m.Batch:
+		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, "null",
 			"Invalid Request: MCP 2026-07-28 has no JSON-RPC batches")
 		return
-	case m.get || (m.method == "" && m.id != ""):
+	case m.Get || (m.Method == "" && m.Id != ""):
 		// 2026-07-28 has no GET stream, and its agents answer the
 		// server's requests in a retry's inputResponses.
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, m.idOrNull(),
+		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, m.IdOrNull(),
 			"Invalid Request: not a request of MCP 2026-07-28")
 		return
-	case sessionOnly(m.method) || removed2026(m.method):
+	case sessionOnly(m.Method) || removed2026(m.Method):
 		// The held session's own state is mcpheal's: an agent sharing
 		// it may not change it for the others.
-		if m.id == "" {
+		if m.Id == "" {
 			ctx.SetStatusCode(fasthttp.StatusAccepted)
 			return
 		}
-		writeError(ctx, fasthttp.StatusNotFound, -32601, m.id, "Method not found: "+m.method+
+		WriteError(ctx, fasthttp.StatusNotFound, -32601, m.Id, "Method not found: "+m.Method+
 			" is not part of MCP 2026-07-28 (MCP-Protocol-Version says 2026-07-28)")
 		return
 	case refuse2026(ctx, r):
 		return
 	}
-	if m.id == "" && (r.sess == nil || m.method == "notifications/cancelled") {
+	if m.Id == "" && (r.Sess == nil || m.Method == "notifications/cancelled") {
 		// A notification: it cancels a call or a listen, or has no
 		// session to go to (it opens none).
-		if m.method == "notifications/cancelled" {
+		if m.Method == "notifications/cancelled" {
 			h.cancel(r)
 		}
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
-	var info *discovery
-	if r.sess == nil || m.method == "server/discover" {
+	var info *Discovery
+	if r.Sess == nil || m.Method == "server/discover" {
 		e, f := h.entry(r)
 		if e == nil {
-			h.s.count.request(m, classify.TransportDead)
-			writeFailure(ctx, m, heldFailure(f))
+			h.S.Count.Request(m, classify.TransportDead)
+			WriteFailure(ctx, m, heldFailure(f))
 			return
 		}
-		r.sess, info = e.sess, e.info
+		r.Sess, info = e.sess, e.info
 	}
 	// The key holds the credential: the session is the request's own.
-	r.standing, r.ownCredential = bound, true
+	r.Standing, r.OwnCredential = Bound, true
 	switch {
-	case m.method == "server/discover":
+	case m.Method == "server/discover":
 		h.discover(ctx, r, info)
-		h.s.healer.toolsDue(r.sess) // no request of the agent's waits upstream
-	case m.method == "subscriptions/listen":
+		h.S.Healer.ToolsDue(r.Sess) // no request of the agent's waits upstream
+	case m.Method == "subscriptions/listen":
 		h.listen(ctx, r)
-	case strings.HasPrefix(gjson.GetBytes(r.body, "params.requestState").Str, heldState):
+	case strings.HasPrefix(gjson.GetBytes(r.Body, "params.requestState").Str, heldState):
 		h.resume(ctx, r)
 	default:
 		h.call(ctx, r)
@@ -312,7 +312,7 @@ func removed2026(method string) bool {
 // metaVersion and metaCaps are the _meta members a 2026-07-28 request must
 // carry (a request's own one pass over _meta: refuse2026).
 const (
-	metaVersionKey = "io.modelcontextprotocol/protocolVersion"
+	MetaVersionKey = "io.modelcontextprotocol/protocolVersion"
 	metaCapsKey    = "io.modelcontextprotocol/clientCapabilities"
 )
 
@@ -322,50 +322,50 @@ const (
 // header not its _meta's (400 -32020); _meta without a protocol version or
 // client capabilities (400 -32602); a version other than 2026-07-28 (400
 // -32022 naming the one supported). It reports whether it answered.
-func refuse2026(ctx *fasthttp.RequestCtx, r *request) bool {
-	m := &r.msg
-	if m.method == "" {
+func refuse2026(ctx *fasthttp.RequestCtx, r *Request) bool {
+	m := &r.Msg
+	if m.Method == "" {
 		return false
 	}
 	var version gjson.Result
 	caps := false
-	gjson.Get(b2s(r.body), "params._meta").ForEach(func(k, v gjson.Result) bool {
+	gjson.Get(B2s(r.Body), "params._meta").ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
-		case metaVersionKey:
+		case MetaVersionKey:
 			version = v
 		case metaCapsKey:
 			caps = v.IsObject()
 		}
 		return true
 	})
-	hdrMethod := r.hdr.Peek("Mcp-Method")
-	header := r.hdr.PeekBytes(hdrProtocolVersion)
+	hdrMethod := r.Hdr.Peek("Mcp-Method")
+	header := r.Hdr.PeekBytes(HdrProtocolVersion)
 	var code int
 	var msg string
 	switch {
 	case len(hdrMethod) == 0:
-		code, msg = codeHeaderMismatch, "missing required Mcp-Method header"
-	case b2s(hdrMethod) != m.method:
-		code, msg = codeHeaderMismatch, "header mismatch: Mcp-Method header value "+strconv.Quote(string(hdrMethod))+
-			" does not match body value "+strconv.Quote(m.method)
+		code, msg = CodeHeaderMismatch, "missing required Mcp-Method header"
+	case B2s(hdrMethod) != m.Method:
+		code, msg = CodeHeaderMismatch, "header mismatch: Mcp-Method header value "+strconv.Quote(string(hdrMethod))+
+			" does not match body value "+strconv.Quote(m.Method)
 	case version.Type != gjson.String || version.Str == "":
-		code, msg = -32602, "missing or invalid _meta field \""+metaVersionKey+"\""
-	case b2s(header) != version.Str:
-		code, msg = codeHeaderMismatch, "MCP-Protocol-Version header "+strconv.Quote(string(header))+
-			" does not match the request's "+metaVersionKey+" "+strconv.Quote(version.Str)
-	case version.Str != statelessVersion:
-		if m.id == "" {
+		code, msg = -32602, "missing or invalid _meta field \""+MetaVersionKey+"\""
+	case B2s(header) != version.Str:
+		code, msg = CodeHeaderMismatch, "MCP-Protocol-Version header "+strconv.Quote(string(header))+
+			" does not match the request's "+MetaVersionKey+" "+strconv.Quote(version.Str)
+	case version.Str != StatelessVersion:
+		if m.Id == "" {
 			ctx.SetStatusCode(fasthttp.StatusBadRequest)
 			return true
 		}
-		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(m.id), "error": map[string]any{
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(m.Id), "error": map[string]any{
 			"code": -32022, "message": "Unsupported protocol version: " + version.Str,
-			"data": map[string]any{"supported": []string{statelessVersion}, "requested": version.Str}}})
+			"data": map[string]any{"supported": []string{StatelessVersion}, "requested": version.Str}}})
 		ctx.SetStatusCode(fasthttp.StatusBadRequest)
-		ctx.SetContentTypeBytes(mimeJSON)
+		ctx.SetContentTypeBytes(MimeJSON)
 		ctx.SetBody(b)
 		return true
-	case m.id != "" && !caps:
+	case m.Id != "" && !caps:
 		code, msg = -32602, "missing or invalid _meta field \""+metaCapsKey+"\""
 	default:
 		why, ok := nameMismatch(r)
@@ -375,13 +375,13 @@ func refuse2026(ctx *fasthttp.RequestCtx, r *request) bool {
 		if !ok {
 			return false
 		}
-		code, msg = codeHeaderMismatch, why
+		code, msg = CodeHeaderMismatch, why
 	}
-	if m.id == "" {
+	if m.Id == "" {
 		ctx.SetStatusCode(fasthttp.StatusBadRequest)
 		return true
 	}
-	writeError(ctx, fasthttp.StatusBadRequest, code, m.id, msg)
+	WriteError(ctx, fasthttp.StatusBadRequest, code, m.Id, msg)
 	return true
 }
 
@@ -390,20 +390,20 @@ func refuse2026(ctx *fasthttp.RequestCtx, r *request) bool {
 // params.uri): it must be there and, leading and trailing white space
 // aside (RFC 9110 §5.5), decoded from =?base64?…?= when so written, equal
 // the body's. ok is true with the reason when it is not.
-func nameMismatch(r *request) (string, bool) {
+func nameMismatch(r *Request) (string, bool) {
 	var want string
-	switch r.msg.method {
+	switch r.Msg.Method {
 	case "tools/call", "prompts/get":
-		want = gjson.Get(b2s(r.body), "params.name").Str // views: nothing copied unless refused
+		want = gjson.Get(B2s(r.Body), "params.name").Str // views: nothing copied unless refused
 	case "resources/read":
-		want = gjson.Get(b2s(r.body), "params.uri").Str
+		want = gjson.Get(B2s(r.Body), "params.uri").Str
 	default:
 		return "", false
 	}
-	v, ok := carriedValue(r.hdr.Peek("Mcp-Name"))
+	v, ok := carriedValue(r.Hdr.Peek("Mcp-Name"))
 	switch {
 	case v == "" && ok:
-		return "missing required Mcp-Name header for " + r.msg.method, true
+		return "missing required Mcp-Name header for " + r.Msg.Method, true
 	case !ok:
 		return "Mcp-Name header is not valid base64", true
 	}
@@ -418,18 +418,18 @@ func nameMismatch(r *request) (string, bool) {
 // tools/list): each argument the body carries must come in its header,
 // as it is or written =?base64?…?= (which must then be valid base64), and
 // be equal to the body's. ok is true with the reason when one is not.
-func paramMismatch(r *request) (string, bool) {
-	if r.msg.method != "tools/call" || r.sess == nil {
+func paramMismatch(r *Request) (string, bool) {
+	if r.Msg.Method != "tools/call" || r.Sess == nil {
 		return "", false
 	}
-	hs := r.sess.ParamHeaders(r.msg.tool)
+	hs := r.Sess.ParamHeaders(r.Msg.Tool)
 	for param, name := range hs {
-		arg := gjson.Get(b2s(r.body), "params.arguments."+gjson.Escape(param))
+		arg := gjson.Get(B2s(r.Body), "params.arguments."+gjson.Escape(param))
 		if !arg.Exists() || arg.Type == gjson.Null {
 			continue
 		}
 		want := arg.String()
-		raw := r.hdr.Peek("Mcp-Param-" + name)
+		raw := r.Hdr.Peek("Mcp-Param-" + name)
 		if raw == nil {
 			return "missing required Mcp-Param-" + name + " header for argument " + strconv.Quote(param), true
 		}
@@ -449,7 +449,7 @@ func paramMismatch(r *request) (string, bool) {
 // (RFC 9110 §5.5), decoded from =?base64?…?= when so written; ok is false
 // when that base64 is not strictly valid.
 func carriedValue(raw []byte) (v string, ok bool) {
-	v = strings.Trim(b2s(raw), " \t")
+	v = strings.Trim(B2s(raw), " \t")
 	enc, coded := strings.CutPrefix(v, "=?base64?")
 	if !coded || !strings.HasSuffix(enc, "?=") {
 		return v, true
@@ -473,19 +473,19 @@ func sessionOnly(method string) bool {
 // entry returns the held session of r's key, creating it (an upstream
 // initialize) when there is none. Concurrent first requests of a key wait
 // for one creation. On failure it returns nil and the agent's answer.
-func (h *held) entry(r *request) (*heldEntry, failure) {
-	k := heldKeyOf(r.auth, r.body)
+func (h *Held) entry(r *Request) (*HeldEntry, Failure) {
+	k := HeldKeyOf(r.Auth, r.Body)
 	for {
 		h.mu.Lock()
-		e := h.byKey[k]
+		e := h.ByKey[k]
 		if e == nil {
-			e = &heldEntry{ready: make(chan struct{})}
-			h.byKey[k] = e
+			e = &HeldEntry{ready: make(chan struct{})}
+			h.ByKey[k] = e
 			h.mu.Unlock()
 			f := h.create(r, e, h.idOf(k))
 			if e.sess == nil {
 				h.mu.Lock()
-				delete(h.byKey, k)
+				delete(h.ByKey, k)
 				h.mu.Unlock()
 			}
 			close(e.ready)
@@ -497,21 +497,21 @@ func (h *held) entry(r *request) (*heldEntry, failure) {
 		h.mu.Unlock()
 		select {
 		case <-e.ready:
-		case <-h.s.done:
-			return nil, failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, msg: "mcpheal is shutting down", retryAfter: 1}
+		case <-h.S.Done:
+			return nil, Failure{Status: fasthttp.StatusServiceUnavailable, Code: CodeUpstreamDown, Msg: "mcpheal is shutting down", RetryAfter: 1}
 		}
 		if e.sess != nil && !e.sess.Removed() {
-			return e, failure{}
+			return e, Failure{}
 		}
 		h.mu.Lock()
-		if h.byKey[k] == e {
-			delete(h.byKey, k) // ended, or failed for another request: try again
+		if h.ByKey[k] == e {
+			delete(h.ByKey, k) // ended, or failed for another request: try again
 		}
 		h.mu.Unlock()
 		if e.sess == nil {
 			// The creation this request waited for failed: it says why.
-			return nil, failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
-				msg: "the upstream did not open a session for this agent; retry later"}
+			return nil, Failure{Status: fasthttp.StatusServiceUnavailable, Code: CodeUpstreamDown, RetryAfter: 1,
+				Msg: "the upstream did not open a session for this agent; retry later"}
 		}
 	}
 }
@@ -522,37 +522,37 @@ func (h *held) entry(r *request) (*heldEntry, failure) {
 // built from the request's _meta, goes through the attempt loop as an
 // agent's initialize does, then notifications/initialized. It returns
 // the agent's answer on failure.
-func (h *held) create(r *request, e *heldEntry, id session.ClientID) failure {
-	s := h.s
+func (h *Held) create(r *Request, e *HeldEntry, id session.ClientID) Failure {
+	s := h.S
 	if h.adopt(r, e, id) {
-		return failure{}
+		return Failure{}
 	}
 	sess, info, f := h.open(r, id)
 	if sess == nil {
 		return f
 	}
 	up, _ := sess.Current()
-	hdr := recipeHeader(sess)
-	if err := s.healer.initialized(r.tctx, hdr, up, sess.Recipe.ProtocolVersion, time.Now().Add(s.cfg.HealTimeout)); err != nil {
-		s.sessions.end(sess, false)
-		s.link.deleteLater(up, hdr.PeekBytes(hdrAuthorization), true)
-		return failure{status: fasthttp.StatusServiceUnavailable, code: codeUpstreamDown, retryAfter: 1,
-			msg: "the upstream did not take notifications/initialized: " + err.Error()}
+	hdr := RecipeHeader(sess)
+	if err := s.Healer.Initialized(r.Tctx, hdr, up, sess.Recipe.ProtocolVersion, time.Now().Add(s.Cfg.HealTimeout)); err != nil {
+		s.Sessions.End(sess, false)
+		s.Link.DeleteLater(up, hdr.PeekBytes(HdrAuthorization), true)
+		return Failure{Status: fasthttp.StatusServiceUnavailable, Code: CodeUpstreamDown, RetryAfter: 1,
+			Msg: "the upstream did not take notifications/initialized: " + err.Error()}
 	}
 	h.hold(e, sess, info)
-	s.log.Debug().Str(logSession, sess.ID.Short()).Str("protocol", sess.Recipe.ProtocolVersion).
+	s.Log.Debug().Str(LogSession, sess.ID.Short()).Str("protocol", sess.Recipe.ProtocolVersion).
 		Msg("session held for a 2026-07-28 agent")
-	return failure{}
+	return Failure{}
 }
 
 // hold makes sess, whose upstream's initialize answered info, e's held
 // session.
-func (h *held) hold(e *heldEntry, sess *session.Session, info *discovery) {
+func (h *Held) hold(e *HeldEntry, sess *session.Session, info *Discovery) {
 	e.info = info
-	h.s.mem.charge(info.size())
-	h.infos.Store(sess, info)
+	h.S.Mem.Charge(info.Size())
+	h.Infos.Store(sess, info)
 	if sess.Removed() {
-		h.released(sess) // it left the store before it was held
+		h.Released(sess) // it left the store before it was held
 	}
 	e.sess = sess
 	h.hub(sess)
@@ -564,8 +564,8 @@ func (h *held) hold(e *heldEntry, sess *session.Session, info *discovery) {
 // reached the upstream (attempt.sent), or at once when that request is
 // answered here (server/discover): a 2026-07-28 agent may call a tool it
 // never listed, and the replay rules read the tool's annotations.
-func (h *held) learnTools(sess *session.Session) {
-	if info, ok := h.infos.Load(sess); ok && gjson.GetBytes(info.(*discovery).capabilities, "tools").Exists() {
+func (h *Held) learnTools(sess *session.Session) {
+	if info, ok := h.Infos.Load(sess); ok && gjson.GetBytes(info.(*Discovery).Capabilities, "tools").Exists() {
 		sess.DueTools(false)
 	}
 }
@@ -578,28 +578,28 @@ func (h *held) learnTools(sess *session.Session) {
 // session have died meanwhile, the first request heals it. It reports
 // false when there is nothing to take over; r.heldGen is then the last
 // generation the store knew, which the new upstream session follows.
-func (h *held) adopt(r *request, e *heldEntry, id session.ClientID) bool {
-	s := h.s
-	st, ok := s.sessions.fleet.load(context.Background(), id)
+func (h *Held) adopt(r *Request, e *HeldEntry, id session.ClientID) bool {
+	s := h.S
+	st, ok := s.Sessions.Fleet.Load(context.Background(), id)
 	if !ok || st.Ended {
 		return false
 	}
-	r.heldGen = st.Gen
-	version := initializedVersion(fasthttp.StatusOK, st.Init)
+	r.HeldGen = st.Gen
+	version := InitializedVersion(fasthttp.StatusOK, st.Init)
 	if st.Gen == 0 || st.Upstream == "" || version == "" {
 		return false
 	}
 	info := heldDiscovery(st.Init)
-	init := heldInitialize(r.body, s.link.upcallID("init"))
-	rec := seal.NewRecord(s.cfg.Name, bindingOf(r.auth), version, init, time.Now(), s.cfg.SessionMaxAge)
-	recipe := newRecipe(r.hdr, rec, init, version)
+	init := heldInitialize(r.Body, s.Link.UpcallID("init"))
+	rec := seal.NewRecord(s.Cfg.Name, BindingOf(r.Auth), version, init, time.Now(), s.Cfg.SessionMaxAge)
+	recipe := NewRecipe(r.Hdr, rec, init, version)
 	recipe.InitSealed = true
-	sess, ok := s.sessions.addRestored(session.Adopted(id, recipe, st.Upstream, st.Gen), st)
+	sess, ok := s.Sessions.AddRestored(session.Adopted(id, recipe, st.Upstream, st.Gen), st)
 	if !ok {
 		return false
 	}
 	h.hold(e, sess, info)
-	s.log.Info().Str(logSession, id.Short()).Msg("held session taken over from the session store")
+	s.Log.Info().Str(LogSession, id.Short()).Msg("held session taken over from the session store")
 	return true
 }
 
@@ -607,64 +607,64 @@ func (h *held) adopt(r *request, e *heldEntry, id session.ClientID) bool {
 // as an agent's initialize goes, and admits the session it opens. It
 // returns the session and what its initialize answered, or the agent's
 // answer.
-func (h *held) open(r *request, id session.ClientID) (*session.Session, *discovery, failure) {
-	s := h.s
-	body := heldInitialize(r.body, s.link.upcallID("init"))
-	if len(body) > s.cfg.MaxInitBody {
+func (h *Held) open(r *Request, id session.ClientID) (*session.Session, *Discovery, Failure) {
+	s := h.S
+	body := heldInitialize(r.Body, s.Link.UpcallID("init"))
+	if len(body) > s.Cfg.MaxInitBody {
 		// The initialize a session-era agent would send is kept for the
 		// session's life, as an agent's own is (guard.check).
-		return nil, nil, failure{status: fasthttp.StatusRequestEntityTooLarge, code: codeInvalidRequest,
-			msg: "_meta clientInfo and clientCapabilities larger than " + strconv.Itoa(s.cfg.MaxInitBody) + " bytes (max_init_body)"}
+		return nil, nil, Failure{Status: fasthttp.StatusRequestEntityTooLarge, Code: CodeInvalidRequest,
+			Msg: "_meta clientInfo and clientCapabilities larger than " + strconv.Itoa(s.Cfg.MaxInitBody) + " bytes (max_init_body)"}
 	}
-	ir := &request{msg: message{method: "initialize", id: gjson.GetBytes(body, "id").Raw}, body: body, hdr: r.hdr,
-		auth: r.auth, tctx: r.tctx, heldID: id, heldGen: r.heldGen}
-	a := newAttempt(s, nil, ir)
-	defer a.release()
-	a.gen = 1
-	s.link.copyRequest(r.hdr, body, a.req)
-	stripStateless(&a.req.Header)
-	a.req.Header.DelBytes(hdrProtocolVersion)
-	s.count.upstreamInits.Add(1)
-	out := a.loop()
+	ir := &Request{Msg: Message{Method: "initialize", Id: gjson.GetBytes(body, "id").Raw}, Body: body, Hdr: r.Hdr,
+		Auth: r.Auth, Tctx: r.Tctx, HeldID: id, HeldGen: r.HeldGen}
+	a := NewAttempt(s, nil, ir)
+	defer a.Release()
+	a.Gen = 1
+	s.Link.CopyRequest(r.Hdr, body, a.Req)
+	stripStateless(&a.Req.Header)
+	a.Req.Header.DelBytes(HdrProtocolVersion)
+	s.Count.UpstreamInits.Add(1)
+	out := a.Loop()
 	defer func() {
-		if a.sess == nil {
+		if a.Sess == nil {
 			// Not held: a session the upstream opened with its answer (one
 			// mcpheal could not carry, a refusal, an error) is nobody's.
-			s.link.dropMinted(a.resp)
+			s.Link.DropMinted(a.Resp)
 		}
 	}()
 	var msg []byte
-	if out.kind == outUpstream {
+	if out.Kind == OutUpstream {
 		var ok bool
-		if msg, ok = a.initializeAnswer(); !ok {
-			s.link.dropMinted(a.resp)
-			out = outcome{kind: outTooLarge, class: classify.Protocol, err: errAnswerTooLarge}
+		if msg, ok = a.InitializeAnswer(); !ok {
+			s.Link.DropMinted(a.Resp)
+			out = Outcome{Kind: OutTooLarge, Class: classify.Protocol, Err: ErrAnswerTooLarge}
 		} else {
-			if initializedVersion(a.resp.StatusCode(), msg) != "" {
+			if InitializedVersion(a.Resp.StatusCode(), msg) != "" {
 				// Before the session is recorded: a process that finds
 				// it in the store finds its answer too.
-				s.sessions.fleet.keep(id, msg)
+				s.Sessions.Fleet.Keep(id, msg)
 			}
-			out = a.createFrom(msg)
+			out = a.CreateFrom(msg)
 		}
 	}
-	switch st := a.resp.StatusCode(); {
-	case out.kind != outUpstream:
-		return nil, nil, a.fail(out)
-	case a.sess != nil:
-		return a.sess, heldDiscovery(msg), failure{}
+	switch st := a.Resp.StatusCode(); {
+	case out.Kind != OutUpstream:
+		return nil, nil, a.Fail(out)
+	case a.Sess != nil:
+		return a.Sess, heldDiscovery(msg), Failure{}
 	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
-		return nil, nil, failure{status: st, code: codeUnauthorized, challenge: string(s.challenges.own(r.hdr, a.resp.Header.Peek("WWW-Authenticate"))),
-			msg: "the upstream refused this request's credential (" + strconv.Itoa(st) + ")"}
-	case legacyRefused(st, msg):
-		s.eras.forget() // redeployed 2026-07-28-only: the next request asks again
+		return nil, nil, Failure{Status: st, Code: CodeUnauthorized, Challenge: string(s.Challenges.Own(r.Hdr, a.Resp.Header.Peek("WWW-Authenticate"))),
+			Msg: "the upstream refused this request's credential (" + strconv.Itoa(st) + ")"}
+	case LegacyRefused(st, msg):
+		s.Eras.Forget() // redeployed 2026-07-28-only: the next request asks again
 	}
 	why := gjson.GetBytes(msg, "error.message").Str
 	if why == "" {
-		why = "HTTP " + strconv.Itoa(a.resp.StatusCode())
+		why = "HTTP " + strconv.Itoa(a.Resp.StatusCode())
 	}
-	return nil, nil, failure{status: fasthttp.StatusBadGateway, code: codeUpstreamInvalid,
-		msg: "the upstream refused the session mcpheal opens for this agent: " + why}
+	return nil, nil, Failure{Status: fasthttp.StatusBadGateway, Code: CodeUpstreamInvalid,
+		Msg: "the upstream refused the session mcpheal opens for this agent: " + why}
 }
 
 // heldFailure is f as a 2026-07-28 agent can read it: it holds no
@@ -672,15 +672,15 @@ func (h *held) open(r *request, id session.ClientID) (*session.Session, *discove
 // upstream's; and its SDK reads a JSON-RPC error only in an HTTP 200 or
 // 400 answer, so mcpheal's errors go in a 200 (Retry-After kept), but for
 // a 401 or 403, whose challenge the agent's auth acts on.
-func heldFailure(f failure) failure {
-	if f.status == fasthttp.StatusNotFound {
-		f.code = codeUpstreamInvalid
-		f.msg = "the upstream refused the session mcpheal holds for this agent"
+func heldFailure(f Failure) Failure {
+	if f.Status == fasthttp.StatusNotFound {
+		f.Code = CodeUpstreamInvalid
+		f.Msg = "the upstream refused the session mcpheal holds for this agent"
 	}
-	switch f.status {
+	switch f.Status {
 	case fasthttp.StatusUnauthorized, fasthttp.StatusForbidden, fasthttp.StatusRequestEntityTooLarge:
 	default:
-		f.status = fasthttp.StatusOK
+		f.Status = fasthttp.StatusOK
 	}
 	return f
 }
@@ -690,7 +690,7 @@ func heldFailure(f failure) failure {
 func heldInitialize(body []byte, id string) []byte {
 	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
 	out = append(out, `,"method":"initialize","params":{"protocolVersion":"`...)
-	out = append(out, legacyVersions[0]...)
+	out = append(out, LegacyVersions[0]...)
 	out = append(out, `","capabilities":`...)
 	if cc := gjson.GetBytes(body, metaCapabilities); cc.IsObject() {
 		out = append(out, cc.Raw...)
@@ -708,38 +708,38 @@ func heldInitialize(body []byte, id string) []byte {
 
 // heldDiscovery keeps what server/discover answers from an initialize
 // answer.
-func heldDiscovery(msg []byte) *discovery {
+func heldDiscovery(msg []byte) *Discovery {
 	res := gjson.GetBytes(msg, "result")
-	d := &discovery{capabilities: []byte(res.Get("capabilities").Raw), serverInfo: []byte(res.Get("serverInfo").Raw)}
-	if len(d.capabilities) == 0 {
-		d.capabilities = []byte("{}")
+	d := &Discovery{Capabilities: []byte(res.Get("capabilities").Raw), ServerInfo: []byte(res.Get("serverInfo").Raw)}
+	if len(d.Capabilities) == 0 {
+		d.Capabilities = []byte("{}")
 	}
-	if len(d.serverInfo) == 0 {
-		d.serverInfo = []byte(`{"name":"mcpheal","version":"1"}`)
+	if len(d.ServerInfo) == 0 {
+		d.ServerInfo = []byte(`{"name":"mcpheal","version":"1"}`)
 	}
 	if ins := res.Get("instructions"); ins.Type == gjson.String {
-		d.instructions = []byte(ins.Raw)
+		d.Instructions = []byte(ins.Raw)
 	}
 	return d
 }
 
 // discover answers server/discover from the held session's initialize.
-func (h *held) discover(ctx *fasthttp.RequestCtx, r *request, d *discovery) {
-	m := &r.msg
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.idOrNull()...)
+func (h *Held) discover(ctx *fasthttp.RequestCtx, r *Request, d *Discovery) {
+	m := &r.Msg
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.IdOrNull()...)
 	// Private, as every answer on a held session is: it is the agent's
 	// credential's (modernMessage).
-	out = append(out, `,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"private","supportedVersions":["`+statelessVersion+`"],"capabilities":`...)
-	out = append(out, d.capabilities...)
-	if d.instructions != nil {
+	out = append(out, `,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"private","supportedVersions":["`+StatelessVersion+`"],"capabilities":`...)
+	out = append(out, d.Capabilities...)
+	if d.Instructions != nil {
 		out = append(out, `,"instructions":`...)
-		out = append(out, d.instructions...)
+		out = append(out, d.Instructions...)
 	}
 	out = append(out, `,"_meta":{"io.modelcontextprotocol/serverInfo":`...)
-	out = append(out, d.serverInfo...)
+	out = append(out, d.ServerInfo...)
 	out = append(out, "}}}"...)
-	h.s.count.request(m, classify.OK)
-	writeJSONAnswer(ctx, fasthttp.StatusOK, out, nil, h.s.mem)
+	h.S.Count.Request(m, classify.OK)
+	WriteJSONAnswer(ctx, fasthttp.StatusOK, out, nil, h.S.Mem)
 }
 
 // stripStateless removes the headers of a 2026-07-28 request that a
@@ -754,8 +754,8 @@ func stripStateless(h *fasthttp.RequestHeader) {
 // (the session's initialize carries them). Its inputResponses and
 // requestState, when it has any, are the server's own (a result of its
 // that asked for input, passed on as it was, held_call.go) and go with it.
-func downgrade(body []byte, id string) []byte {
-	r := gjson.Parse(b2s(body))
+func Downgrade(body []byte, id string) []byte {
+	r := gjson.Parse(B2s(body))
 	out := make([]byte, 0, len(body)+len(id))
 	out = append(out, `{"jsonrpc":"2.0"`...)
 	r.ForEach(func(k, v gjson.Result) bool {
@@ -786,7 +786,7 @@ func downgrade(body []byte, id string) []byte {
 // empty _meta is left out).
 func appendParams(out []byte, params gjson.Result) []byte {
 	out = append(out, '{')
-	out, n, meta := copyParams(out, params, true)
+	out, n, meta := CopyParams(out, params, true)
 	if meta.Exists() && !meta.IsObject() {
 		// Not 2026-07-28's: the upstream's to judge.
 		if n > 0 {
@@ -794,7 +794,7 @@ func appendParams(out []byte, params gjson.Result) []byte {
 		}
 		out = append(out, `"_meta":`...)
 		out = append(out, meta.Raw...)
-	} else if m := appendForeignMeta(nil, meta); len(m) > 0 {
+	} else if m := AppendForeignMeta(nil, meta); len(m) > 0 {
 		if n > 0 {
 			out = append(out, ',')
 		}

@@ -43,13 +43,13 @@ const asideWait = 500 * time.Millisecond
 // elicitation, roots) parks the call, and the agent's retry with its
 // inputResponses resumes it on the same upstream answer.
 type heldCall struct {
-	h       *held
-	a       *attempt
+	h       *Held
+	a       *Attempt
 	sess    *session.Session        // the held session it went on
 	agentID string                  // the raw JSON id of the agent request now answered
 	upID    string                  // the raw JSON id the upstream got
 	hdr     *fasthttp.RequestHeader // the agent's; a copy once the call outlives its handler
-	st      agentStream
+	st      AgentStream
 	// level is the least severity of the log messages the agent asked for
 	// (its _meta's logLevel; -1: none). upToken is the progressToken the
 	// upstream got, agentToken the one the agent now waits on (a retry
@@ -90,68 +90,68 @@ type heldIDk struct {
 // answers it: JSON when the upstream answered JSON, else an event stream
 // of the upstream's notifications, ending with the answer or an
 // InputRequiredResult.
-func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
-	s := h.s
-	a := newAttempt(s, ctx, r)
-	a.heals = true
-	c := &heldCall{h: h, a: a, sess: r.sess, agentID: strings.Clone(r.msg.id), hdr: r.hdr}
-	c.follow(r.body)
+func (h *Held) call(ctx *fasthttp.RequestCtx, r *Request) {
+	s := h.S
+	a := NewAttempt(s, ctx, r)
+	a.Heals = true
+	c := &heldCall{h: h, a: a, sess: r.Sess, agentID: strings.Clone(r.Msg.Id), hdr: r.Hdr}
+	c.follow(r.Body)
 	h.logAll(c, r)
 	c.upToken = c.agentToken
-	if r.msg.id != "" {
-		c.upID = s.link.upcallID("call")
+	if r.Msg.Id != "" {
+		c.upID = s.Link.UpcallID("call")
 	}
-	s.link.copyRequest(r.hdr, downgrade(r.body, c.upID), a.req)
-	stripStateless(&a.req.Header)
-	a.req.Header.SetBytesK(hdrProtocolVersion, r.sess.Recipe.ProtocolVersion)
-	h.track(c, r.auth, r.body)
-	a.watchAgent()
-	out := a.loop()
-	if out.kind == outUpstream && out.class == classify.SessionGone {
+	s.Link.CopyRequest(r.Hdr, Downgrade(r.Body, c.upID), a.Req)
+	stripStateless(&a.Req.Header)
+	a.Req.Header.SetBytesK(HdrProtocolVersion, r.Sess.Recipe.ProtocolVersion)
+	h.track(c, r.Auth, r.Body)
+	a.WatchAgent()
+	out := a.Loop()
+	if out.Kind == OutUpstream && out.Class == classify.SessionGone {
 		// The session the request healed into was lost too: a
 		// session-era agent would start over, this one holds none.
-		out = outcome{kind: outDown, why: "the upstream lost the session mcpheal re-created for this request"}
+		out = Outcome{Kind: OutDown, Why: "the upstream lost the session mcpheal re-created for this request"}
 	}
 	switch {
-	case out.kind != outUpstream:
-		if out.kind == outAgentGone {
+	case out.Kind != OutUpstream:
+		if out.Kind == OutAgentGone {
 			c.cancelUpstream()
 		}
-		f := heldFailure(a.fail(out))
-		r.outcome(out.kind, out.class, f.code)
-		if out.kind == outAgentGone {
+		f := heldFailure(a.Fail(out))
+		r.Outcome(out.Kind, out.Class, f.Code)
+		if out.Kind == OutAgentGone {
 			ctx.SetConnectionClose()
 		}
-		writeFailure(ctx, &r.msg, f)
+		WriteFailure(ctx, &r.Msg, f)
 		c.finish()
-	case !a.resp.IsStream():
-		msg, status := c.modernAnswer(a.resp.StatusCode(), a.resp.Body())
+	case !a.Resp.IsStream():
+		msg, status := c.modernAnswer(a.Resp.StatusCode(), a.Resp.Body())
 		if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
-			s.challenges.pass(ctx, &a.resp.Header) // the agent logs in, or asks for more scope
+			s.Challenges.Pass(ctx, &a.Resp.Header) // the agent logs in, or asks for more scope
 		}
 		if len(msg) == 0 {
 			ctx.SetStatusCode(status)
-		} else if writeJSONAnswer(ctx, status, msg, nil, s.mem) {
-			s.count.bytesOut.Add(uint64(len(msg)))
+		} else if WriteJSONAnswer(ctx, status, msg, nil, s.Mem) {
+			s.Count.BytesOut.Add(uint64(len(msg)))
 		}
-		c.a.answered(msg, status)
+		c.a.Answered(msg, status)
 		c.finish()
-	case a.firstWhole && isResponse(sse.Data(nil, a.first)) && modernStatus(sse.Data(nil, a.first)) != fasthttp.StatusOK:
+	case a.FirstWhole && IsResponse(sse.Data(nil, a.First)) && modernStatus(sse.Data(nil, a.First)) != fasthttp.StatusOK:
 		// The stream's first event is the answer, an error 2026-07-28 gives
 		// its own status (-32601 404, -32021 400): a JSON answer with it,
 		// not a stream already answered 200.
-		msg, status := c.modernAnswer(fasthttp.StatusOK, sse.Data(nil, a.first))
-		if writeJSONAnswer(ctx, status, msg, nil, s.mem) {
-			s.count.bytesOut.Add(uint64(len(msg)))
+		msg, status := c.modernAnswer(fasthttp.StatusOK, sse.Data(nil, a.First))
+		if WriteJSONAnswer(ctx, status, msg, nil, s.Mem) {
+			s.Count.BytesOut.Add(uint64(len(msg)))
 		}
-		c.a.answered(msg, status)
+		c.a.Answered(msg, status)
 		c.finish()
 	default:
-		a.msg.id, a.msg.method, a.msg.tool = strings.Clone(a.msg.id), strings.Clone(a.msg.method), strings.Clone(a.msg.tool)
+		a.Msg.Id, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.Id), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
 		c.hdr = new(fasthttp.RequestHeader) // the agent's outlives no handler
-		r.hdr.CopyTo(c.hdr)
-		a.ctx, a.r = nil, &request{msg: a.msg, sess: r.sess, standing: bound, ownCredential: true,
-			auth: append([]byte(nil), r.auth...), hdr: c.hdr, tctx: r.tctx}
+		r.Hdr.CopyTo(c.hdr)
+		a.Ctx, a.R = nil, &Request{Msg: a.Msg, Sess: r.Sess, Standing: Bound, OwnCredential: true,
+			Auth: append([]byte(nil), r.Auth...), Hdr: c.hdr, Tctx: r.Tctx}
 		c.streamTo(ctx)
 	}
 }
@@ -159,10 +159,10 @@ func (h *held) call(ctx *fasthttp.RequestCtx, r *request) {
 // streamTo answers ctx with an event stream that c writes.
 func (c *heldCall) streamTo(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(mimeEventStream)
+	ctx.SetContentTypeBytes(MimeEventStream)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	c.st = agentStream{s: c.h.s, conn: ctx.Conn()}
+	c.st = AgentStream{S: c.h.S, Conn: ctx.Conn()}
 	ctx.SetBodyStreamWriter(c.stream)
 }
 
@@ -170,32 +170,32 @@ func (c *heldCall) streamTo(ctx *fasthttp.RequestCtx) {
 // call unless it is parked for its agent's input.
 func (c *heldCall) stream(w *bufio.Writer) {
 	a := c.a
-	c.st.w = w
+	c.st.W = w
 	if c.rewatch {
 		// A retry: its agent's connection is the one to watch now.
 		c.rewatch = false
-		a.watch.arm(c.st.conn, a.resp)
+		a.Watch.Arm(c.st.Conn, a.Resp)
 	}
 	end, final, parked := c.relay()
 	switch end {
-	case eventsDone:
+	case EventsDone:
 		if parked {
 			close(c.handoff)
 			return // the agent's retry resumes it (resume)
 		}
-		c.a.answered(final, fasthttp.StatusOK)
-	case eventsGone:
+		c.a.Answered(final, fasthttp.StatusOK)
+	case EventsGone:
 		c.cancelUpstream()
-	case eventsCut:
-		if a.agentGone() { // the agent closed its connection: how 2026-07-28 cancels
+	case EventsCut:
+		if a.AgentGone() { // the agent closed its connection: how 2026-07-28 cancels
 			c.cancelUpstream()
 			break
 		}
-		c.fail(a.cut())
-	case eventsTooLarge:
-		c.fail(failure{code: codeTooLarge, msg: "an upstream event passed max_sse_line"})
-	case eventsOverBudget:
-		c.fail(overBudgetEvent(a))
+		c.fail(a.Cut())
+	case EventsTooLarge:
+		c.fail(Failure{Code: CodeTooLarge, Msg: "an upstream event passed max_sse_line"})
+	case EventsOverBudget:
+		c.fail(OverBudgetEvent(a))
 	}
 	c.finish()
 }
@@ -214,23 +214,23 @@ func (c *heldCall) relay() (end int, final []byte, parked bool) {
 	tried := false
 	gather := func(more ...[]byte) bool {
 		asks = append(asks, more...)
-		if len(asks) >= maxAsks || a.resp.SetReadDeadline(time.Now().Add(gatherInputs)) != nil {
+		if len(asks) >= maxAsks || a.Resp.SetReadDeadline(time.Now().Add(gatherInputs)) != nil {
 			parked, tried = c.park(asks), true
 		}
 		return tried
 	}
 	for {
 		if more := c.takeAside(); len(more) > 0 {
-			a.resp.TakeWake() // what woke the stream is here
+			a.Resp.TakeWake() // what woke the stream is here
 			if gather(more...) {
 				break
 			}
 		}
-		end = a.eachEvent(func(data []byte) (bool, bool) {
+		end = a.EachEvent(func(data []byte) (bool, bool) {
 			switch {
-			case isResponse(data):
+			case IsResponse(data):
 				final, _ = c.modernAnswer(fasthttp.StatusOK, data)
-				return true, c.st.event(final)
+				return true, c.st.Event(final)
 			case isServerRequest(data):
 				if gather(bytes.Clone(data)) {
 					return true, parked
@@ -238,11 +238,11 @@ func (c *heldCall) relay() (end int, final []byte, parked bool) {
 				return false, true
 			}
 			if note := c.notification(data); note != nil {
-				return false, c.st.event(note)
+				return false, c.st.Event(note)
 			}
 			return false, true
 		})
-		if end != eventsQuiet || tried {
+		if end != EventsQuiet || tried {
 			break
 		}
 		// Quiet: the gathering is over, or the upstream asked on the
@@ -254,15 +254,15 @@ func (c *heldCall) relay() (end int, final []byte, parked bool) {
 			parked, tried = c.park(asks), true
 			break
 		}
-		_ = a.resp.SetReadDeadline(time.Time{}) // woken, and nothing to take
+		_ = a.Resp.SetReadDeadline(time.Time{}) // woken, and nothing to take
 	}
 	if len(asks) > 0 {
-		_ = a.resp.SetReadDeadline(time.Time{})
+		_ = a.Resp.SetReadDeadline(time.Time{})
 	}
 	if tried {
-		end = eventsGone // the agent did not get them: the writer cancels
+		end = EventsGone // the agent did not get them: the writer cancels
 		if parked {
-			end = eventsDone
+			end = EventsDone
 		}
 	}
 	return end, final, parked
@@ -287,7 +287,7 @@ func (c *heldCall) inject(msg []byte) bool {
 			return false
 		}
 		d := wait.Next()
-		if time.Now().Add(d).After(until) || !sleepUnless(d, nil, c.h.s.done) {
+		if time.Now().Add(d).After(until) || !SleepUnless(d, nil, c.h.S.Done) {
 			return false
 		}
 	}
@@ -308,7 +308,7 @@ func (c *heldCall) injectNow(msg []byte) int {
 	switch {
 	case c.ended || len(c.aside) >= maxAsks:
 		return injectEnded
-	case !c.a.resp.Wake():
+	case !c.a.Resp.Wake():
 		return injectNotYet
 	}
 	c.aside = append(c.aside, bytes.Clone(msg))
@@ -332,13 +332,13 @@ func (c *heldCall) hasAside() bool {
 }
 
 // fail ends the call's stream with mcpheal's error.
-func (c *heldCall) fail(f failure) {
-	c.st.event(appendError(nil, f.code, c.agentID, f.msg))
+func (c *heldCall) fail(f Failure) {
+	c.st.Event(AppendError(nil, f.Code, c.agentID, f.Msg))
 }
 
 // finish ends the call: its attempt goes back to the pool.
 func (c *heldCall) finish() {
-	c.a.unwatch()
+	c.a.Unwatch()
 	c.mu.Lock()
 	c.ended = true
 	key := c.key
@@ -347,17 +347,17 @@ func (c *heldCall) finish() {
 	if key != "" {
 		c.h.calls.CompareAndDelete(key, c)
 	}
-	c.a.release()
+	c.a.Release()
 }
 
 // follow takes what an agent request asks of the call's notifications:
 // its log level and progress token.
 func (c *heldCall) follow(body []byte) {
 	c.level = -1
-	if l := gjson.Get(b2s(body), metaLogLevel); l.Type == gjson.String {
+	if l := gjson.Get(B2s(body), metaLogLevel); l.Type == gjson.String {
 		c.level = logSeverity(l.Str)
 	}
-	c.agentToken = strings.Clone(gjson.Get(b2s(body), "params._meta.progressToken").Raw)
+	c.agentToken = strings.Clone(gjson.Get(B2s(body), "params._meta.progressToken").Raw)
 }
 
 // logLevels are MCP's log levels, least severe first.
@@ -377,7 +377,7 @@ func logSeverity(level string) int {
 // it asked for none), a progress notification that names the token of the
 // retry it now waits on.
 func (c *heldCall) notification(msg []byte) []byte {
-	r := gjson.Parse(b2s(msg))
+	r := gjson.Parse(B2s(msg))
 	switch r.Get("method").Str {
 	case "notifications/message":
 		if c.level < 0 || logSeverity(r.Get("params.level").Str) < c.level {
@@ -415,14 +415,14 @@ func (c *heldCall) modernAnswer(status int, msg []byte) ([]byte, int) {
 		if status/100 == 4 && unknownMethodText(msg) {
 			code, status = -32601, fasthttp.StatusNotFound
 		}
-		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(orStr(c.agentID, "null")),
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(OrStr(c.agentID, "null")),
 			"error": map[string]any{"code": code, "message": said}})
 		return b, status
 	}
 	if st := modernStatus(msg); st != fasthttp.StatusOK {
 		status = st
 	}
-	return modernMessage(msg, c.agentID, cacheable(c.a.msg.method)), status
+	return ModernMessage(msg, c.agentID, cacheable(c.a.Msg.Method)), status
 }
 
 // modernStatus is the HTTP status 2026-07-28 gives an answer msg: 404 for
@@ -466,8 +466,8 @@ func cacheable(method string) bool {
 // "input_required" for one that carries inputRequests); a
 // cacheable result also says it may not be kept (ttlMs 0, cacheScope
 // private: a session-era server promised nothing).
-func modernMessage(msg []byte, agentID string, cacheable bool) []byte {
-	r := gjson.Parse(b2s(msg))
+func ModernMessage(msg []byte, agentID string, cacheable bool) []byte {
+	r := gjson.Parse(B2s(msg))
 	id, res := r.Get("id"), r.Get("result")
 	type splice struct {
 		at, cut int
@@ -514,7 +514,7 @@ func modernMessage(msg []byte, agentID string, cacheable bool) []byte {
 // isServerRequest reports a JSON-RPC request (method and id) from the
 // upstream: it asks the client for something.
 func isServerRequest(msg []byte) bool {
-	r := gjson.Parse(b2s(msg))
+	r := gjson.Parse(B2s(msg))
 	return r.Get("method").Type == gjson.String && r.Get("id").Exists()
 }
 
@@ -524,13 +524,13 @@ func isServerRequest(msg []byte) bool {
 // got it.
 func (c *heldCall) park(reqs [][]byte) bool {
 	h, a := c.h, c.a
-	cost := int64(cap(a.buf)+cap(a.out)+a.rw.fr.Buffered()) + 4<<10
+	cost := int64(cap(a.Buf)+cap(a.Out)+a.Rw.Fr.Buffered()) + 4<<10
 	for _, req := range reqs {
 		cost += int64(len(req))
 	}
-	if !a.s.mem.take(cost) {
-		c.fail(failure{code: codeBudget, msg: "the upstream asked the agent for input, and mcpheal's memory_budget " +
-			"has no room to hold the call open for the answer; " + a.msg.method + " may or may not have run"})
+	if !a.S.Mem.Take(cost) {
+		c.fail(Failure{Code: CodeBudget, Msg: "the upstream asked the agent for input, and mcpheal's memory_budget " +
+			"has no room to hold the call open for the answer; " + a.Msg.Method + " may or may not have run"})
 		return false // the writer cancels and ends the call
 	}
 	out := append([]byte(`{"jsonrpc":"2.0","id":`), c.agentID...)
@@ -538,7 +538,7 @@ func (c *heldCall) park(reqs [][]byte) bool {
 	c.mu.Lock()
 	c.parkedCost = cost
 	for i, req := range reqs {
-		r := gjson.Parse(b2s(req))
+		r := gjson.Parse(B2s(req))
 		ask := heldIDk{key: "mcpheal-" + strconv.Itoa(len(c.asks)+1), upID: strings.Clone(r.Get("id").Raw)}
 		c.asks = append(c.asks, ask)
 		if i > 0 {
@@ -562,11 +562,11 @@ func (c *heldCall) park(reqs [][]byte) bool {
 	out = append(out, "}}"...)
 	// The agent's connection is its own again: the watch ends before
 	// fasthttp reads it.
-	a.unwatch()
+	a.Unwatch()
 	h.untrack(c)
 	h.parked.Store(token, c)
-	a.s.count.request(&a.msg, classify.OK)
-	if !c.st.event(out) {
+	a.S.Count.Request(&a.Msg, classify.OK)
+	if !c.st.Event(out) {
 		if h.parked.CompareAndDelete(token, c) {
 			c.unpark()
 		}
@@ -576,7 +576,7 @@ func (c *heldCall) park(reqs [][]byte) bool {
 	// the call only after this writer is done with it. A retry that came
 	// first waits for this writer to return (handoff), and stops it.
 	c.mu.Lock()
-	c.timer = time.AfterFunc(a.s.cfg.ResponseTimeout, func() { h.expire(token, c) })
+	c.timer = time.AfterFunc(a.S.Cfg.ResponseTimeout, func() { h.expire(token, c) })
 	c.mu.Unlock()
 	return true
 }
@@ -590,11 +590,11 @@ func (c *heldCall) unpark() {
 	cost := c.parkedCost
 	c.parkedCost = 0
 	c.mu.Unlock()
-	c.h.s.mem.give(cost)
+	c.h.S.Mem.Give(cost)
 }
 
 // expire gives up on a parked call whose agent did not come back.
-func (h *held) expire(token string, c *heldCall) {
+func (h *Held) expire(token string, c *heldCall) {
 	if !h.parked.CompareAndDelete(token, c) {
 		return
 	}
@@ -606,21 +606,21 @@ func (h *held) expire(token string, c *heldCall) {
 // resume takes a 2026-07-28 agent's retry of a parked call: its
 // inputResponses answer the upstream's requests, and the call's answer
 // goes on, as an event stream, to this request.
-func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
-	s := h.s
-	token := gjson.GetBytes(r.body, "params.requestState").Str
+func (h *Held) resume(ctx *fasthttp.RequestCtx, r *Request) {
+	s := h.S
+	token := gjson.GetBytes(r.Body, "params.requestState").Str
 	v, ok := h.parked.Load(token)
 	var c *heldCall
 	if ok {
 		c = v.(*heldCall)
 		// Only the session (the credential and client) that was asked may
 		// answer, and only for the same request.
-		ok = c.a.sess == r.sess && c.a.msg.method == r.msg.method && c.a.msg.tool == r.msg.tool &&
+		ok = c.a.Sess == r.Sess && c.a.Msg.Method == r.Msg.Method && c.a.Msg.Tool == r.Msg.Tool &&
 			h.parked.CompareAndDelete(token, c)
 	}
 	if !ok {
-		s.count.request(&r.msg, classify.Protocol)
-		writeError(ctx, fasthttp.StatusOK, -32602, r.msg.idOrNull(),
+		s.Count.Request(&r.Msg, classify.Protocol)
+		WriteError(ctx, fasthttp.StatusOK, -32602, r.Msg.IdOrNull(),
 			"Invalid params: requestState names no call of this agent waiting for input (answered, or given up after response_timeout)")
 		return
 	}
@@ -633,14 +633,14 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 	if !c.answerInputs(r, asks) {
 		c.cancelUpstream()
 		c.finish()
-		s.count.request(&r.msg, classify.TransportDead)
-		writeFailure(ctx, &r.msg, failure{status: fasthttp.StatusOK, code: codeMaybeExecuted,
-			msg: "the upstream did not take the agent's input; " + r.msg.method + " may or may not have run and was not retried"})
+		s.Count.Request(&r.Msg, classify.TransportDead)
+		WriteFailure(ctx, &r.Msg, Failure{Status: fasthttp.StatusOK, Code: CodeMaybeExecuted,
+			Msg: "the upstream did not take the agent's input; " + r.Msg.Method + " may or may not have run and was not retried"})
 		return
 	}
-	c.agentID = strings.Clone(r.msg.id)
-	c.follow(r.body)
-	h.track(c, r.auth, r.body)
+	c.agentID = strings.Clone(r.Msg.Id)
+	c.follow(r.Body)
+	h.track(c, r.Auth, r.Body)
 	c.rewatch = true
 	c.streamTo(ctx)
 }
@@ -651,17 +651,17 @@ func (h *held) resume(ctx *fasthttp.RequestCtx, r *request) {
 // another agent under the same credential (none, or a shared inbound
 // token) cannot end a call or a listen that is not its own.
 func heldCallKey(auth, body []byte, rawID string) string {
-	k := heldKeyOf(auth, body)
+	k := HeldKeyOf(auth, body)
 	return string(k[:16]) + rawID
 }
 
 // answerInputs answers the upstream's requests for input with the retry's
 // inputResponses (an error for one it lacks), each a POST on the session.
 // It reports false when the upstream did not take one.
-func (c *heldCall) answerInputs(r *request, asks []heldIDk) bool {
-	s := c.h.s
-	inputs := gjson.GetBytes(r.body, "params.inputResponses")
-	up, gen := r.sess.Current()
+func (c *heldCall) answerInputs(r *Request, asks []heldIDk) bool {
+	s := c.h.S
+	inputs := gjson.GetBytes(r.Body, "params.inputResponses")
+	up, gen := r.Sess.Current()
 	for _, ask := range asks {
 		body := append([]byte(`{"jsonrpc":"2.0","id":`), ask.upID...)
 		if res := inputs.Get(gjson.Escape(ask.key)); res.IsObject() {
@@ -674,16 +674,16 @@ func (c *heldCall) answerInputs(r *request, asks []heldIDk) bool {
 		// The upstream's own id again (a session healed into numbers its
 		// requests' ids apart: events.go); not live when the session that
 		// asked is gone.
-		restored, live := answerRoute(body, ask.upID, gen)
+		restored, live := AnswerRoute(body, ask.upID, gen)
 		if !live {
 			return false
 		}
 		if restored != nil {
 			body = restored
 		}
-		rep, err := s.link.call(&upcall{hdr: r.hdr, session: up, version: r.sess.Recipe.ProtocolVersion, body: body,
-			deadline: time.Now().Add(s.cfg.ResponseTimeout), ctx: r.tctx, name: "response"})
-		if err != nil || rep.status >= 300 {
+		rep, err := s.Link.Call(&Upcall{Hdr: r.Hdr, Session: up, Version: r.Sess.Recipe.ProtocolVersion, Body: body,
+			Deadline: time.Now().Add(s.Cfg.ResponseTimeout), Ctx: r.Tctx, Name: "response"})
+		if err != nil || rep.Status >= 300 {
 			return false
 		}
 	}
@@ -692,7 +692,7 @@ func (c *heldCall) answerInputs(r *request, asks []heldIDk) bool {
 
 // track makes the call cancellable by its agent (notifications/cancelled
 // naming its id).
-func (h *held) track(c *heldCall, auth, body []byte) {
+func (h *Held) track(c *heldCall, auth, body []byte) {
 	if c.agentID == "" {
 		return
 	}
@@ -703,7 +703,7 @@ func (h *held) track(c *heldCall, auth, body []byte) {
 }
 
 // untrack is the end of what track did.
-func (h *held) untrack(c *heldCall) {
+func (h *Held) untrack(c *heldCall) {
 	c.mu.Lock()
 	key := c.key
 	c.key = ""
@@ -715,10 +715,10 @@ func (h *held) untrack(c *heldCall) {
 
 // cancel ends the call that an agent's notifications/cancelled names: the
 // upstream is told, and the exchange ends as if the agent had gone.
-func (h *held) cancel(r *request) {
-	h.s.count.request(&r.msg, classify.OK)
-	id := gjson.GetBytes(r.body, "params.requestId").Raw
-	if v, ok := h.calls.Load(heldCallKey(r.auth, r.body, id)); ok {
+func (h *Held) cancel(r *Request) {
+	h.S.Count.Request(&r.Msg, classify.OK)
+	id := gjson.GetBytes(r.Body, "params.requestId").Raw
+	if v, ok := h.calls.Load(heldCallKey(r.Auth, r.Body, id)); ok {
 		v.(heldCancel).cancelByAgent()
 	}
 }
@@ -728,7 +728,7 @@ func (c *heldCall) cancelByAgent() {
 	c.cancelUpstream()
 	c.mu.Lock()
 	if !c.ended {
-		c.a.abandon()
+		c.a.Abandon()
 	}
 	c.mu.Unlock()
 }
@@ -740,20 +740,20 @@ func (c *heldCall) cancelUpstream() {
 	up := c.upID
 	c.upID = "" // once
 	c.mu.Unlock()
-	s := c.h.s
-	if up == "" || !s.bg.Add(1) {
+	s := c.h.S
+	if up == "" || !s.Bg.Add(1) {
 		return
 	}
-	sess := c.a.sess
+	sess := c.a.Sess
 	hdr := new(fasthttp.RequestHeader)
 	c.hdr.CopyTo(hdr)
 	go func() {
-		defer s.bg.Done()
+		defer s.Bg.Done()
 		cur, _ := sess.Current()
 		body := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + up +
 			`,"reason":"the agent gave up on the request"}}`
-		_, _ = s.link.call(&upcall{hdr: hdr, session: cur, version: sess.Recipe.ProtocolVersion, body: []byte(body),
-			deadline: time.Now().Add(5 * time.Second), name: "notifications/cancelled"})
+		_, _ = s.Link.Call(&Upcall{Hdr: hdr, Session: cur, Version: sess.Recipe.ProtocolVersion, Body: []byte(body),
+			Deadline: time.Now().Add(5 * time.Second), Name: "notifications/cancelled"})
 	}()
 }
 

@@ -118,7 +118,7 @@ func TestHeldAsksAside(t *testing.T) {
 	if st, res := heldPostCaps(t, url, "alice", caps, "tools/list", "", 1); st != http.StatusOK {
 		t.Fatalf("tools/list: %d %s", st, res.Raw)
 	}
-	peerWait(t, "the held session's GET stream", func() bool {
+	PeerWait(t, "the held session's GET stream", func() bool {
 		for _, r := range up.Requests() {
 			if r.HTTPMethod == http.MethodGet {
 				return true
@@ -128,7 +128,7 @@ func TestHeldAsksAside(t *testing.T) {
 	})
 	var st int
 	var first gjson.Result
-	if !waitFor(peerTimeout, func() bool {
+	if !waitFor(PeerTimeout, func() bool {
 		st, first = heldPostCaps(t, url, "alice", caps, "tools/call", call, 1)
 		return !strings.Contains(first.Raw, "stream not connected")
 	}) {
@@ -196,13 +196,13 @@ func TestHeldCancelOnlyByItsAgent(t *testing.T) {
 		}
 	}
 	first := call("5")
-	peerWait(t, "the call to reach the server", func() bool { return up.ToolCalls("slow") == 1 })
+	PeerWait(t, "the call to reach the server", func() bool { return up.ToolCalls("slow") == 1 })
 	cancel("bob-client", "5")
 	if m := <-first; m.Get("result.content.0.text").Str != "done" {
 		t.Fatalf("a call another client tried to cancel: %s; want its result", m.Raw)
 	}
 	second := call("6")
-	peerWait(t, "the second call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
+	PeerWait(t, "the second call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
 	cancel("alice-client", "6")
 	if m := <-second; m.Get("result.content.0.text").Str == "done" {
 		t.Fatalf("a call its own client cancelled: %s; want it ended", m.Raw)

@@ -30,8 +30,8 @@ import (
 // open for the session's life: a request the upstream sends there, outside
 // any call, is refused at once rather than left for the upstream to time
 // out on (fan).
-type heldHub struct {
-	g       *getStream
+type HeldHub struct {
+	g       *GetStream
 	mu      sync.Mutex
 	listens map[*heldListen]struct{}
 	uris    map[string]int // subscribed upstream → listens that want it
@@ -39,7 +39,7 @@ type heldHub struct {
 
 // heldListen is one agent's listen.
 type heldListen struct {
-	h     *held
+	h     *Held
 	sess  *session.Session
 	id    string // raw JSON id of the listen request
 	key   string // in held.calls
@@ -50,27 +50,27 @@ type heldListen struct {
 	out                chan []byte
 	quit               chan struct{}
 	once               sync.Once
-	st                 agentStream
+	st                 AgentStream
 	charged            bool // listenCost taken from the memory budget, given back by unlisten
 }
 
 // maxRefusing bounds the refusals of upstream requests in flight, over
 // every held session: each is a POST that may wait up to 5 s.
-const maxRefusing = 8
+const MaxRefusing = 8
 
 // A listen holds a goroutine, its agent's connection and buffers: about
 // listenCost bytes, counted in the memory budget while it is open, and at
 // most maxListens of them per held session.
 const (
-	listenCost = 40 << 10
-	maxListens = 32
+	ListenCost = 40 << 10
+	MaxListens = 32
 )
 
 // listenFilter is what a listen asks for (params.notifications), and what
 // mcpheal honours of it: what the upstream's capabilities offer.
-func (h *held) listenFilter(r *request, caps gjson.Result) *heldListen {
-	f := gjson.GetBytes(r.body, "params.notifications")
-	l := &heldListen{h: h, sess: r.sess, id: string(append([]byte(nil), r.msg.id...)), uris: map[string]bool{},
+func (h *Held) listenFilter(r *Request, caps gjson.Result) *heldListen {
+	f := gjson.GetBytes(r.Body, "params.notifications")
+	l := &heldListen{h: h, sess: r.Sess, id: string(append([]byte(nil), r.Msg.Id...)), uris: map[string]bool{},
 		out: make(chan []byte, 64), quit: make(chan struct{})}
 	l.tools = f.Get("toolsListChanged").Bool() && caps.Get("tools.listChanged").Bool()
 	l.prompts = f.Get("promptsListChanged").Bool() && caps.Get("prompts.listChanged").Bool()
@@ -89,55 +89,55 @@ func (h *held) listenFilter(r *request, caps gjson.Result) *heldListen {
 // notifications/subscriptions/acknowledged (the honoured filter) and
 // carries every matching notification of the held session until the agent
 // closes it or cancels it.
-func (h *held) listen(ctx *fasthttp.RequestCtx, r *request) {
-	s := h.s
-	caps := gjson.ParseBytes(h.capabilities(r.sess))
+func (h *Held) listen(ctx *fasthttp.RequestCtx, r *Request) {
+	s := h.S
+	caps := gjson.ParseBytes(h.capabilities(r.Sess))
 	l := h.listenFilter(r, caps)
-	hub := h.hub(r.sess)
+	hub := h.hub(r.Sess)
 	hub.mu.Lock()
 	n := len(hub.listens)
 	hub.mu.Unlock()
 	switch {
-	case n >= maxListens:
-		s.count.request(&r.msg, classify.OK)
-		writeFailure(ctx, &r.msg, heldFailure(failure{code: codeTooMany, retryAfter: 10,
-			msg: "too many subscriptions/listen open on this agent's session (" + strconv.Itoa(maxListens) + "); close one first"}))
+	case n >= MaxListens:
+		s.Count.Request(&r.Msg, classify.OK)
+		WriteFailure(ctx, &r.Msg, heldFailure(Failure{Code: CodeTooMany, RetryAfter: 10,
+			Msg: "too many subscriptions/listen open on this agent's session (" + strconv.Itoa(MaxListens) + "); close one first"}))
 		return
-	case !s.mem.take(listenCost):
-		s.count.request(&r.msg, classify.OK)
-		writeFailure(ctx, &r.msg, heldFailure(failure{code: codeBudget, retryAfter: 1,
-			msg: "subscriptions/listen not opened: mcpheal's memory_budget is reached; retry later"}))
+	case !s.Mem.Take(ListenCost):
+		s.Count.Request(&r.Msg, classify.OK)
+		WriteFailure(ctx, &r.Msg, heldFailure(Failure{Code: CodeBudget, RetryAfter: 1,
+			Msg: "subscriptions/listen not opened: mcpheal's memory_budget is reached; retry later"}))
 		return
 	}
 	l.charged = true
 	for uri := range l.uris {
 		if err := hub.want(h, r, uri); err != nil {
 			delete(l.uris, uri)
-			s.log.Warn().Str(logSession, r.sess.ID.Short()).Err(err).Msg("listen: resource not subscribed")
+			s.Log.Warn().Str(LogSession, r.Sess.ID.Short()).Err(err).Msg("listen: resource not subscribed")
 		}
 	}
 	hub.mu.Lock()
 	hub.listens[l] = struct{}{}
 	hub.mu.Unlock()
-	l.key = heldCallKey(r.auth, r.body, l.id)
+	l.key = heldCallKey(r.Auth, r.Body, l.id)
 	h.calls.Store(l.key, l)
-	s.count.request(&r.msg, classify.OK)
+	s.Count.Request(&r.Msg, classify.OK)
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(mimeEventStream)
+	ctx.SetContentTypeBytes(MimeEventStream)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	l.st = agentStream{s: s, conn: ctx.Conn()}
+	l.st = AgentStream{S: s, Conn: ctx.Conn()}
 	ack := append([]byte(`{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{`), l.filter()...)
 	ack = append(ack, `},"_meta":{"io.modelcontextprotocol/subscriptionId":`...)
 	ack = append(ack, l.id...)
 	ack = append(ack, "}}}"...)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer h.unlisten(l)
-		l.st.w = w
-		if !l.st.event(ack) {
+		l.st.W = w
+		if !l.st.Event(ack) {
 			return
 		}
-		l.st.pump(l.out, nil, l.quit, false)
+		l.st.Pump(l.out, nil, l.quit, false)
 	})
 }
 
@@ -180,10 +180,10 @@ func (l *heldListen) stop() { l.once.Do(func() { close(l.quit) }) }
 
 // stopListens ends every agent's listen (shutdown): a listen stays open
 // until its agent leaves, and would hold the drain for its whole timeout.
-func (h *held) stopListens() {
+func (h *Held) StopListens() {
 	h.mu.Lock()
-	hubs := make([]*heldHub, 0, len(h.hubs))
-	for _, hub := range h.hubs {
+	hubs := make([]*HeldHub, 0, len(h.Hubs))
+	for _, hub := range h.Hubs {
 		hubs = append(hubs, hub)
 	}
 	h.mu.Unlock()
@@ -198,17 +198,17 @@ func (h *held) stopListens() {
 
 // unlisten ends a listen: its resources no other listen wants are
 // unsubscribed.
-func (h *held) unlisten(l *heldListen) {
+func (h *Held) unlisten(l *heldListen) {
 	l.stop()
 	h.calls.CompareAndDelete(l.key, l)
 	h.mu.Lock()
 	if l.charged {
 		l.charged = false
-		h.s.mem.give(listenCost)
+		h.S.Mem.Give(ListenCost)
 	}
 	h.mu.Unlock()
 	h.mu.Lock()
-	hub := h.hubs[l.sess]
+	hub := h.Hubs[l.sess]
 	h.mu.Unlock()
 	if hub == nil {
 		return
@@ -224,43 +224,43 @@ func (h *held) unlisten(l *heldListen) {
 	}
 	hub.mu.Unlock()
 	for _, uri := range drop {
-		h.journalled(context.Background(), recipeHeader(l.sess), l.sess, session.JournalChange{URI: uri},
+		h.journalled(context.Background(), RecipeHeader(l.sess), l.sess, session.JournalChange{URI: uri},
 			"resources/unsubscribe", `{"uri":`+strconv.Quote(uri)+`}`)
 	}
 }
 
 // hub returns the held session's hub, opening its GET stream.
-func (h *held) hub(sess *session.Session) *heldHub {
+func (h *Held) hub(sess *session.Session) *HeldHub {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if hub := h.hubs[sess]; hub != nil {
+	if hub := h.Hubs[sess]; hub != nil {
 		return hub
 	}
-	s := h.s
-	g := &getStream{s: s, set: h.streams, sess: sess, hdr: recipeHeader(sess), out: make(chan []byte, 16), quit: make(chan struct{}),
-		done: make(chan struct{})}
-	hub := &heldHub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
+	s := h.S
+	g := &GetStream{S: s, Set: h.Streams, Sess: sess, Hdr: RecipeHeader(sess), Out: make(chan []byte, 16), Quit: make(chan struct{}),
+		Done: make(chan struct{})}
+	hub := &HeldHub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
 	if sess.Removed() {
 		// Released already (under h.mu, after it left the store): its
 		// stream never opens, and nothing is kept for it.
-		close(g.done)
+		close(g.Done)
 		return hub
 	}
-	h.hubs[sess] = hub
-	h.streams.add(sess.ID, g) // a heal moves it to the new session
-	if s.bg.Add(2) {
+	h.Hubs[sess] = hub
+	h.Streams.Add(sess.ID, g) // a heal moves it to the new session
+	if s.Bg.Add(2) {
 		go func() {
-			defer h.streams.remove(sess.ID, g)
-			if g.reopen("", 0) {
-				g.pump()
+			defer h.Streams.Remove(sess.ID, g)
+			if g.Reopen("", 0) {
+				g.Pump()
 			} else {
-				s.bg.Done()
-				close(g.done)
+				s.Bg.Done()
+				close(g.Done)
 			}
 		}()
 		go hub.fan(h)
 	} else {
-		close(g.done)
+		close(g.Done)
 	}
 	return hub
 }
@@ -271,14 +271,14 @@ func (h *held) hub(sess *session.Session) *heldHub {
 // there is one only (a server that asks within a tool, on its GET
 // stream); any other has no agent to ask (2026-07-28 carries requests for
 // input only in a call's answer): it is refused.
-func (hub *heldHub) fan(h *held) {
-	defer h.s.bg.Done()
+func (hub *HeldHub) fan(h *Held) {
+	defer h.S.Bg.Done()
 	var data []byte
 	for {
 		var ev []byte
 		select {
-		case ev = <-hub.g.out:
-		case <-hub.g.done:
+		case ev = <-hub.g.Out:
+		case <-hub.g.Done:
 			return
 		}
 		var fr sse.Framer
@@ -296,18 +296,18 @@ func (hub *heldHub) fan(h *held) {
 }
 
 // deliver sends one upstream message to the listens that want it.
-func (hub *heldHub) deliver(h *held, msg []byte) {
+func (hub *HeldHub) deliver(h *Held, msg []byte) {
 	m := gjson.ParseBytes(msg)
 	method := m.Get("method").Str
 	if id := m.Get("id"); id.Exists() && method != "" {
-		h.ask(hub.g.sess, msg, id.Raw, method)
+		h.ask(hub.g.Sess, msg, id.Raw, method)
 		return
 	}
 	uri := ""
 	switch method {
 	case "notifications/tools/list_changed":
-		if h.s.bg.Add(1) { // what the new list says of its tools' annotations
-			go h.s.healer.refreshTools(hub.g.sess, recipeHeader(hub.g.sess), false)
+		if h.S.Bg.Add(1) { // what the new list says of its tools' annotations
+			go h.S.Healer.RefreshTools(hub.g.Sess, RecipeHeader(hub.g.Sess), false)
 		}
 	case "notifications/prompts/list_changed", "notifications/resources/list_changed":
 	case "notifications/resources/updated":
@@ -328,19 +328,19 @@ func (hub *heldHub) deliver(h *held, msg []byte) {
 	}
 	hub.mu.Unlock()
 	for _, l := range to {
-		b := withSubscription(msg, l.id)
+		b := WithSubscription(msg, l.id)
 		select {
 		case l.out <- sse.AppendEvent(nil, "message", b):
 		case <-l.quit:
-		case <-time.After(h.s.cfg.WriteTimeout):
-			h.s.log.Warn().Str(logSession, l.sess.ID.Short()).Msg("listen: agent not reading; notification dropped")
+		case <-time.After(h.S.Cfg.WriteTimeout):
+			h.S.Log.Warn().Str(LogSession, l.sess.ID.Short()).Msg("listen: agent not reading; notification dropped")
 		}
 	}
 }
 
 // withSubscription returns a notification with params._meta naming the
 // listen it is delivered on.
-func withSubscription(msg []byte, listenID string) []byte {
+func WithSubscription(msg []byte, listenID string) []byte {
 	p := gjson.GetBytes(msg, "params")
 	meta := `"_meta":{"io.modelcontextprotocol/subscriptionId":` + listenID + `}`
 	if !p.IsObject() {
@@ -358,7 +358,7 @@ func withSubscription(msg []byte, listenID string) []byte {
 
 // want subscribes uri upstream for a listen, unless another listen of the
 // hub already did.
-func (hub *heldHub) want(h *held, r *request, uri string) error {
+func (hub *HeldHub) want(h *Held, r *Request, uri string) error {
 	hub.mu.Lock()
 	n := hub.uris[uri]
 	hub.uris[uri] = n + 1
@@ -366,7 +366,7 @@ func (hub *heldHub) want(h *held, r *request, uri string) error {
 	if n > 0 {
 		return nil
 	}
-	err := h.journalled(r.tctx, r.hdr, r.sess, session.JournalChange{URI: uri, Subscribed: true},
+	err := h.journalled(r.Tctx, r.Hdr, r.Sess, session.JournalChange{URI: uri, Subscribed: true},
 		"resources/subscribe", `{"uri":`+strconv.Quote(uri)+`}`)
 	if err != nil {
 		hub.mu.Lock()
@@ -383,7 +383,7 @@ func (hub *heldHub) want(h *held, r *request, uri string) error {
 // call's stream may take a moment to begin, and the hub's other events do
 // not wait for it. Anything else, or past maxRefusing such requests at a
 // time, is refused.
-func (h *held) ask(sess *session.Session, msg []byte, id, method string) {
+func (h *Held) ask(sess *session.Session, msg []byte, id, method string) {
 	var c *heldCall
 	if asksAUser(method) {
 		c = h.onlyCall(sess)
@@ -392,14 +392,14 @@ func (h *held) ask(sess *session.Session, msg []byte, id, method string) {
 		h.refuse(sess, id, method)
 		return
 	}
-	if h.refusing.Add(1) > maxRefusing || !h.s.bg.Add(1) {
+	if h.refusing.Add(1) > MaxRefusing || !h.S.Bg.Add(1) {
 		h.refusing.Add(-1)
 		h.refuse(sess, id, method)
 		return
 	}
 	msg, id, method = bytes.Clone(msg), strings.Clone(id), strings.Clone(method) // the hub's buffer is reused
 	go func() {
-		defer h.s.bg.Done()
+		defer h.S.Bg.Done()
 		ok := c.inject(msg)
 		h.refusing.Add(-1) // before refuse, which takes a place of its own
 		if !ok {
@@ -420,7 +420,7 @@ func asksAUser(method string) bool {
 // onlyCall returns the call in flight on a held session (waiting for its
 // answer or for its agent's input), nil when there is none or more than
 // one: whose request it would be is then a guess.
-func (h *held) onlyCall(sess *session.Session) *heldCall {
+func (h *Held) onlyCall(sess *session.Session) *heldCall {
 	var one *heldCall
 	n := 0
 	find := func(_, v any) bool {
@@ -439,34 +439,34 @@ func (h *held) onlyCall(sess *session.Session) *heldCall {
 
 // refuse answers a request the upstream sent on a held session's GET
 // stream: no agent can answer it.
-func (h *held) refuse(sess *session.Session, id, method string) {
-	s := h.s
-	if h.refusing.Add(1) > maxRefusing {
+func (h *Held) refuse(sess *session.Session, id, method string) {
+	s := h.S
+	if h.refusing.Add(1) > MaxRefusing {
 		// An upstream that floods its GET stream with requests gets no
 		// more answers than this at a time; the rest it times out itself.
 		h.refusing.Add(-1)
 		return
 	}
-	if !s.bg.Add(1) {
+	if !s.Bg.Add(1) {
 		h.refusing.Add(-1)
 		return
 	}
 	go func() {
-		defer s.bg.Done()
+		defer s.Bg.Done()
 		defer h.refusing.Add(-1)
 		up, gen := sess.Current()
 		text, _ := json.Marshal(method + " outside a call cannot reach an MCP 2026-07-28 agent")
 		body := []byte(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32601,"message":` + string(text) + `}}`)
 		// The upstream's own id again (events.go); none for a session
 		// that is gone.
-		restored, live := answerRoute(body, id, gen)
+		restored, live := AnswerRoute(body, id, gen)
 		if !live {
 			return
 		}
 		if restored != nil {
 			body = restored
 		}
-		_, _ = s.link.call(&upcall{hdr: recipeHeader(sess), session: up, version: sess.Recipe.ProtocolVersion,
-			body: body, deadline: time.Now().Add(5 * time.Second), name: "response"})
+		_, _ = s.Link.Call(&Upcall{Hdr: RecipeHeader(sess), Session: up, Version: sess.Recipe.ProtocolVersion,
+			Body: body, Deadline: time.Now().Add(5 * time.Second), Name: "response"})
 	}()
 }

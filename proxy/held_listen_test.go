@@ -28,7 +28,7 @@ func TestShutdownEndsHeldListens(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	r, err := NewRouter(addr, []Config{{Upstream: up.URL(), Listen: addr, AdminListen: adminOff}}, nopLog())
+	r, err := NewRouter(addr, []Config{{Upstream: up.URL(), Listen: addr, AdminListen: AdminOff}}, nopLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,33 +100,33 @@ func TestHeldListensBounded(t *testing.T) {
 		up := startGoSDK(t, goSDKOpts{State: true})
 		// A closed listen is noticed at its next write: a keepalive.
 		s, url := startProxy(t, up.URL(), func(c *Config) { c.StreamKeepalive = 50 * time.Millisecond })
-		before := s.mem.used.Load()
+		before := s.mem.Used.Load()
 		var open []*http.Response
-		for i := range maxListens {
+		for i := range MaxListens {
 			resp, errBody := openListen(t, url, 100+i)
 			if resp == nil {
 				t.Fatalf("listen %d: %s", i, errBody)
 			}
 			open = append(open, resp)
 		}
-		if _, errBody := openListen(t, url, 999); !strings.Contains(errBody, strconv.Itoa(codeTooMany)) {
+		if _, errBody := openListen(t, url, 999); !strings.Contains(errBody, strconv.Itoa(CodeTooMany)) {
 			t.Fatalf("listen past maxListens: %q; want -32015", errBody)
 		}
-		held := s.mem.used.Load() - before
-		if held < maxListens*listenCost {
-			t.Errorf("%d bytes counted for %d listens, want at least %d", held, maxListens, maxListens*listenCost)
+		held := s.mem.Used.Load() - before
+		if held < MaxListens*ListenCost {
+			t.Errorf("%d bytes counted for %d listens, want at least %d", held, MaxListens, MaxListens*ListenCost)
 		}
 		for _, resp := range open {
 			resp.Body.Close()
 		}
-		if !waitFor(5*time.Second, func() bool { return s.mem.used.Load()-before < listenCost }) {
-			t.Errorf("budget after the listens closed: %d bytes above the start, want < %d", s.mem.used.Load()-before, listenCost)
+		if !waitFor(5*time.Second, func() bool { return s.mem.Used.Load()-before < ListenCost }) {
+			t.Errorf("budget after the listens closed: %d bytes above the start, want < %d", s.mem.Used.Load()-before, ListenCost)
 		}
 	})
 	t.Run("memory budget", func(t *testing.T) {
 		t.Parallel()
 		up := startGoSDK(t, goSDKOpts{State: true})
-		_, url := startProxy(t, up.URL(), func(c *Config) { c.MemoryBudget = 6 * listenCost })
+		_, url := startProxy(t, up.URL(), func(c *Config) { c.MemoryBudget = 6 * ListenCost })
 		refused := ""
 		for i := range 10 {
 			if resp, errBody := openListen(t, url, 200+i); resp == nil {
@@ -134,8 +134,8 @@ func TestHeldListensBounded(t *testing.T) {
 				break
 			}
 		}
-		if !strings.Contains(refused, strconv.Itoa(codeBudget)) {
-			t.Fatalf("listens past a budget of %d bytes: refusal %q; want -32017", 6*listenCost, refused)
+		if !strings.Contains(refused, strconv.Itoa(CodeBudget)) {
+			t.Fatalf("listens past a budget of %d bytes: refusal %q; want -32017", 6*ListenCost, refused)
 		}
 	})
 }
@@ -184,17 +184,17 @@ func TestHeldRefusalsBounded(t *testing.T) {
 	if st, res := heldPost(t, purl, "", "tools/list", "", 1); st != http.StatusOK {
 		t.Fatalf("tools/list: %d %s", st, res.Raw)
 	}
-	if !waitFor(5*time.Second, func() bool { return inFlight.Load() >= maxRefusing }) {
-		t.Fatalf("%d refusals in flight, want %d", inFlight.Load(), maxRefusing)
+	if !waitFor(5*time.Second, func() bool { return inFlight.Load() >= MaxRefusing }) {
+		t.Fatalf("%d refusals in flight, want %d", inFlight.Load(), MaxRefusing)
 	}
 	if st, res := heldPost(t, purl, "", "tools/list", "", 2); st != http.StatusOK {
 		t.Fatalf("tools/list during the flood: %d %s", st, res.Raw)
 	}
-	if m := most.Load(); m > maxRefusing {
-		t.Errorf("%d refusals in flight at once, want at most %d", m, maxRefusing)
+	if m := most.Load(); m > MaxRefusing {
+		t.Errorf("%d refusals in flight at once, want at most %d", m, MaxRefusing)
 	}
 	close(release)
 	if n := refusals.Load(); n >= flood {
-		t.Errorf("%d refusals for a flood of %d while %d were pending: not bounded", n, flood, maxRefusing)
+		t.Errorf("%d refusals for a flood of %d while %d were pending: not bounded", n, flood, MaxRefusing)
 	}
 }

@@ -57,7 +57,7 @@ func TestHeldDirectFails(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
 	cs := goSDK2026Client(t, up.URL(), nil)
-	if v := cs.InitializeResult().ProtocolVersion; v == statelessVersion {
+	if v := cs.InitializeResult().ProtocolVersion; v == StatelessVersion {
 		t.Fatalf("directly, the session-era server spoke %s: this test proves nothing", v)
 	}
 	if up.Inits() != 1 {
@@ -78,13 +78,13 @@ func TestHeldGoSDK(t *testing.T) {
 	s, url := startProxy(t, up.URL(), nil)
 	var n heldCounts
 	cs := goSDK2026Client(t, url, heldClientOpts(&n))
-	if v := cs.InitializeResult().ProtocolVersion; v != statelessVersion {
-		t.Fatalf("through mcpheal the client speaks %q; want %s", v, statelessVersion)
+	if v := cs.InitializeResult().ProtocolVersion; v != StatelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s", v, StatelessVersion)
 	}
 	if si := cs.InitializeResult().ServerInfo; si == nil || si.Name != "peer-go-sdk" {
 		t.Fatalf("server/discover's serverInfo %+v; want the upstream's", si)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil || len(tools.Tools) != 8 {
@@ -98,7 +98,7 @@ func TestHeldGoSDK(t *testing.T) {
 	if err != nil || peerResultText(res) != "done" {
 		t.Fatalf("slow: %v, %v", peerResultText(res), err)
 	}
-	peerWait(t, "3 progress notifications", func() bool { return n.progress.Load() == 3 })
+	PeerWait(t, "3 progress notifications", func() bool { return n.progress.Load() == 3 })
 
 	// Log messages at the level the request asks for, none without one.
 	for _, tc := range []struct {
@@ -156,12 +156,12 @@ func TestHeldGoSDK(t *testing.T) {
 		_, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 1, "delayMs": 20000}})
 		done <- err
 	}()
-	peerWait(t, "the slow call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
+	PeerWait(t, "the slow call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
 	ccancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled call: %v; want context.Canceled", err)
 	}
-	peerWait(t, "notifications/cancelled upstream", func() bool { return up.Calls("notifications/cancelled") >= 1 })
+	PeerWait(t, "notifications/cancelled upstream", func() bool { return up.Calls("notifications/cancelled") >= 1 })
 
 	if up.Calls("initialize") < 2 || s.Stats().Sessions != 1 {
 		t.Errorf("%d upstream initializes, %d sessions held; want ≥ 2 (one per heal) and 1", up.Calls("initialize"), s.Stats().Sessions)
@@ -189,7 +189,7 @@ func TestHeldNeverRunsTwice(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
 	cs := goSDK2026Client(t, url, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	if _, err := cs.ListTools(ctx, nil); err != nil { // the annotations, learned
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestHeldSessionsPerClient(t *testing.T) {
 		t.Errorf("two agents of one client: %d held sessions; want 1", n)
 	}
 	other := mcp.NewClient(&mcp.Implementation{Name: "another-agent", Version: "2"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -297,14 +297,14 @@ func FuzzHeldTranslate(f *testing.F) {
 			return
 		}
 		in := gjson.ParseBytes(b)
-		down := downgrade(b, `"mcpheal-call-1"`)
+		down := Downgrade(b, `"mcpheal-call-1"`)
 		if !gjson.ValidBytes(down) {
 			t.Fatalf("downgrade(%s) = %s: not JSON", b, down)
 		}
 		if d := gjson.ParseBytes(down); d.Get("method").Raw != in.Get("method").Raw && in.Get("method").Exists() {
 			t.Fatalf("downgrade(%s) changed the method: %s", b, down)
 		}
-		up := modernMessage(b, "42", true)
+		up := ModernMessage(b, "42", true)
 		if !gjson.ValidBytes(up) {
 			t.Fatalf("modernMessage(%s) = %s: not JSON", b, up)
 		}
@@ -312,7 +312,7 @@ func FuzzHeldTranslate(f *testing.F) {
 			t.Fatalf("modernMessage(%s) = %s: not the agent's id", b, up)
 		}
 		if in.Get("method").Exists() {
-			if w := withSubscription(b, `"listen:0"`); !gjson.ValidBytes(w) {
+			if w := WithSubscription(b, `"listen:0"`); !gjson.ValidBytes(w) {
 				t.Fatalf("withSubscription(%s) = %s: not JSON", b, w)
 			}
 		}
@@ -327,28 +327,28 @@ func FuzzHeldTranslate(f *testing.F) {
 func TestHeldSessionReleasedWhileInUse(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
-	base := s.mem.used.Load()
+	base := s.mem.Used.Load()
 	if st, _ := heldPost(t, url, "alice", "tools/list", "", 1); st != http.StatusOK {
 		t.Fatalf("first request: %d", st)
 	}
-	old := s.sessions.store.Sessions()[0]
-	s.sessions.store.Remove(old.ID) // as the sweep does: removed; its release comes after
+	old := s.sessions.Store.Sessions()[0]
+	s.sessions.Store.Remove(old.ID) // as the sweep does: removed; its release comes after
 	if st, _ := heldPost(t, url, "alice", "tools/list", "", 2); st != http.StatusOK {
 		t.Fatalf("request after the removal: %d", st)
 	}
 	if n := up.Inits(); n != 2 {
 		t.Fatalf("%d upstream initializes, want 2: the next request held a new session", n)
 	}
-	s.sessions.dropped(old) // the release
-	if _, ok := s.held.infos.Load(old); ok {
+	s.sessions.Dropped(old) // the release
+	if _, ok := s.held.Infos.Load(old); ok {
 		t.Errorf("held.infos still holds the released session")
 	}
-	next := s.sessions.store.Sessions()[0]
-	if _, ok := s.held.infos.Load(next); !ok {
+	next := s.sessions.Store.Sessions()[0]
+	if _, ok := s.held.Infos.Load(next); !ok {
 		t.Errorf("held.infos lost the live session")
 	}
-	s.sessions.end(next, false)
-	if got := s.mem.used.Load(); got != base {
+	s.sessions.End(next, false)
+	if got := s.mem.Used.Load(); got != base {
 		t.Errorf("memory budget used %d after both sessions left, want %d", got, base)
 	}
 }
@@ -363,15 +363,15 @@ func TestHeldSessionReleasedWhileInUse(t *testing.T) {
 func TestHeldLearnsTools(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	relay := newTCPRelay(t, up.Addr())
+	relay := NewTCPRelay(t, up.Addr())
 	s, url, logs := startProxyLog(t, relay.URL(), nil)
 	var changed atomic.Int64
 	cs := goSDK2026Client(t, url, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) },
 	})
 	var held []*session.Session
-	peerWait(t, "mcpheal to learn the held session's tools", func() bool {
-		held = s.sessions.store.Sessions()
+	PeerWait(t, "mcpheal to learn the held session's tools", func() bool {
+		held = s.sessions.Store.Sessions()
 		return len(held) == 1 && held[0].Replayable("ro_counter")
 	})
 	if held[0].Replayable("counter") {
@@ -394,7 +394,7 @@ func TestHeldLearnsTools(t *testing.T) {
 
 	// The agent lists tools now: the list mcpheal records from the answer
 	// it translated is the one it compares after a heal.
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -413,12 +413,12 @@ func TestHeldLearnsTools(t *testing.T) {
 		}
 		// One tools/list when the session was held, one after each heal
 		// (and one more for any list_changed the server sends itself).
-		peerWait(t, "mcpheal's tools/list after the heal", func() bool { return count(notified)+count(learnt) >= 2+i })
+		PeerWait(t, "mcpheal's tools/list after the heal", func() bool { return count(notified)+count(learnt) >= 2+i })
 		if n := count(notified); n > i {
 			t.Fatalf("after restart %d (the list changed: %v) mcpheal told the agent %d times; want at most %d", i+1, extra != nil, n, i)
 		}
 	}
-	peerWait(t, "the client to be told the list changed", func() bool { return changed.Load() >= 1 })
+	PeerWait(t, "the client to be told the list changed", func() bool { return changed.Load() >= 1 })
 	if n := changed.Load(); n != 1 {
 		t.Errorf("the client was told %d times that the list changed; want once", n)
 	}
@@ -526,7 +526,7 @@ func TestHeldPassesChallenges(t *testing.T) {
 	for range 3 {
 		select {
 		case <-up.getSeen:
-		case <-time.After(peerTimeout):
+		case <-time.After(PeerTimeout):
 			t.Fatal("the held sessions opened no GET stream")
 		}
 	}
@@ -688,16 +688,16 @@ func TestHeldOnRealRefusal(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{Versions: []string{"2025-11-25", "2025-06-18", "2025-03-26"}})
 	direct := goSDK2026Client(t, up.URL(), nil)
-	if v := direct.InitializeResult().ProtocolVersion; v == statelessVersion {
+	if v := direct.InitializeResult().ProtocolVersion; v == StatelessVersion {
 		t.Fatalf("directly the session-era server spoke %s: this test proves nothing", v)
 	}
 	s, url := startProxy(t, up.URL(), nil)
 	cs := goSDK2026Client(t, url, nil)
-	if v := cs.InitializeResult().ProtocolVersion; v != statelessVersion {
-		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, statelessVersion)
+	if v := cs.InitializeResult().ProtocolVersion; v != StatelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, StatelessVersion)
 	}
-	if v := s.eras.v.Load(); v != eraLegacy {
-		t.Errorf("era %s, want %s", eraNames[v], eraNames[eraLegacy])
+	if v := s.eras.V.Load(); v != EraLegacy {
+		t.Errorf("era %s, want %s", EraNames[v], EraNames[EraLegacy])
 	}
 	callEcho(t, cs, "held on a real refusal")
 	if n := up.ToolCalls("echo"); n != 1 {
@@ -718,8 +718,8 @@ func TestHeldResumesPolledStream(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{EventStore: true, Polls: true})
 	_, url := startProxy(t, up.URL(), nil)
 	cs := goSDK2026Client(t, url, nil)
-	if v := cs.InitializeResult().ProtocolVersion; v != statelessVersion {
-		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, statelessVersion)
+	if v := cs.InitializeResult().ProtocolVersion; v != StatelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, StatelessVersion)
 	}
 	discovers := up.Calls("server/discover")
 	gets := func() int {
@@ -790,8 +790,8 @@ func TestHeldReplayFirst(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{})
 	_, proxyURL := startProxy(t, forgetAfter(t, up.URL(), 3), func(c *Config) { c.Keepalive = -1 })
 	cs := goSDK2026Client(t, proxyURL, nil)
-	if v := cs.InitializeResult().ProtocolVersion; v != statelessVersion {
-		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, statelessVersion)
+	if v := cs.InitializeResult().ProtocolVersion; v != StatelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, StatelessVersion)
 	}
 	const calls = 7
 	for i := range calls {

@@ -31,7 +31,7 @@ func TestNestedJSONBounded(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	resp, raw := peerRawPost(t, url, "", body)
 	runtime.ReadMemStats(&after)
-	if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != codeInvalidRequest ||
+	if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != CodeInvalidRequest ||
 		!strings.Contains(string(raw), "max_json_depth") {
 		t.Fatalf("4 MB of '[': %d %s; want 400 naming max_json_depth", resp.StatusCode, raw)
 	}
@@ -55,7 +55,7 @@ func TestInitializeBodyCapped(t *testing.T) {
 	fat := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"` +
 		strings.Repeat("f", 8<<10) + `","version":"1"}}}`
 	resp, raw := peerRawPost(t, url, "", fat)
-	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusRequestEntityTooLarge || code != codeInvalidRequest ||
+	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusRequestEntityTooLarge || code != CodeInvalidRequest ||
 		!strings.Contains(msg, "max_init_body") {
 		t.Fatalf("8 KiB initialize: %d %s; want 413 naming max_init_body", resp.StatusCode, raw)
 	}
@@ -65,7 +65,7 @@ func TestInitializeBodyCapped(t *testing.T) {
 	peerRawInitialize(t, url)
 	runtime.GC() // interning must outlive a collection
 	peerRawInitialize(t, url)
-	ss := s.sessions.store.Sessions()
+	ss := s.sessions.Store.Sessions()
 	if len(ss) != 2 || unsafe.StringData(ss[0].Recipe.InitBody) != unsafe.StringData(ss[1].Recipe.InitBody) {
 		t.Fatal("two identical initialize bodies are kept twice")
 	}
@@ -87,7 +87,7 @@ func TestFloodKeepsSessionsAtWork(t *testing.T) {
 		resp, raw := peerRawPost(t, url, "",
 			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"junk","version":"1"}}}`)
 		if code, _, _ := rpcError(t, raw); resp.StatusCode == http.StatusOK && code != 0 {
-			if code != codeTooMany || resp.Header.Get("Retry-After") == "" {
+			if code != CodeTooMany || resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("refused initialize: %s", raw)
 			}
 			refused++
@@ -111,7 +111,7 @@ func TestSessionHeaderTwice(t *testing.T) {
 	req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"lookup"}}`)
 	req.Header.Add("Mcp-Session-Id", "another")
 	resp, raw := peerRawDo(t, req)
-	if code, _, id := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != codeInvalidRequest || id != "3" {
+	if code, _, id := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != CodeInvalidRequest || id != "3" {
 		t.Fatalf("two session headers: %d %s; want 400 -32600 with id 3", resp.StatusCode, raw)
 	}
 	if n := up.Runs("lookup"); n != 0 {
@@ -146,7 +146,7 @@ func TestOversizedAnswerNotReplayed(t *testing.T) {
 	sid := peerRawInitialize(t, url)
 	for range 3 {
 		resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
-		if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != codeTooLarge ||
+		if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != CodeTooLarge ||
 			!strings.Contains(msg, "max_answer") {
 			t.Fatalf("huge_json: %d %s; want 200 -32016 naming max_answer", resp.StatusCode, raw)
 		}
@@ -197,7 +197,7 @@ func TestSlowAgentLetGo(t *testing.T) {
 	sid := peerRawInitialize(t, url)
 	peerRawClient.CloseIdleConnections()
 	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
-	peerWait(t, "no connection open", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
+	PeerWait(t, "no connection open", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -211,10 +211,10 @@ func TestSlowAgentLetGo(t *testing.T) {
 	if _, err := c.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	peerWait(t, "the huge answer", func() bool { return up.Runs("huge_json") == 1 })
+	PeerWait(t, "the huge answer", func() bool { return up.Runs("huge_json") == 1 })
 	// The agent reads nothing: past write_timeout, mcpheal lets go of the
 	// connection and the 16 MiB answer it could not write.
-	peerWait(t, "the stalled connection closed", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
+	PeerWait(t, "the stalled connection closed", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
 }
 
 // TestDeleteAndGetNeedTheSessionsCredential: a DELETE or a GET of a session
@@ -228,7 +228,7 @@ func TestDeleteAndGetNeedTheSessionsCredential(t *testing.T) {
 	sid := authInit(t, url, "victim-token-0001")
 	stream := openAuthGet(t, url, sid, "victim-token-0001")
 	defer stream.Body.Close()
-	peerWait(t, "the victim's stream", func() bool { return s.streams.set.count(session.ClientID(sid)) == 1 })
+	PeerWait(t, "the victim's stream", func() bool { return s.streams.Set.Count(session.ClientID(sid)) == 1 })
 	for _, tok := range []string{"", "attacker-token-01"} {
 		for _, method := range []string{http.MethodDelete, http.MethodGet} {
 			req, _ := http.NewRequest(method, url, nil)
@@ -242,7 +242,7 @@ func TestDeleteAndGetNeedTheSessionsCredential(t *testing.T) {
 			}
 		}
 	}
-	if n := s.streams.set.count(session.ClientID(sid)); n != 1 {
+	if n := s.streams.Set.Count(session.ClientID(sid)); n != 1 {
 		t.Fatalf("the victim's GET streams: %d, want its own 1", n)
 	}
 	resp, body := authPost(t, url, sid, "victim-token-0001", echoCall)
@@ -287,7 +287,7 @@ func TestMemoryBudget(t *testing.T) {
 		switch {
 		case resp.StatusCode == http.StatusOK && code == 0:
 			admitted = append(admitted, resp.Header.Get("Mcp-Session-Id"))
-		case resp.StatusCode == http.StatusOK && code == codeTooMany:
+		case resp.StatusCode == http.StatusOK && code == CodeTooMany:
 			if !strings.Contains(string(raw), "memory_budget") {
 				t.Fatalf("refused initialize: %s", raw)
 			}
@@ -300,7 +300,7 @@ func TestMemoryBudget(t *testing.T) {
 	if len(admitted) < 120 || len(admitted) > 136 || refused != 150-len(admitted) {
 		t.Fatalf("%d admitted, %d refused; want about 130 admitted under an 8 MiB budget", len(admitted), refused)
 	}
-	if used := s.mem.used.Load(); used > 8<<20 {
+	if used := s.mem.Used.Load(); used > 8<<20 {
 		t.Fatalf("budget used %d, over its limit", used)
 	}
 	if status, _ := callTool(t, url, admitted[0], "lookup"); status != http.StatusOK {
@@ -308,7 +308,7 @@ func TestMemoryBudget(t *testing.T) {
 	}
 	// A 16 MiB answer cannot be buffered under an 8 MiB budget.
 	resp, raw := peerRawPost(t, url, admitted[0], `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
-	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != codeBudget ||
+	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != CodeBudget ||
 		!strings.Contains(msg, "memory_budget") {
 		t.Fatalf("huge answer at the budget: %d %.200s", resp.StatusCode, raw)
 	}
@@ -328,12 +328,12 @@ func TestMemoryBudget(t *testing.T) {
 // blank line, as a 32 MiB event id.
 func TestCutHeldLineNotCompleted(t *testing.T) {
 	t.Parallel()
-	er := eventRewriter{gen: 1, max: 1 << 10}
-	_, _, err := er.stream(nil, []byte("id: "+strings.Repeat("x", 4<<10)))
+	er := EventRewriter{Gen: 1, Max: 1 << 10}
+	_, _, err := er.Stream(nil, []byte("id: "+strings.Repeat("x", 4<<10)))
 	if !errors.Is(err, sse.ErrTooLarge) {
 		t.Fatalf("err = %v, want ErrTooLarge", err)
 	}
-	out, mid := er.endStream([]byte("data: {}\n\n"), false)
+	out, mid := er.EndStream([]byte("data: {}\n\n"), false)
 	if string(out) != "data: {}\n\n" || mid {
 		t.Fatalf("endStream kept %q (mid-line %v)", out, mid)
 	}
@@ -346,13 +346,13 @@ func TestCutHeldLineNotCompleted(t *testing.T) {
 func TestLogLinesBounded(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	relay := newTCPRelay(t, up.Addr())
+	relay := NewTCPRelay(t, up.Addr())
 	_, url, logs := startProxyLog(t, relay.URL(), nil)
 	sid := peerRawInitialize(t, url)
 	name := "t" + strings.Repeat("x", 1<<20)
 	relay.CutRequest(`"name":"t`) // the call is cut on its way: mcpheal logs that it did not replay it
 	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+name+`"}}`)
-	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != codeMaybeExecuted {
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != CodeMaybeExecuted {
 		t.Fatalf("tools/call cut on its way upstream: %d %.200s; want -32011", resp.StatusCode, body)
 	}
 	var named int

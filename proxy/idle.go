@@ -15,7 +15,7 @@ import (
 // line begins on the agent's side, so it never lands inside a line. A JSON
 // answer, or an SSE answer read whole, is written at once and gets none.
 type idleWriter struct {
-	a     *attempt
+	a     *Attempt
 	every time.Duration
 	timer *time.Timer
 
@@ -30,8 +30,8 @@ type idleWriter struct {
 var keepaliveLine = []byte(": keepalive\n")
 
 // newIdleWriter starts writing a's answer to w.
-func newIdleWriter(a *attempt, w io.Writer) *idleWriter {
-	iw := &idleWriter{a: a, every: a.s.cfg.StreamKeepalive, w: w, atLine: true}
+func newIdleWriter(a *Attempt, w io.Writer) *idleWriter {
+	iw := &idleWriter{a: a, every: a.S.Cfg.StreamKeepalive, w: w, atLine: true}
 	iw.timer = time.AfterFunc(iw.every, iw.keepalive)
 	return iw
 }
@@ -41,7 +41,7 @@ func newIdleWriter(a *attempt, w io.Writer) *idleWriter {
 func (iw *idleWriter) write(p []byte, atLine bool) (int, error) {
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
-	armWrite(iw.a.conn, iw.a.s.cfg.WriteTimeout)
+	ArmWrite(iw.a.conn, iw.a.S.Cfg.WriteTimeout)
 	n, err := iw.w.Write(p)
 	iw.atLine = atLine
 	iw.timer.Reset(iw.every)
@@ -60,17 +60,17 @@ func (iw *idleWriter) keepalive() {
 		return
 	}
 	if iw.atLine {
-		armWrite(iw.a.conn, iw.a.s.cfg.WriteTimeout)
+		ArmWrite(iw.a.conn, iw.a.S.Cfg.WriteTimeout)
 		if _, err := iw.w.Write(keepaliveLine); err != nil {
 			iw.stopped = true
 			if iw.a.log != nil {
 				iw.a.log.agentLeft() // the call goes on for the agent to resume it
 			} else {
-				iw.a.abandon()
+				iw.a.Abandon()
 			}
 			return
 		}
-		iw.a.s.count.bytesOut.Add(uint64(len(keepaliveLine)))
+		iw.a.S.Count.BytesOut.Add(uint64(len(keepaliveLine)))
 	}
 	iw.timer.Reset(iw.every)
 }

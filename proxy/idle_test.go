@@ -30,7 +30,7 @@ func TestIdleAnswerKeptAlive(t *testing.T) {
 				streamEvents(w, resumeResult+"\n\n")
 			}, nil)
 			_, url := startProxy(t, up, func(c *Config) { c.StreamKeepalive = every })
-			relay := newTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
+			relay := NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
 			relay.CloseIdle(400 * time.Millisecond)
 			sid := peerRawInitialize(t, relay.URL())
 			req := peerPostRequest(t, relay.URL(), sid, resumeCall)
@@ -78,8 +78,8 @@ func TestLongQuietCallBehindIdleTimeout(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{EventStore: true})
 	_, url := startProxy(t, up.URL(), nil)
-	call := func(target string) (*mcp.CallToolResult, *tcpRelay, error) {
-		relay := newTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(target, "http://"), "/mcp"))
+	call := func(target string) (*mcp.CallToolResult, *TcpRelay, error) {
+		relay := NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(target, "http://"), "/mcp"))
 		relay.CloseIdle(30 * time.Second)
 		cs := goSDKClient(t, relay.URL())
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -89,7 +89,7 @@ func TestLongQuietCallBehindIdleTimeout(t *testing.T) {
 	}
 	type outcome struct {
 		res   *mcp.CallToolResult
-		relay *tcpRelay
+		relay *TcpRelay
 		err   error
 	}
 	direct := make(chan outcome, 1)

@@ -32,7 +32,7 @@ func recipeHeaders(h *fasthttp.RequestHeader) [][2]string {
 // saw before. The list is the result's tools array, as the server wrote it:
 // what a route adds around it for its agent (the held route's resultType,
 // ttlMs, cacheScope) is not the list.
-func learnTools(sess *session.Session, msg []byte) (changed bool) {
+func LearnTools(sess *session.Session, msg []byte) (changed bool) {
 	d := msg
 	if res := gjson.GetBytes(d, "result"); res.IsObject() && !gjson.Get(res.Raw, "nextCursor").Exists() {
 		changed = sess.SeeTools([]byte(gjson.Get(res.Raw, "tools").Raw)) // the first page of a paged list is not the list

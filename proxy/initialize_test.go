@@ -70,7 +70,7 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 				}
 			}
 			// The DELETEs go in the background, each at once.
-			peerWait(t, "a DELETE of every upstream session", func() bool {
+			PeerWait(t, "a DELETE of every upstream session", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(deleted) >= len(created)
@@ -138,7 +138,7 @@ func TestChurnDeletesEverySession(t *testing.T) {
 		case 2: // left to idle out (session_ttl)
 		}
 	}
-	peerWait(t, "a DELETE of every upstream session", func() bool {
+	PeerWait(t, "a DELETE of every upstream session", func() bool {
 		created, deleted := sessions()
 		return len(deleted) >= len(created)
 	})

@@ -18,12 +18,12 @@ import (
 // replayJournal restores the journal on a new upstream session: the log
 // level, then every subscription. A failure is logged and counted, never
 // fatal: the agent's request still goes through.
-func (h *healer) replayJournal(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID) {
+func (h *Healer) replayJournal(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID) {
 	j := sess.Journal()
 	if j.Level == "" && len(j.Subscriptions) == 0 {
 		return
 	}
-	ctx, sp := h.trace.child(ctx, "mcpheal journal replay", attribute.Int("mcpheal.journal.subscriptions", len(j.Subscriptions)))
+	ctx, sp := h.Trace.Child(ctx, "mcpheal journal replay", attribute.Int("mcpheal.journal.subscriptions", len(j.Subscriptions)))
 	if sp != nil {
 		defer sp.End()
 	}
@@ -36,33 +36,33 @@ func (h *healer) replayJournal(ctx context.Context, hdr *fasthttp.RequestHeader,
 	}
 }
 
-func (h *healer) journalCall(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID, method, params string) {
-	body := `{"jsonrpc":"2.0","id":` + h.link.upcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
-	cls, err := h.sessionCall(ctx, hdr, sess, up, body, nil)
+func (h *Healer) journalCall(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID, method, params string) {
+	body := `{"jsonrpc":"2.0","id":` + h.Link.UpcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
+	cls, err := h.SessionCall(ctx, hdr, sess, up, body, nil)
 	if cls == classify.OK {
-		h.count.journal[outcomeOK].Add(1)
+		h.Count.Journal[OutcomeOK].Add(1)
 		return
 	}
-	h.count.journal[outcomeFailed].Add(1)
-	h.log.Warn().Str(logSession, sess.ID.Short()).Str(logMethod, logText(method)).Stringer(logClass, cls).Err(err).
+	h.Count.Journal[OutcomeFailed].Add(1)
+	h.Log.Warn().Str(LogSession, sess.ID.Short()).Str(LogMethod, LogText(method)).Stringer(LogClass, cls).Err(err).
 		Msg("journal replay failed")
 }
 
 // sessionCall sends one proxy-made request on an upstream session and
 // classifies the answer; result, if not nil, receives the answer's result.
-func (h *healer) sessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID, body string, result *[]byte) (classify.Class, error) {
-	rep, err := h.link.call(&upcall{hdr: hdr, session: up, version: sess.Recipe.ProtocolVersion, body: []byte(body),
-		deadline: deadlineOf(ctx, time.Now().Add(h.cfg.HealTimeout)), ctx: ctx, name: gjson.Get(body, "method").Str})
+func (h *Healer) SessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID, body string, result *[]byte) (classify.Class, error) {
+	rep, err := h.Link.Call(&Upcall{Hdr: hdr, Session: up, Version: sess.Recipe.ProtocolVersion, Body: []byte(body),
+		Deadline: deadlineOf(ctx, time.Now().Add(h.Cfg.HealTimeout)), Ctx: ctx, Name: gjson.Get(body, "method").Str})
 	if err != nil {
-		return rep.class, err
+		return rep.Class, err
 	}
-	if rep.class != classify.OK {
-		return rep.class, errors.New(rep.describe())
+	if rep.Class != classify.OK {
+		return rep.Class, errors.New(rep.Describe())
 	}
 	if result != nil {
-		*result = append((*result)[:0], gjson.GetBytes(rep.msg, "result").Raw...)
+		*result = append((*result)[:0], gjson.GetBytes(rep.Msg, "result").Raw...)
 	}
-	return rep.class, nil
+	return rep.Class, nil
 }
 
 // listChanged is the notification that tells the agent to list tools again
@@ -71,9 +71,9 @@ var listChanged = sse.AppendEvent(nil, "message", []byte(`{"jsonrpc":"2.0","meth
 
 // toolsDue lists the session's tools in the background if they are due
 // (Session.DueTools).
-func (h *healer) toolsDue(sess *session.Session) {
-	if due, notify := sess.TakeDueTools(); due && h.bg.Add(1) {
-		go h.refreshTools(sess, recipeHeader(sess), notify)
+func (h *Healer) ToolsDue(sess *session.Session) {
+	if due, notify := sess.TakeDueTools(); due && h.Bg.Add(1) {
+		go h.RefreshTools(sess, RecipeHeader(sess), notify)
 	}
 }
 
@@ -86,28 +86,28 @@ func (h *healer) toolsDue(sess *session.Session) {
 // changed, so that a 2026-07-28 agent's call is judged on its tool's
 // annotations whether or not the agent listed tools (the upstream's own
 // notification reached the agent: notify false).
-func (h *healer) refreshTools(sess *session.Session, hdr *fasthttp.RequestHeader, notify bool) {
-	defer h.bg.Done()
+func (h *Healer) RefreshTools(sess *session.Session, hdr *fasthttp.RequestHeader, notify bool) {
+	defer h.Bg.Done()
 	defer func() {
 		if p := recover(); p != nil {
-			h.count.panics.Add(1)
-			h.log.Error().Interface("panic", p).Msg("tools/list after heal panicked")
+			h.Count.Panics.Add(1)
+			h.Log.Error().Interface("panic", p).Msg("tools/list after heal panicked")
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.HealTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.Cfg.HealTimeout)
 	defer cancel()
 	up, _ := sess.Current()
 	var result []byte
-	if cls, err := h.sessionCall(ctx, hdr, sess, up, `{"jsonrpc":"2.0","id":`+h.link.upcallID("tools")+`,"method":"tools/list"}`, &result); err != nil {
-		h.log.Debug().Str(logSession, sess.ID.Short()).Stringer(logClass, cls).Err(err).Msg("tools/list to learn the session's tools failed")
+	if cls, err := h.SessionCall(ctx, hdr, sess, up, `{"jsonrpc":"2.0","id":`+h.Link.UpcallID("tools")+`,"method":"tools/list"}`, &result); err != nil {
+		h.Log.Debug().Str(LogSession, sess.ID.Short()).Stringer(LogClass, cls).Err(err).Msg("tools/list to learn the session's tools failed")
 		return
 	}
 	msg := append(append([]byte(`{"result":`), result...), '}')
-	changed := learnTools(sess, msg)
+	changed := LearnTools(sess, msg)
 	if changed && notify {
-		h.streams.inject(sess.ID, listChanged)
-		h.log.Info().Str(logSession, sess.ID.Short()).Msg("tool list changed across the heal; agent notified")
+		h.Streams.Inject(sess.ID, listChanged)
+		h.Log.Info().Str(LogSession, sess.ID.Short()).Msg("tool list changed across the heal; agent notified")
 		return
 	}
-	h.log.Debug().Str(logSession, sess.ID.Short()).Bool("changed", changed).Msg("tool list learnt")
+	h.Log.Debug().Str(LogSession, sess.ID.Short()).Bool("changed", changed).Msg("tool list learnt")
 }

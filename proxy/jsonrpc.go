@@ -14,78 +14,78 @@ import (
 // for an unknown session, which every client recognises; the rest are
 // mcpheal's own, in the implementation-defined server error range.
 const (
-	codeParseError      = -32700
-	codeInvalidRequest  = -32600
-	codeSessionNotFound = -32001
+	CodeParseError      = -32700
+	CodeInvalidRequest  = -32600
+	CodeSessionNotFound = -32001
 	// codeUpstreamDown: the upstream stayed unreachable for the whole heal
 	// budget; HTTP 503 with Retry-After. The session stays valid.
-	codeUpstreamDown = -32010
+	CodeUpstreamDown = -32010
 	// codeMaybeExecuted: the connection died after the request was sent and
 	// the method is not safe to run twice, so it was not replayed.
-	codeMaybeExecuted = -32011
+	CodeMaybeExecuted = -32011
 	// codeProxyError: mcpheal itself failed (a bug); HTTP 502.
-	codeProxyError = -32012
+	CodeProxyError = -32012
 	// codeForbidden: Host or Origin refused (DNS-rebinding guard); HTTP 403.
-	codeForbidden = -32013
+	CodeForbidden = -32013
 	// codeUnauthorized: inbound auth failed; HTTP 401.
-	codeUnauthorized = -32014
+	CodeUnauthorized = -32014
 	// codeTooMany: a per-session or per-credential cap; HTTP 429.
-	codeTooMany = -32015
+	CodeTooMany = -32015
 	// codeTooLarge: an upstream answer passed one of mcpheal's size caps;
 	// the answer was cut and ends with this error.
-	codeTooLarge = -32016
+	CodeTooLarge = -32016
 	// codeBudget: buffering an upstream answer would pass the upstream's
 	// memory_budget; HTTP 503 with Retry-After.
-	codeBudget = -32017
+	CodeBudget = -32017
 	// codeCredential: mcpheal could not get the upstream credential it
 	// owns (the token endpoint refused or did not answer); nothing was
 	// sent. HTTP 502 for a refusal, 503 with Retry-After otherwise.
-	codeCredential = -32018
+	CodeCredential = -32018
 	// codeJournalFull: the request would pass the session's max_journal
 	// (the state mcpheal restores after a heal); it was not sent. HTTP 200.
-	codeJournalFull = -32019
+	CodeJournalFull = -32019
 	// codeUpstreamInvalid: the upstream's answer cannot be used as it is
 	// (a session id longer than mcpheal carries); HTTP 502.
-	codeUpstreamInvalid = -32020
+	CodeUpstreamInvalid = -32020
 	// codeHeaderMismatch is MCP 2026-07-28's own -32020 (HeaderMismatch):
 	// an HTTP header that disagrees with the body. It is the same number as
 	// codeUpstreamInvalid, which mcpheal chose before 2026-07-28 took it;
 	// the held route answers it only to 2026-07-28 agents.
-	codeHeaderMismatch = -32020
+	CodeHeaderMismatch = -32020
 )
 
 // message is what the proxy needs to know of one agent POST body. Fields are
 // views into the request body, valid until the handler returns.
-type message struct {
-	method string // "" for a JSON-RPC response or a batch
-	id     string // raw JSON id ("1", "\"a\"", ""); "" for a notification
-	tool   string // params.name of a tools/call
-	batch  bool
-	get    bool // the agent's standalone GET stream, not a POST
-	dup    bool // a member routed on appears twice: refused
+type Message struct {
+	Method string // "" for a JSON-RPC response or a batch
+	Id     string // raw JSON id ("1", "\"a\"", ""); "" for a notification
+	Tool   string // params.name of a tools/call
+	Batch  bool
+	Get    bool // the agent's standalone GET stream, not a POST
+	Dup    bool // a member routed on appears twice: refused
 }
 
 // idOrNull returns the id for an error answer.
-func (m *message) idOrNull() string {
-	if m.id == "" {
+func (m *Message) IdOrNull() string {
+	if m.Id == "" {
 		return "null"
 	}
-	return m.id
+	return m.Id
 }
 
 // isRequest reports whether the message expects a response.
-func (m *message) isRequest() bool { return m.id != "" && m.method != "" }
+func (m *Message) IsRequest() bool { return m.Id != "" && m.Method != "" }
 
 // parseMessage reads the fields of body the proxy routes on. body must be
 // valid JSON. A member the proxy routes on that appears twice (method, id,
 // params, or the name of a tools/call) makes the message ambiguous: mcpheal
 // would judge one value and the server act on another (servers keep the
 // last), so such a message is refused (m.dup).
-func parseMessage(body []byte) (m message) {
-	s := b2s(body)
+func ParseMessage(body []byte) (m Message) {
+	s := B2s(body)
 	r := gjson.Parse(s)
 	if r.IsArray() {
-		m.batch = true
+		m.Batch = true
 		return m
 	}
 	var params gjson.Result
@@ -96,48 +96,48 @@ func parseMessage(body []byte) (m message) {
 		bit := 0
 		switch {
 		case strings.EqualFold(k.Str, "method"):
-			bit, m.method = 1, v.Str
+			bit, m.Method = 1, v.Str
 		case strings.EqualFold(k.Str, "id"):
-			bit, m.id = 2, ""
+			bit, m.Id = 2, ""
 			if v.Type != gjson.Null {
-				m.id = v.Raw
+				m.Id = v.Raw
 			}
 		case strings.EqualFold(k.Str, "params"):
 			bit, params = 4, v
 		}
-		m.dup = m.dup || seen&bit != 0
+		m.Dup = m.Dup || seen&bit != 0
 		seen |= bit
 		return true
 	})
-	if m.method == "tools/call" && params.IsObject() {
+	if m.Method == "tools/call" && params.IsObject() {
 		names := 0
 		params.ForEach(func(k, v gjson.Result) bool {
 			if strings.EqualFold(k.Str, "name") {
-				m.tool = v.Str
+				m.Tool = v.Str
 				names++
 			}
 			return true
 		})
-		m.dup = m.dup || names > 1
+		m.Dup = m.Dup || names > 1
 	}
 	return m
 }
 
 // errorCode returns error.code of a JSON-RPC answer, or 0.
-func errorCode(body []byte) int64 {
+func ErrorCode(body []byte) int64 {
 	return gjson.GetBytes(body, "error.code").Int()
 }
 
 // writeError answers the agent with a JSON-RPC error carrying id (raw JSON).
-func writeError(ctx *fasthttp.RequestCtx, status, code int, id, msg string) {
+func WriteError(ctx *fasthttp.RequestCtx, status, code int, id, msg string) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	ctx.Response.SetBodyRaw(appendError(ctx.Response.Body()[:0], code, id, msg))
+	ctx.Response.SetBodyRaw(AppendError(ctx.Response.Body()[:0], code, id, msg))
 }
 
 // appendError appends a JSON-RPC error message carrying id (raw JSON) to b.
-func appendError(b []byte, code int, id, msg string) []byte {
+func AppendError(b []byte, code int, id, msg string) []byte {
 	b = append(b, `{"jsonrpc":"2.0","error":{"code":`...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, `,"message":`...)
@@ -152,4 +152,4 @@ func appendError(b []byte, code int, id, msg string) []byte {
 
 // b2s views b as a string without copying; b must not change while the
 // string is in use.
-func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+func B2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -11,26 +11,26 @@ func TestParseMessage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		in      string
-		want    message
+		want    Message
 		request bool
 	}{
-		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`, message{method: "tools/call", id: "1", tool: "echo"}, true},
-		{`{"jsonrpc":"2.0","id":"a-1","method":"ping"}`, message{method: "ping", id: `"a-1"`}, true},
-		{`{"jsonrpc":"2.0","method":"notifications/initialized"}`, message{method: "notifications/initialized"}, false},
-		{`{"jsonrpc":"2.0","id":null,"method":"x"}`, message{method: "x"}, false},
-		{`{"jsonrpc":"2.0","id":7,"result":{}}`, message{id: "7"}, false},
-		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, message{batch: true}, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`, Message{Method: "tools/call", Id: "1", Tool: "echo"}, true},
+		{`{"jsonrpc":"2.0","id":"a-1","method":"ping"}`, Message{Method: "ping", Id: `"a-1"`}, true},
+		{`{"jsonrpc":"2.0","method":"notifications/initialized"}`, Message{Method: "notifications/initialized"}, false},
+		{`{"jsonrpc":"2.0","id":null,"method":"x"}`, Message{Method: "x"}, false},
+		{`{"jsonrpc":"2.0","id":7,"result":{}}`, Message{Id: "7"}, false},
+		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, Message{Batch: true}, false},
 		// Routed members are read as Go servers read them: escapes decoded,
 		// case folded, the last one kept, and a second one flagged.
-		{`{"jsonrpc":"2.0","id":1,"m\u0065thod":"ping"}`, message{method: "ping", id: "1"}, true},
-		{`{"jsonrpc":"2.0","ID":1,"Method":"tools/call","Params":{"Name":"echo"}}`, message{method: "tools/call", id: "1", tool: "echo"}, true},
-		{`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"x"}}`, message{method: "tools/call", id: "1", tool: "x", dup: true}, true},
-		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","NAME":"b"}}`, message{method: "tools/call", id: "1", tool: "b", dup: true}, true},
+		{`{"jsonrpc":"2.0","id":1,"m\u0065thod":"ping"}`, Message{Method: "ping", Id: "1"}, true},
+		{`{"jsonrpc":"2.0","ID":1,"Method":"tools/call","Params":{"Name":"echo"}}`, Message{Method: "tools/call", Id: "1", Tool: "echo"}, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"x"}}`, Message{Method: "tools/call", Id: "1", Tool: "x", Dup: true}, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","NAME":"b"}}`, Message{Method: "tools/call", Id: "1", Tool: "b", Dup: true}, true},
 	}
 	for _, tt := range tests {
-		got := parseMessage([]byte(tt.in))
-		if got != tt.want || got.isRequest() != tt.request {
-			t.Errorf("parseMessage(%s) = %+v (request %v), want %+v (request %v)", tt.in, got, got.isRequest(), tt.want, tt.request)
+		got := ParseMessage([]byte(tt.in))
+		if got != tt.want || got.IsRequest() != tt.request {
+			t.Errorf("parseMessage(%s) = %+v (request %v), want %+v (request %v)", tt.in, got, got.IsRequest(), tt.want, tt.request)
 		}
 	}
 }
@@ -41,7 +41,7 @@ func TestRequestID(t *testing.T) {
 		`{"id":5}`: "5", `{"id":"x"}`: `"x"`, `{"id":null}`: "null", `{}`: "null", ``: "null",
 		`{"id":{"a":1}}`: "null", `not json`: "null",
 	} {
-		if got := requestID([]byte(in), 64); got != want {
+		if got := RequestID([]byte(in), 64); got != want {
 			t.Errorf("requestID(%q) = %s, want %s", in, got, want)
 		}
 	}
@@ -50,13 +50,13 @@ func TestRequestID(t *testing.T) {
 func TestWriteError(t *testing.T) {
 	t.Parallel()
 	var ctx fasthttp.RequestCtx
-	writeError(&ctx, 404, codeSessionNotFound, `"r-1"`, `Session "x" not found`)
+	WriteError(&ctx, 404, CodeSessionNotFound, `"r-1"`, `Session "x" not found`)
 	body := ctx.Response.Body()
 	if !gjson.ValidBytes(body) {
 		t.Fatalf("writeError body is not JSON: %s", body)
 	}
 	if ctx.Response.StatusCode() != 404 || gjson.GetBytes(body, "id").Str != "r-1" ||
-		gjson.GetBytes(body, "error.code").Int() != codeSessionNotFound ||
+		gjson.GetBytes(body, "error.code").Int() != CodeSessionNotFound ||
 		gjson.GetBytes(body, "error.message").Str != `Session "x" not found` {
 		t.Fatalf("writeError = %d %s", ctx.Response.StatusCode(), body)
 	}
@@ -65,7 +65,7 @@ func TestWriteError(t *testing.T) {
 func TestWithID(t *testing.T) {
 	t.Parallel()
 	in := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"id":3}}`)
-	got := withID(in, `"mcpheal-init-9"`)
+	got := WithID(in, `"mcpheal-init-9"`)
 	if want := `{"jsonrpc":"2.0","id":"mcpheal-init-9","method":"initialize","params":{"id":3}}`; string(got) != want {
 		t.Fatalf("withID = %s, want %s", got, want)
 	}
@@ -76,7 +76,7 @@ func TestWithID(t *testing.T) {
 
 func TestHostGuard(t *testing.T) {
 	t.Parallel()
-	g := newHostGuard("127.0.0.1:8787", []string{"mcp.internal"})
+	g := NewHostGuard("127.0.0.1:8787", []string{"mcp.internal"})
 	for host, want := range map[string]bool{
 		"127.0.0.1:8787": true, "localhost:8787": true, "LOCALHOST:8787": true, "[::1]:8787": true,
 		"mcp.internal": true, "mcp.internal:8787": true,
@@ -84,7 +84,7 @@ func TestHostGuard(t *testing.T) {
 	} {
 		// A bare 127.0.0.1 of another port is still this machine's loopback:
 		// only names matter for DNS rebinding.
-		if got := g.allowHost([]byte(host)); got != want {
+		if got := g.AllowHost([]byte(host)); got != want {
 			t.Errorf("allowHost(%q) = %v, want %v", host, got, want)
 		}
 	}
@@ -92,7 +92,7 @@ func TestHostGuard(t *testing.T) {
 		"": true, "http://localhost:8787": true, "http://127.0.0.1:8787": true,
 		"https://evil.example": false, "null": false, "http://localhost.evil.example": false,
 	} {
-		if got := g.allowOrigin([]byte(origin)); got != want {
+		if got := g.AllowOrigin([]byte(origin)); got != want {
 			t.Errorf("allowOrigin(%q) = %v, want %v", origin, got, want)
 		}
 	}

@@ -13,15 +13,15 @@ import (
 // keepaliveLoop probes quiet sessions' upstreams every Config.Keepalive so
 // that they neither expire nor sit on a dead connection (docs/healing.md
 // "Keeping upstream healthy"). It runs until Close.
-func (h *healer) keepaliveLoop(done <-chan struct{}) {
-	defer h.bg.Done()
+func (h *Healer) KeepaliveLoop(done <-chan struct{}) {
+	defer h.Bg.Done()
 	defer func() {
 		if p := recover(); p != nil {
-			h.count.panics.Add(1)
-			h.log.Error().Interface("panic", p).Msg("keepalive loop panicked")
+			h.Count.Panics.Add(1)
+			h.Log.Error().Interface("panic", p).Msg("keepalive loop panicked")
 		}
 	}()
-	every := min(max(h.cfg.Keepalive/4, 10*time.Millisecond), 10*time.Second)
+	every := min(max(h.Cfg.Keepalive/4, 10*time.Millisecond), 10*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	sem := make(chan struct{}, 8) // probes in flight at once
@@ -32,8 +32,8 @@ func (h *healer) keepaliveLoop(done <-chan struct{}) {
 		case <-t.C:
 		}
 		now := time.Now()
-		for _, sess := range h.sessions.store.Sessions() {
-			if sess.Removed() || sess.QuietFor(now) < h.cfg.Keepalive || sess.Healing() {
+		for _, sess := range h.Sessions.Store.Sessions() {
+			if sess.Removed() || sess.QuietFor(now) < h.Cfg.Keepalive || sess.Healing() {
 				continue
 			}
 			if up, _ := sess.Current(); up == "" {
@@ -45,11 +45,11 @@ func (h *healer) keepaliveLoop(done <-chan struct{}) {
 			case <-done:
 				return
 			}
-			if !h.bg.Add(1) {
+			if !h.Bg.Add(1) {
 				return
 			}
 			go func() {
-				defer h.bg.Done()
+				defer h.Bg.Done()
 				defer func() { <-sem }()
 				h.keepalive(sess)
 			}()
@@ -62,60 +62,60 @@ func (h *healer) keepaliveLoop(done <-chan struct{}) {
 // request to heal: a quiet agent may have left without a DELETE, and a
 // session re-created for nobody would hold one of the server's sessions
 // (a server with a cap then turns away an agent that is there).
-func (h *healer) keepalive(sess *session.Session) {
+func (h *Healer) keepalive(sess *session.Session) {
 	defer func() {
 		if p := recover(); p != nil {
-			h.count.panics.Add(1)
-			h.log.Error().Interface("panic", p).Msg("keepalive panicked")
+			h.Count.Panics.Add(1)
+			h.Log.Error().Interface("panic", p).Msg("keepalive panicked")
 		}
 	}()
 	up, _ := sess.Current()
-	if ok, _ := h.link.breaker.Allow(); !ok {
+	if ok, _ := h.Link.Breaker.Allow(); !ok {
 		return
 	}
-	hdr := recipeHeader(sess)
+	hdr := RecipeHeader(sess)
 	cls, err := h.probe(sess, hdr, up)
-	h.link.recordHealth(cls)
-	log := h.log
+	h.Link.RecordHealth(cls)
+	log := h.Log
 	switch cls {
 	case classify.OK:
-		h.count.keepalive[keepaliveOK].Add(1)
+		h.Count.Keepalive[KeepaliveOK].Add(1)
 		return
 	case classify.SessionGone:
-		h.count.keepalive[keepaliveGone].Add(1)
-		log.Debug().Str(logSession, sess.ID.Short()).Msg("keepalive found the upstream session gone; the agent's next request heals it")
+		h.Count.Keepalive[KeepaliveGone].Add(1)
+		log.Debug().Str(LogSession, sess.ID.Short()).Msg("keepalive found the upstream session gone; the agent's next request heals it")
 		return
 	}
-	h.count.keepalive[keepaliveFailed].Add(1)
-	log.Warn().Str(logSession, sess.ID.Short()).Stringer(logClass, cls).Err(err).Msg("keepalive failed")
+	h.Count.Keepalive[KeepaliveFailed].Add(1)
+	log.Warn().Str(LogSession, sess.ID.Short()).Stringer(LogClass, cls).Err(err).Msg("keepalive failed")
 }
 
 // probe sends one keepalive request on the upstream session and classifies
 // the answer. A -32601 to ping switches the server to tools/list probes.
-func (h *healer) probe(sess *session.Session, hdr *fasthttp.RequestHeader, up session.UpstreamID) (classify.Class, error) {
+func (h *Healer) probe(sess *session.Session, hdr *fasthttp.RequestHeader, up session.UpstreamID) (classify.Class, error) {
 	method := "ping"
 	if h.pingUnsupported.Load() {
 		method = "tools/list"
 	}
-	body := `{"jsonrpc":"2.0","id":` + h.link.upcallID("keepalive") + `,"method":"` + method + `"}`
-	rep, err := h.link.call(&upcall{hdr: hdr, session: up, version: sess.Recipe.ProtocolVersion, body: []byte(body),
-		deadline: time.Now().Add(h.cfg.HealTimeout)})
+	body := `{"jsonrpc":"2.0","id":` + h.Link.UpcallID("keepalive") + `,"method":"` + method + `"}`
+	rep, err := h.Link.Call(&Upcall{Hdr: hdr, Session: up, Version: sess.Recipe.ProtocolVersion, Body: []byte(body),
+		Deadline: time.Now().Add(h.Cfg.HealTimeout)})
 	if err != nil {
-		return rep.class, err
+		return rep.Class, err
 	}
-	if rep.class == classify.ToolError && method == "ping" && errorCode(rep.msg) == -32601 {
+	if rep.Class == classify.ToolError && method == "ping" && ErrorCode(rep.Msg) == -32601 {
 		h.pingUnsupported.Store(true)
 		return classify.OK, nil // alive; tools/list from now on
 	}
-	if rep.class != classify.OK {
-		return rep.class, errors.New("keepalive " + method + " " + rep.describe())
+	if rep.Class != classify.OK {
+		return rep.Class, errors.New("keepalive " + method + " " + rep.Describe())
 	}
-	return rep.class, nil
+	return rep.Class, nil
 }
 
 // recipeHeader rebuilds the agent's initialize headers for work done on the
 // session's behalf.
-func recipeHeader(sess *session.Session) *fasthttp.RequestHeader {
+func RecipeHeader(sess *session.Session) *fasthttp.RequestHeader {
 	h := new(fasthttp.RequestHeader)
 	_, hdr := sess.Binding()
 	for _, kv := range hdr {

@@ -21,7 +21,7 @@ func TestStateKeepalive(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{})
 	_, url := startProxy(t, up.URL(), func(c *Config) { c.StreamKeepalive = every })
 	sid := peerRawInitialize(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

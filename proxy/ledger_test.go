@@ -224,14 +224,14 @@ func agentDelete(t testing.TB, url, sid string) int {
 // readings in a row.
 func memSettled(t testing.TB, s *Server) int64 {
 	t.Helper()
-	deadline := time.Now().Add(peerTimeout)
-	last, same := s.mem.used.Load(), 0
+	deadline := time.Now().Add(PeerTimeout)
+	last, same := s.mem.Used.Load(), 0
 	for same < 3 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the memory budget's count never settled (last %d)", last)
 		}
 		time.Sleep(15 * time.Millisecond)
-		if u := s.mem.used.Load(); u == last {
+		if u := s.mem.Used.Load(); u == last {
 			same++
 		} else {
 			last, same = u, 0

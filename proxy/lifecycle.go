@@ -21,7 +21,7 @@ func (s *Server) Ready() error {
 	if time.Since(s.readyAt) < time.Second {
 		return s.readyErr
 	}
-	s.readyErr = s.link.up.Probe(time.Now().Add(time.Second))
+	s.readyErr = s.link.Up.Probe(time.Now().Add(time.Second))
 	s.readyAt = time.Now()
 	return s.readyErr
 }
@@ -31,14 +31,14 @@ func (s *Server) Ready() error {
 // why not. An operator then sees at once that a server is down or
 // misaddressed, instead of in the first agent's 503.
 func (s *Server) probeAtStart() {
-	origin := s.link.up.Origin()
-	if err := s.link.up.Probe(time.Now().Add(2 * time.Second)); err != nil {
+	origin := s.link.Up.Origin()
+	if err := s.link.Up.Probe(time.Now().Add(2 * time.Second)); err != nil {
 		s.log.Warn().Str("server", origin).Err(err).
 			Msg("upstream unreachable at start: agents' requests wait for it up to heal_timeout, then get -32010")
 		return
 	}
-	v := s.eras.detect(false, nil)
-	s.log.Info().Str("server", origin).Str("era", eraNames[v]).Msg("upstream reachable")
+	v := s.eras.Detect(false, nil)
+	s.log.Info().Str("server", origin).Str("era", EraNames[v]).Msg("upstream reachable")
 }
 
 // drain waits until no request is in flight (or timeout), then ends the
@@ -47,7 +47,7 @@ func (s *Server) probeAtStart() {
 func (s *Server) drain(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for s.inflight.Load() > 0 && time.Now().Before(deadline) {
-		if !s.link.sleep(50 * time.Millisecond) {
+		if !s.link.Sleep(50 * time.Millisecond) {
 			break
 		}
 	}
@@ -63,8 +63,8 @@ func (s *Server) drain(timeout time.Duration) {
 // "Replicas"); only a session that ends is DELETEd, by the process that
 // ends it.
 func (s *Server) closeSessions(ctx context.Context) {
-	sessions := s.sessions.store.Sessions()
-	if s.sessions.fleet != nil {
+	sessions := s.sessions.Store.Sessions()
+	if s.sessions.Fleet != nil {
 		s.log.Info().Int("sessions", len(sessions)).Msg("stopping: upstream sessions left to the fleet")
 		s.Close()
 		return
@@ -90,8 +90,8 @@ func (s *Server) closeSessions(ctx context.Context) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			dl, _ := ctx.Deadline()
-			_ = s.link.deleteNow(up, auth, dl)
-		}(up, recipeHeader(sess).PeekBytes(hdrAuthorization))
+			_ = s.link.DeleteNow(up, auth, dl)
+		}(up, RecipeHeader(sess).PeekBytes(HdrAuthorization))
 	}
 	wg.Wait()
 	s.Close()

@@ -69,11 +69,11 @@ func TestHealAbandonedAtShutdownIsNoError(t *testing.T) {
 	sid := peerRawInitialize(t, url)
 	resp := agentGet(t, url, sid)
 	go func() { _, _ = io.Copy(io.Discard, resp.Body) }()
-	peerWait(t, "the GET stream's heal to reach the upstream", func() bool { return inits.Load() == 2 })
+	PeerWait(t, "the GET stream's heal to reach the upstream", func() bool { return inits.Load() == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_ = s.Shutdown(ctx)
-	peerWait(t, "the heal to be given up", func() bool { return strings.Contains(logs.String(), "heal abandoned") })
+	PeerWait(t, "the heal to be given up", func() bool { return strings.Contains(logs.String(), "heal abandoned") })
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(line, `"level":"error"`) {
 			t.Fatalf("an error-level line for a heal abandoned at shutdown: %s", line)

@@ -23,22 +23,22 @@ import (
 // request sent upstream, the agent's and mcpheal's own, leaves through
 // [link.do] or [link.doOnce]; every request mcpheal makes on an agent's
 // behalf is built by [link.build] (call.go).
-type link struct {
-	cfg     *Config
+type Link struct {
+	Cfg     *Config
 	log     *zerolog.Logger
-	count   *counters
-	up      *upstream.Client
-	breaker *upstream.Breaker
-	bg      *bgGroup
+	count   *Counters
+	Up      *upstream.Client
+	Breaker *upstream.Breaker
+	bg      *BgGroup
 	done    <-chan struct{} // closed when the server closes
 
-	trace *tracing // nil: tracing off
+	Trace *Tracing // nil: tracing off
 
 	seq atomic.Uint64 // numbers the JSON-RPC ids of mcpheal's own requests
 	// judgesCredentials: the upstream answered 401 to a request whose
 	// credential was missing or refused, so it checks credentials itself
 	// and may judge a token rotation (docs/security.md "Security").
-	judgesCredentials atomic.Bool
+	JudgesCredentials atomic.Bool
 	// credLogged: unix nanoseconds of the last log line about a refused
 	// upstream credential (one per second at most).
 	credLogged atomic.Int64
@@ -47,7 +47,7 @@ type link struct {
 	busyLogged atomic.Int64
 	// onRecover runs when the upstream answers again after failures (the
 	// era is asked again: a restart may have changed it).
-	onRecover func()
+	OnRecover func()
 
 	failing atomic.Bool // an exchange failed and none has succeeded since
 	// failingSince is the unix nanoseconds of the failure that began the
@@ -61,18 +61,18 @@ type link struct {
 	lastFailure atomic.Int64
 }
 
-func newLink(cfg *Config, log *zerolog.Logger, count *counters, bg *bgGroup, done <-chan struct{}) (*link, error) {
+func NewLink(cfg *Config, log *zerolog.Logger, count *Counters, bg *BgGroup, done <-chan struct{}) (*Link, error) {
 	up, err := upstream.New(upstream.Config{URL: cfg.Upstream, MaxIdleConn: cfg.MaxIdleConn, MaxResponseBody: cfg.MaxAnswer})
 	if err != nil {
 		return nil, err
 	}
-	l := &link{cfg: cfg, log: log, count: count, up: up, bg: bg, done: done, wake: make(chan struct{})}
+	l := &Link{Cfg: cfg, log: log, count: count, Up: up, bg: bg, done: done, wake: make(chan struct{})}
 	bc := cfg.Breaker
 	bc.OnChange = func(from, to upstream.BreakerState, cooldown time.Duration) {
 		log.Warn().Str("from", from.String()).Str("to", to.String()).Dur("cooldown", cooldown).
 			Msg("circuit breaker " + to.String())
 	}
-	l.breaker = upstream.NewBreaker(bc)
+	l.Breaker = upstream.NewBreaker(bc)
 	return l, nil
 }
 
@@ -80,23 +80,23 @@ func newLink(cfg *Config, log *zerolog.Logger, count *counters, bg *bgGroup, don
 // credential it sets it first, and a 401 makes it drop the token, fetch a
 // new one and send once more (the upstream refused before dispatch, so
 // this is safe for any request).
-func (l *link) do(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
-	return l.exchange(req, resp, deadline, l.up.Do)
+func (l *Link) Do(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
+	return l.exchange(req, resp, deadline, l.Up.Do)
 }
 
 // doOnce is do for a request that is not safe to send twice: the upstream
 // client never resends it (upstream.Client.DoOnce).
-func (l *link) doOnce(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
-	return l.exchange(req, resp, deadline, l.up.DoOnce)
+func (l *Link) DoOnce(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
+	return l.exchange(req, resp, deadline, l.Up.DoOnce)
 }
 
-func (l *link) exchange(req *fasthttp.Request, resp *upstream.Response, deadline time.Time,
+func (l *Link) exchange(req *fasthttp.Request, resp *upstream.Response, deadline time.Time,
 	send func(*fasthttp.Request, *upstream.Response, time.Time) error) error {
-	creds := l.cfg.Credentials
+	creds := l.Cfg.Credentials
 	if creds == nil {
 		err := send(req, resp, deadline)
 		if err == nil && resp.StatusCode() == fasthttp.StatusUnauthorized {
-			l.judgesCredentials.Store(true)
+			l.JudgesCredentials.Store(true)
 		}
 		return err
 	}
@@ -113,7 +113,7 @@ func (l *link) exchange(req *fasthttp.Request, resp *upstream.Response, deadline
 		if err != nil || resp.StatusCode() != fasthttp.StatusUnauthorized || try > 0 {
 			return err
 		}
-		creds.Invalidate(string(req.Header.PeekBytes(hdrAuthorization)))
+		creds.Invalidate(string(req.Header.PeekBytes(HdrAuthorization)))
 		l.log.Info().Msg("upstream refused the proxy's credential; fetching a new one")
 		resp.Close()
 		resp.Response.Reset()
@@ -124,24 +124,24 @@ func (l *link) exchange(req *fasthttp.Request, resp *upstream.Response, deadline
 // mcpheal could not get the upstream credential it owns. Nothing was sent,
 // and the upstream is not at fault: it feeds neither the breaker nor a
 // retry (decide: actCredential).
-type credentialError struct{ err error }
+type CredentialError struct{ Err error }
 
-func (e *credentialError) Error() string { return "upstream credential: " + e.err.Error() }
-func (e *credentialError) Unwrap() error { return e.err }
+func (e *CredentialError) Error() string { return "upstream credential: " + e.Err.Error() }
+func (e *CredentialError) Unwrap() error { return e.Err }
 
 // refused reports a token endpoint's refusal (a 4xx: invalid_client, …)
 // or a missing login, which only the operator can mend, as opposed to an
 // outage.
-func (e *credentialError) refused() bool { return upstream.Refused(e.err) }
+func (e *CredentialError) Refused() bool { return upstream.Refused(e.Err) }
 
 // credentialFailed logs a failed credential fetch, at most once a second
 // (the token endpoint's status and error code, never a secret), and
 // returns it as a credentialError.
-func (l *link) credentialFailed(err error) error {
-	ce := &credentialError{err: err}
+func (l *Link) credentialFailed(err error) error {
+	ce := &CredentialError{Err: err}
 	now := time.Now().UnixNano()
 	if last := l.credLogged.Load(); now-last > int64(time.Second) && l.credLogged.CompareAndSwap(last, now) {
-		l.log.Error().Err(err).Bool("refused", ce.refused()).
+		l.log.Error().Err(err).Bool("refused", ce.Refused()).
 			Msg("no upstream credential: the token request failed; requests get -32018 until it succeeds")
 	}
 	return ce
@@ -150,40 +150,40 @@ func (l *link) credentialFailed(err error) error {
 // ownsAuthorization reports whether the agent's Authorization is the
 // proxy's business (inbound auth, or a proxy-owned upstream credential) and
 // must not be forwarded.
-func (l *link) ownsAuthorization() bool {
-	return l.cfg.Credentials != nil || len(l.cfg.AuthTokens) > 0
+func (l *Link) OwnsAuthorization() bool {
+	return l.Cfg.Credentials != nil || len(l.Cfg.AuthTokens) > 0
 }
 
 // requestDrops returns the names of the agent's fields that never go
 // upstream.
-func (l *link) requestDrops() *nameSet {
-	if l.ownsAuthorization() {
-		return reqDropWithAuth
+func (l *Link) RequestDrops() *NameSet {
+	if l.OwnsAuthorization() {
+		return ReqDropWithAuth
 	}
-	return reqDropHeaders
+	return ReqDropHeaders
 }
 
 // copyRequest builds the upstream request from the agent's headers and
 // body. The body is shared, not copied: the agent's request outlives
 // every upstream exchange made for it.
-func (l *link) copyRequest(hdr *fasthttp.RequestHeader, body []byte, req *fasthttp.Request) {
+func (l *Link) CopyRequest(hdr *fasthttp.RequestHeader, body []byte, req *fasthttp.Request) {
 	hdr.CopyTo(&req.Header)
-	stripRequestHeader(&req.Header, l.requestDrops())
-	l.setOperatorHeaders(&req.Header)
+	StripRequestHeader(&req.Header, l.RequestDrops())
+	l.SetOperatorHeaders(&req.Header)
 	req.SetBodyRaw(body)
 }
 
 // setOperatorHeaders sets Config.Headers, which replace an agent's header
 // of the same name.
-func (l *link) setOperatorHeaders(h *fasthttp.RequestHeader) {
-	for k, v := range l.cfg.Headers {
+func (l *Link) SetOperatorHeaders(h *fasthttp.RequestHeader) {
+	for k, v := range l.Cfg.Headers {
 		h.Set(k, v)
 	}
 }
 
 // upcallID returns a JSON-RPC id (raw JSON) in mcpheal's own namespace for
 // a request of the given kind, unique in the process.
-func (l *link) upcallID(kind string) string {
+func (l *Link) UpcallID(kind string) string {
 	return `"mcpheal-` + kind + `-` + strconv.FormatUint(l.seq.Add(1), 10) + `"`
 }
 
@@ -192,28 +192,28 @@ func (l *link) upcallID(kind string) string {
 // servers' ids are 32 to 48 characters (JWTs a few hundred): a longer one
 // is refused once, clearly, rather than carried until some hop between
 // here and the upstream cuts it.
-const maxUpstreamID = 4 << 10
+const MaxUpstreamID = 4 << 10
 
 // errUpstreamIDTooLong: the upstream named its session with an id longer
 // than maxUpstreamID. The session is DELETEd and not used.
-var errUpstreamIDTooLong = errors.New("upstream Mcp-Session-Id longer than " + strconv.Itoa(maxUpstreamID) + " bytes")
+var errUpstreamIDTooLong = errors.New("upstream Mcp-Session-Id longer than " + strconv.Itoa(MaxUpstreamID) + " bytes")
 
 // sessionOf returns the upstream session id an answer names, or
 // errUpstreamIDTooLong (the session it names is then DELETEd).
-func (l *link) sessionOf(h *fasthttp.ResponseHeader, auth []byte) (session.UpstreamID, error) {
-	id := h.PeekBytes(hdrSessionID)
-	if len(id) <= maxUpstreamID {
+func (l *Link) SessionOf(h *fasthttp.ResponseHeader, auth []byte) (session.UpstreamID, error) {
+	id := h.PeekBytes(HdrSessionID)
+	if len(id) <= MaxUpstreamID {
 		return session.UpstreamID(id), nil
 	}
-	l.log.Error().Int("bytes", len(id)).Int("limit", maxUpstreamID).
+	l.log.Error().Int("bytes", len(id)).Int("limit", MaxUpstreamID).
 		Msg("upstream session id refused: longer than mcpheal's cap; the upstream session is DELETEd")
-	l.deleteLater(session.UpstreamID(id), auth, true)
+	l.DeleteLater(session.UpstreamID(id), auth, true)
 	return "", errUpstreamIDTooLong
 }
 
 // deleteLater ends an upstream session best-effort in the background,
 // bounded by a few seconds.
-func (l *link) deleteLater(up session.UpstreamID, auth []byte, dead bool) {
+func (l *Link) DeleteLater(up session.UpstreamID, auth []byte, dead bool) {
 	if up == "" {
 		return
 	}
@@ -226,43 +226,43 @@ func (l *link) deleteLater(up session.UpstreamID, auth []byte, dead bool) {
 	}
 	go func() {
 		defer l.bg.Done()
-		err := l.deleteNow(up, authCopy, time.Now().Add(2*time.Second))
+		err := l.DeleteNow(up, authCopy, time.Now().Add(2*time.Second))
 		if err != nil && !dead {
-			l.log.Debug().Str(logUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
+			l.log.Debug().Str(LogUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
 		}
 	}()
 }
 
 // deleteNow sends DELETE for an upstream session (MCP 2025-03-26+ §Session
 // Management: the client SHOULD end sessions it no longer needs).
-func (l *link) deleteNow(up session.UpstreamID, auth []byte, deadline time.Time) (err error) {
+func (l *Link) DeleteNow(up session.UpstreamID, auth []byte, deadline time.Time) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			l.count.panics.Add(1)
+			l.count.Panics.Add(1)
 			err = fmt.Errorf("delete panicked: %v", p)
 		}
 	}()
 	var hdr *fasthttp.RequestHeader
 	if len(auth) > 0 {
 		hdr = new(fasthttp.RequestHeader)
-		hdr.SetBytesKV(hdrAuthorization, auth)
+		hdr.SetBytesKV(HdrAuthorization, auth)
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
-	l.build(req, &upcall{hdr: hdr, method: fasthttp.MethodDelete, session: up})
-	return l.do(req, resp, deadline)
+	l.Build(req, &Upcall{Hdr: hdr, Method: fasthttp.MethodDelete, Session: up})
+	return l.Do(req, resp, deadline)
 }
 
 // dropMinted ends a session a server opened for a request that needs
 // none (a server/discover probe, a failed initialize, a 2026-07-28
 // request to a session-era server): nobody will use its id. The id is
 // taken off r, so that it is dropped once.
-func (l *link) dropMinted(r *upstream.Response) {
-	if id := r.Header.PeekBytes(hdrSessionID); len(id) > 0 {
-		l.deleteLater(session.UpstreamID(id), nil, true)
-		r.Header.DelBytes(hdrSessionID)
+func (l *Link) DropMinted(r *upstream.Response) {
+	if id := r.Header.PeekBytes(HdrSessionID); len(id) > 0 {
+		l.DeleteLater(session.UpstreamID(id), nil, true)
+		r.Header.DelBytes(HdrSessionID)
 	}
 }
 
@@ -271,7 +271,7 @@ func (l *link) dropMinted(r *upstream.Response) {
 // noteBusy logs a busy upstream's answer (classify.Busy), at most once a
 // second: at capacity or rate-limited, which the operator should know
 // of, and which is not an outage (the breaker does not count it).
-func (l *link) noteBusy(status int, waiting bool) {
+func (l *Link) NoteBusy(status int, waiting bool) {
 	now := time.Now().UnixNano()
 	if last := l.busyLogged.Load(); now-last <= int64(time.Second) || !l.busyLogged.CompareAndSwap(last, now) {
 		return
@@ -286,7 +286,7 @@ func (l *link) noteBusy(status int, waiting bool) {
 // retryAfter is how long a busy upstream asked to be left alone
 // (Retry-After: seconds or an HTTP date), at most a minute; 1 s when it
 // did not say.
-func retryAfter(h *fasthttp.ResponseHeader, now time.Time) time.Duration {
+func RetryAfter(h *fasthttp.ResponseHeader, now time.Time) time.Duration {
 	v := strings.TrimSpace(string(h.Peek("Retry-After")))
 	if n, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 		// Capped before it is multiplied: 2^63-1 seconds is a minute, not
@@ -299,10 +299,10 @@ func retryAfter(h *fasthttp.ResponseHeader, now time.Time) time.Duration {
 	return time.Second
 }
 
-func (l *link) recordHealth(cls classify.Class) {
+func (l *Link) RecordHealth(cls classify.Class) {
 	if cls == classify.TransportDead || cls == classify.Timeout {
-		l.failure()
+		l.Failure()
 	} else {
-		l.success()
+		l.Success()
 	}
 }

@@ -31,9 +31,9 @@ import (
 // so the proxy sends the request again on a fresh connection: an agent that
 // idles past the middlebox's limit between calls never notices.
 func TestResetIdleConnectionRetriedFresh(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	up := startGoSDK(t, goSDKOpts{})
-	rl := newTCPRelay(t, up.Addr())
+	rl := NewTCPRelay(t, up.Addr())
 	rl.ResetIdle(time.Second)
 	s, url := startProxy(t, rl.URL(), nil)
 	cs := goSDKClient(t, url)
@@ -85,10 +85,10 @@ func TestResetIdleConnectionRetriedFresh(t *testing.T) {
 // limit (30 s by default, against the usual 60–350 s): no request ever goes
 // into a forgotten flow. Scaled down here: relay 600 ms, MaxIdleConn 200 ms.
 func TestBlackholedConnectionNeverReused(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	const healTimeout = 2 * time.Second
 	up := startGoSDK(t, goSDKOpts{})
-	rl := newTCPRelay(t, up.Addr())
+	rl := NewTCPRelay(t, up.Addr())
 	rl.Blackhole(600 * time.Millisecond)
 	s, url := startProxy(t, rl.URL(), func(c *Config) {
 		c.MaxIdleConn = 200 * time.Millisecond
@@ -122,13 +122,13 @@ func TestBlackholedConnectionNeverReused(t *testing.T) {
 // tools/call, which may have run for all the proxy knows, is answered -32011
 // rather than risk running twice.
 func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	const (
 		respTimeout = 300 * time.Millisecond
 		healTimeout = 2 * time.Second
 	)
 	up := startGoSDK(t, goSDKOpts{})
-	rl := newTCPRelay(t, up.Addr())
+	rl := NewTCPRelay(t, up.Addr())
 	rl.Blackhole(500 * time.Millisecond)
 	s, url := startProxy(t, rl.URL(), func(c *Config) {
 		c.ResponseTimeout = respTimeout
@@ -159,8 +159,8 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 
 	time.Sleep(700 * time.Millisecond)
 	resp, body = peerRawPost(t, url, sid, echoBody("blackholed"))
-	if code, _, _ := rpcError(t, []byte(rpcAnswer(body).Raw)); resp.StatusCode != http.StatusOK || code != codeMaybeExecuted {
-		t.Errorf("tools/call into a blackhole: %d %q, want 200 with error %d", resp.StatusCode, body, codeMaybeExecuted)
+	if code, _, _ := rpcError(t, []byte(rpcAnswer(body).Raw)); resp.StatusCode != http.StatusOK || code != CodeMaybeExecuted {
+		t.Errorf("tools/call into a blackhole: %d %q, want 200 with error %d", resp.StatusCode, body, CodeMaybeExecuted)
 	}
 	if n := up.ToolCalls("echo"); n != 0 {
 		t.Errorf("upstream ran echo %d times, want 0", n)
@@ -174,9 +174,9 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 // its upstream connection goes back to the pool (found by the blackhole
 // test: learnTools drained and released the stream with Response.Body).
 func TestStreamedToolsListKeepsConnection(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	up := startGoSDK(t, goSDKOpts{})
-	rl := newTCPRelay(t, up.Addr())
+	rl := NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), nil)
 	sid := peerRawInitialize(t, url)
 	list := `{"jsonrpc":"2.0","id":"list-1","method":"tools/list"}`
@@ -203,14 +203,14 @@ func TestStreamedToolsListKeepsConnection(t *testing.T) {
 // The agent is raw HTTP: a go-sdk client's standalone GET stream ends with
 // the upstream session, and the proxy's stream reopen would heal it.
 func TestKeepaliveLeavesGoneSessions(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	up := startGoSDK(t, goSDKOpts{SessionTimeout: 600 * time.Millisecond})
 	s, url := startProxy(t, up.URL(), func(c *Config) { c.Keepalive = 900 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	first := lastUpstreamID(t, up)
 	rawEcho(t, url, sid, "before")
 
-	peerWait(t, "a keepalive that finds the session gone", func() bool { return s.count.keepalive[keepaliveGone].Load() >= 1 })
+	PeerWait(t, "a keepalive that finds the session gone", func() bool { return s.count.Keepalive[KeepaliveGone].Load() >= 1 })
 	if n := up.Inits(); n != 1 {
 		t.Errorf("upstream initializes before the agent's next call = %d, want 1 (the agent's own)", n)
 	}
@@ -218,10 +218,10 @@ func TestKeepaliveLeavesGoneSessions(t *testing.T) {
 	if n := up.Inits(); n != 2 {
 		t.Errorf("upstream initializes after the agent's next call = %d, want 2 (its heal)", n)
 	}
-	if n := s.count.heals[reasonSessionGone][outcomeOK].Load(); n != 1 {
+	if n := s.count.Heals[ReasonSessionGone][OutcomeOK].Load(); n != 1 {
 		t.Errorf("heals = %d, want 1 (the agent's call)", n)
 	}
-	if n := s.count.keepalive[keepaliveFailed].Load(); n != 0 {
+	if n := s.count.Keepalive[KeepaliveFailed].Load(); n != 0 {
 		t.Errorf("failed keepalives = %d, want 0", n)
 	}
 	var probed bool
@@ -243,7 +243,7 @@ func TestKeepaliveLeavesGoneSessions(t *testing.T) {
 // idle timeout, a session left quiet for several timeouts keeps its upstream
 // session: no heal, one initialize, one upstream session id throughout.
 func TestKeepaliveKeepsSessionAlive(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	// A wide ratio (10×), so that a loaded machine stalling a ping by a
 	// few hundred milliseconds does not expire the session.
 	const timeout = time.Second
@@ -263,10 +263,10 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 	if len(ids) != 1 || up.Inits() != 1 {
 		t.Errorf("upstream session ids %v and %d initializes, want one id and 1 initialize", ids, up.Inits())
 	}
-	if n := s.count.keepalive[keepaliveOK].Load(); n < 3 {
+	if n := s.count.Keepalive[KeepaliveOK].Load(); n < 3 {
 		t.Errorf("%d keepalive pings answered over %v of quiet, want ≥ 3", n, 3*timeout)
 	}
-	if n := s.count.keepalive[keepaliveFailed].Load() + s.count.keepalive[keepaliveGone].Load(); n != 0 {
+	if n := s.count.Keepalive[KeepaliveFailed].Load() + s.count.Keepalive[KeepaliveGone].Load(); n != 0 {
 		t.Errorf("%d keepalives failed or healed, want 0", n)
 	}
 	if st := s.Stats(); st.Heals != 0 {
@@ -282,10 +282,10 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 // upstream, and the cooldown grows. When the upstream is back, the first
 // call after the cooldown heals the session and succeeds.
 func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	const name = "care-upstream"
 	up := startGoSDK(t, goSDKOpts{})
-	rl := newTCPRelay(t, up.Addr())
+	rl := NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), func(c *Config) {
 		c.Name = name
 		c.Keepalive = -1 // no background probe: every upstream attempt is an agent's
@@ -360,7 +360,7 @@ func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 	// Every upstream connection attempt since the breaker opened, until the
 	// successful call started: exactly one probe per cooldown.
 	var last time.Time
-	var after []relayAttempt
+	var after []RelayAttempt
 	for _, at := range rl.Attempts() {
 		switch {
 		case at.At.Before(openAt):
@@ -419,7 +419,7 @@ func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 // TestSessionTTLDeletesUpstream: a client session idle past session_ttl is
 // dropped, and its upstream session DELETEd; one in use outlives the TTL.
 func TestSessionTTLDeletesUpstream(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	const ttl = time.Second
 	up := startGoSDK(t, goSDKOpts{})
 	s, url := startProxy(t, up.URL(), func(c *Config) { c.SessionTTL = ttl })
@@ -430,7 +430,7 @@ func TestSessionTTLDeletesUpstream(t *testing.T) {
 		rawEcho(t, url, sid, "in use")
 	}
 	idleFrom := time.Now()
-	peerWait(t, "the upstream DELETE of the expired session", func() bool {
+	PeerWait(t, "the upstream DELETE of the expired session", func() bool {
 		for _, r := range up.Requests() {
 			if r.HTTPMethod == http.MethodDelete && r.SessionID == upID {
 				return true
@@ -462,7 +462,7 @@ func TestSessionTTLDeletesUpstream(t *testing.T) {
 // TestShutdownDeletesUpstreamSessions: Shutdown ends every upstream session
 // the proxy holds before it returns.
 func TestShutdownDeletesUpstreamSessions(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	up := startGoSDK(t, goSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
 	var ids []string
@@ -499,9 +499,9 @@ func TestShutdownDeletesUpstreamSessions(t *testing.T) {
 // few seconds of the proxy's own, even with no deadline from the caller and
 // an upstream that swallows every request.
 func TestShutdownBoundedWhenUpstreamHangs(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	up := startGoSDK(t, goSDKOpts{})
-	rl := newTCPRelay(t, up.Addr())
+	rl := NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), nil)
 	peerRawInitialize(t, url)
 	peerRawInitialize(t, url)
@@ -538,7 +538,7 @@ var leakIgnored = []string{
 // leakWait after it ended. Call it first in a test that does not run in
 // parallel: its cleanup then runs after every cleanup registered later
 // (clients, proxy, relay, peer).
-func checkGoroutines(t *testing.T) {
+func CheckGoroutines(t *testing.T) {
 	t.Helper()
 	before := goroutineStacks()
 	t.Cleanup(func() {
@@ -588,7 +588,7 @@ func goroutineStacks() map[string]string {
 func careClient(t testing.TB) *http.Client {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: peerTimeout}
+	return &http.Client{Transport: tr, Timeout: PeerTimeout}
 }
 
 // careAnswer is one answer to carePost.
@@ -620,7 +620,7 @@ func carePost(t testing.TB, hc *http.Client, url, sid, body string) careAnswer {
 // breakerOpen reports whether a is the proxy's fail-fast answer.
 func (a careAnswer) breakerOpen() bool {
 	e := rpcAnswer(a.body)
-	return a.status == http.StatusOK && e.Get("error.code").Int() == codeUpstreamDown &&
+	return a.status == http.StatusOK && e.Get("error.code").Int() == CodeUpstreamDown &&
 		strings.Contains(e.Get("error.message").Str, "circuit breaker open")
 }
 
@@ -693,7 +693,7 @@ func noPanics(t testing.TB, s *Server) {
 }
 
 // upstreamState names the proxy's breaker state.
-func upstreamState(s *Server) string { return s.link.breaker.State().String() }
+func upstreamState(s *Server) string { return s.link.Breaker.State().String() }
 
 // TestRetryAfter: a busy upstream's Retry-After is read as seconds or an
 // HTTP date, at most a minute, 1 s when it says nothing usable. A number
@@ -725,7 +725,7 @@ func TestRetryAfter(t *testing.T) {
 		if tc.value != "" {
 			h.Set("Retry-After", tc.value)
 		}
-		if got := retryAfter(&h, now); got != tc.want {
+		if got := RetryAfter(&h, now); got != tc.want {
 			t.Errorf("retryAfter(%q) = %v, want %v", tc.value, got, tc.want)
 		}
 	}

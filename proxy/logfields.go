@@ -5,17 +5,17 @@ import "unicode/utf8"
 // Log keys, one spelling everywhere: an operator's query for a key finds
 // every line that has it.
 const (
-	logSession    = "session" // short hash of the client id
-	logUpstreamID = "upstream_session"
-	logGen        = "gen"
-	logReason     = "reason"
-	logDuration   = "duration"
-	logMethod     = "method" // an agent's: logText
-	logTool       = "tool"   // an agent's: logText
-	logClass      = "class"
+	LogSession    = "session" // short hash of the client id
+	LogUpstreamID = "upstream_session"
+	LogGen        = "gen"
+	LogReason     = "reason"
+	LogDuration   = "duration"
+	LogMethod     = "method" // an agent's: logText
+	LogTool       = "tool"   // an agent's: logText
+	LogClass      = "class"
 	logStatus     = "status"
 	logAttempt    = "attempt"
-	logUpstream   = "upstream"
+	LogUpstream   = "upstream"
 	logListen     = "listen"
 )
 
@@ -23,11 +23,11 @@ const (
 // carries it: cut at maxSpanText bytes, as a span attribute is, so that
 // an agent cannot write megabytes into every line mcpheal logs of it. It
 // allocates only for a value that long.
-func logText(s string) string {
-	if len(s) <= maxSpanText {
+func LogText(s string) string {
+	if len(s) <= MaxSpanText {
 		return s
 	}
-	cut := maxSpanText
+	cut := MaxSpanText
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -91,43 +91,43 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)
 	}
-	for m := range k.requests {
-		for cl := range k.requests[m] {
-			if v := k.requests[m][cl].Load(); v > 0 {
-				counter(descRequests, v, methodNames[m], classify.Class(cl).String())
+	for m := range k.Requests {
+		for cl := range k.Requests[m] {
+			if v := k.Requests[m][cl].Load(); v > 0 {
+				counter(descRequests, v, MethodNames[m], classify.Class(cl).String())
 			}
 		}
 	}
-	for cl := range k.classes {
-		counter(descClassified, k.classes[cl].Load(), classify.Class(cl).String())
+	for cl := range k.Classes {
+		counter(descClassified, k.Classes[cl].Load(), classify.Class(cl).String())
 	}
-	for r := range k.heals {
-		for o := range k.heals[r] {
-			counter(descHeals, k.heals[r][o].Load(), reasonNames[r], outcomeNames[o])
+	for r := range k.Heals {
+		for o := range k.Heals[r] {
+			counter(descHeals, k.Heals[r][o].Load(), ReasonNames[r], OutcomeNames[o])
 		}
 	}
-	counter(descReplays, k.replays.Load(), "done")
-	counter(descReplays, k.replaysRefused.Load(), "refused")
-	counter(descResumes, k.resumes[outcomeOK].Load(), "upstream", "ok")
-	counter(descResumes, k.resumes[outcomeFailed].Load(), "upstream", "failed")
-	counter(descResumes, k.agentResumes[outcomeOK].Load(), "agent", "ok")
-	counter(descResumes, k.agentResumes[outcomeFailed].Load(), "agent", "failed")
-	for r := range k.keepalive {
-		counter(descKeepalive, k.keepalive[r].Load(), keepaliveNames[r])
+	counter(descReplays, k.Replays.Load(), "done")
+	counter(descReplays, k.ReplaysRefused.Load(), "refused")
+	counter(descResumes, k.Resumes[OutcomeOK].Load(), "upstream", "ok")
+	counter(descResumes, k.Resumes[OutcomeFailed].Load(), "upstream", "failed")
+	counter(descResumes, k.AgentResumes[OutcomeOK].Load(), "agent", "ok")
+	counter(descResumes, k.AgentResumes[OutcomeFailed].Load(), "agent", "failed")
+	for r := range k.Keepalive {
+		counter(descKeepalive, k.Keepalive[r].Load(), KeepaliveNames[r])
 	}
-	counter(descJournal, k.journal[outcomeOK].Load(), "ok")
-	counter(descJournal, k.journal[outcomeFailed].Load(), "failed")
-	counter(descInits, k.upstreamInits.Load())
-	counter(descDown, k.upstreamDown.Load())
-	counter(descAgentGone, k.agentGone.Load())
-	counter(descPanics, k.panics.Load())
-	counter(descBytes, k.bytesIn.Load(), "in")
-	counter(descBytes, k.bytesOut.Load(), "out")
-	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(s.sessions.store.Len()), name)
+	counter(descJournal, k.Journal[OutcomeOK].Load(), "ok")
+	counter(descJournal, k.Journal[OutcomeFailed].Load(), "failed")
+	counter(descInits, k.UpstreamInits.Load())
+	counter(descDown, k.UpstreamDown.Load())
+	counter(descAgentGone, k.AgentGone.Load())
+	counter(descPanics, k.Panics.Load())
+	counter(descBytes, k.BytesIn.Load(), "in")
+	counter(descBytes, k.BytesOut.Load(), "out")
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(s.sessions.Store.Len()), name)
 	ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, float64(s.breakerState()), name)
-	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.mem.used.Load()), name, "used")
-	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.mem.limit), name, "limit")
-	k.healDuration.Collect(ch)
-	k.sessionAge.Collect(ch)
-	s.sessions.fleet.collect(ch)
+	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.mem.Used.Load()), name, "used")
+	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(s.mem.Limit), name, "limit")
+	k.HealDuration.Collect(ch)
+	k.SessionAge.Collect(ch)
+	s.sessions.Fleet.Collect(ch)
 }

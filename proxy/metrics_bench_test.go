@@ -13,13 +13,13 @@ import (
 // at scrape time (collector), instead of updating client_golang vectors per
 // request.
 func BenchmarkCountRequest(b *testing.B) {
-	m := &message{method: "tools/call", id: "1"}
+	m := &Message{Method: "tools/call", Id: "1"}
 	b.Run("atomics", func(b *testing.B) {
-		var c counters
+		var c Counters
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				c.request(m, classify.OK)
+				c.Request(m, classify.OK)
 			}
 		})
 	})
@@ -28,7 +28,7 @@ func BenchmarkCountRequest(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				v.WithLabelValues("default", m.method, classify.OK.String()).Inc()
+				v.WithLabelValues("default", m.Method, classify.OK.String()).Inc()
 			}
 		})
 	})

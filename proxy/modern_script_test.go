@@ -192,7 +192,7 @@ func agentInitialize(t testing.TB, url, auth string) string {
 // (an SSE answer, a GET stream), closed when the test ends.
 func agentOpen(t testing.TB, req *http.Request) (*http.Response, *eventReader) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*PeerTimeout)
 	t.Cleanup(cancel)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)

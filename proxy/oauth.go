@@ -23,12 +23,12 @@ import (
 
 // prmPath is where RFC 9728 §3.1 puts a resource's metadata: this segment,
 // then the resource's path.
-const prmPath = "/.well-known/oauth-protected-resource"
+const PrmPath = "/.well-known/oauth-protected-resource"
 
 // ownOrigin is mcpheal's origin as the agent that sent h reached it:
 // https when a TLS terminator in front says so (X-Forwarded-Proto), the
 // agent's own Host.
-func ownOrigin(h *fasthttp.RequestHeader) string {
+func OwnOrigin(h *fasthttp.RequestHeader) string {
 	scheme := "http://"
 	if strings.EqualFold(string(h.Peek("X-Forwarded-Proto")), "https") {
 		scheme = "https://"
@@ -43,42 +43,42 @@ var resourceMetadata = regexp.MustCompile(`(?i)\bresource_metadata="([^"]*)"`)
 // challenges rewrites the upstream's WWW-Authenticate challenges for the
 // agent (see above), and remembers where the upstream keeps its protected
 // resource metadata, for the well-known route.
-type challenges struct {
-	link *link
-	path string // Config.Path: mcpheal's MCP endpoint for this upstream
+type Challenges struct {
+	Link *Link
+	Path string // Config.Path: mcpheal's MCP endpoint for this upstream
 	// prm is the path of the upstream's protected resource metadata its
 	// last challenge named; nil: the RFC 9728 default.
-	prm atomic.Pointer[string]
+	Prm atomic.Pointer[string]
 }
 
 // own rewrites the upstream's challenge for the agent: a
 // resource_metadata on the upstream's origin becomes mcpheal's well-known
 // URL for this upstream. Any other challenge is returned as it is.
-func (s *challenges) own(h *fasthttp.RequestHeader, challenge []byte) []byte {
+func (s *Challenges) Own(h *fasthttp.RequestHeader, challenge []byte) []byte {
 	m := resourceMetadata.FindSubmatchIndex(challenge)
 	if m == nil {
 		return challenge
 	}
 	u := string(challenge[m[2]:m[3]])
-	path, ok := strings.CutPrefix(u, s.link.up.Origin())
+	path, ok := strings.CutPrefix(u, s.Link.Up.Origin())
 	if !ok || !strings.HasPrefix(path, "/") {
 		return challenge // another host's metadata: the agent reads it there
 	}
-	if cur := s.prm.Load(); cur == nil || *cur != path {
-		s.prm.Store(&path) // where Server.wellKnown fetches it, wherever the server keeps it
+	if cur := s.Prm.Load(); cur == nil || *cur != path {
+		s.Prm.Store(&path) // where Server.wellKnown fetches it, wherever the server keeps it
 	}
-	origin := ownOrigin(h)
-	out := make([]byte, 0, len(challenge)+len(origin)+len(prmPath)+len(s.path))
+	origin := OwnOrigin(h)
+	out := make([]byte, 0, len(challenge)+len(origin)+len(PrmPath)+len(s.Path))
 	out = append(out, challenge[:m[2]]...)
-	out = append(out, origin+prmPath+s.path...)
+	out = append(out, origin+PrmPath+s.Path...)
 	return append(out, challenge[m[3]:]...)
 }
 
 // pass gives the agent the upstream's challenge (in h), as mcpheal's
 // (own), unless mcpheal owns the upstream's credential: the agent then has
 // nothing to log in to.
-func (s *challenges) pass(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader) {
-	if c := h.Peek("WWW-Authenticate"); len(c) > 0 && !s.link.ownsAuthorization() {
-		ctx.Response.Header.SetBytesV("WWW-Authenticate", s.own(&ctx.Request.Header, c))
+func (s *Challenges) Pass(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader) {
+	if c := h.Peek("WWW-Authenticate"); len(c) > 0 && !s.Link.OwnsAuthorization() {
+		ctx.Response.Header.SetBytesV("WWW-Authenticate", s.Own(&ctx.Request.Header, c))
 	}
 }

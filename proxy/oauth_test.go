@@ -28,8 +28,8 @@ func TestOwnDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	s := &Server{cfg: Config{Path: "/wp/mcp"}, link: &link{up: up}}
-	ch := &challenges{link: s.link, path: s.cfg.Path}
+	s := &Server{cfg: Config{Path: "/wp/mcp"}, link: &Link{Up: up}}
+	ch := &Challenges{Link: s.link, Path: s.cfg.Path}
 	var h fasthttp.RequestHeader
 	h.SetHost("127.0.0.1:8787")
 	for _, c := range []struct{ name, in, want string }{
@@ -40,11 +40,11 @@ func TestOwnDiscovery(t *testing.T) {
 		{"another host", `Bearer resource_metadata="https://auth.example.com/prm"`, `Bearer resource_metadata="https://auth.example.com/prm"`},
 		{"none", `Bearer realm="x"`, `Bearer realm="x"`},
 	} {
-		if got := string(ch.own(&h, []byte(c.in))); got != c.want {
+		if got := string(ch.Own(&h, []byte(c.in))); got != c.want {
 			t.Errorf("%s: ownChallenge(%s) = %s, want %s", c.name, c.in, got, c.want)
 		}
 	}
-	if p := ch.prm.Load(); p == nil || *p != "/custom/prm.json" {
+	if p := ch.Prm.Load(); p == nil || *p != "/custom/prm.json" {
 		t.Errorf("the custom location is not remembered for Server.wellKnown: %v", p)
 	}
 	h.Set("X-Forwarded-Proto", "https")
@@ -168,7 +168,7 @@ func TestWellKnownGuarded(t *testing.T) {
 	}
 
 	s, own := serve(Config{})
-	base0 := s.mem.used.Load()
+	base0 := s.mem.Used.Load()
 	if st, b := get(own, ""); st != http.StatusOK || !strings.Contains(b, `"resource":"`+own+`/mcp"`) {
 		t.Fatalf("metadata: %d %.200s; want mcpheal's URL as the resource", st, b)
 	}
@@ -179,7 +179,7 @@ func TestWellKnownGuarded(t *testing.T) {
 	if st, b := get(own, ""); st != http.StatusBadGateway || !strings.Contains(b, strconv.Itoa(maxMetadata)) {
 		t.Errorf("metadata past %d bytes: %d %.200s; want 502 naming the cap", maxMetadata, st, b)
 	}
-	peerWait(t, "the budget to come back", func() bool { return s.mem.used.Load() == base0 })
+	PeerWait(t, "the budget to come back", func() bool { return s.mem.Used.Load() == base0 })
 
 	_, guarded := serve(Config{AuthTokens: []string{"inbound-token-0000001"}})
 	size.Store(100)

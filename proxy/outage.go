@@ -16,7 +16,7 @@ import (
 // true, when the upstream answers again after failures, so that requests
 // and heals waiting out an outage go at once instead of at their next
 // backoff step.
-func (l *link) sleep(d time.Duration) bool {
+func (l *Link) Sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -31,7 +31,7 @@ func (l *link) sleep(d time.Duration) bool {
 
 // recovered returns a channel closed when the upstream next answers after
 // a failure.
-func (l *link) recovered() <-chan struct{} {
+func (l *Link) recovered() <-chan struct{} {
 	l.wakeMu.Lock()
 	defer l.wakeMu.Unlock()
 	return l.wake
@@ -39,12 +39,12 @@ func (l *link) recovered() <-chan struct{} {
 
 // success records that the upstream answered: it feeds the breaker and
 // wakes everyone waiting out a failure.
-func (l *link) success() {
-	l.breaker.Success()
+func (l *Link) Success() {
+	l.Breaker.Success()
 	if l.failing.Load() && l.failing.Swap(false) {
 		l.wakeAll()
-		if l.onRecover != nil {
-			l.onRecover() // it may have restarted as another era
+		if l.OnRecover != nil {
+			l.OnRecover() // it may have restarted as another era
 		}
 	}
 }
@@ -55,16 +55,16 @@ func (l *link) success() {
 // redeploy shorter than heal_timeout costs the agents latency, not errors
 // (docs/healing.md "Waiting out a restart"); after it, requests fail fast.
 // Zero when the upstream is not failing.
-func (l *link) outageEnd() time.Time {
+func (l *Link) OutageEnd() time.Time {
 	since := l.failingSince.Load()
 	if !l.failing.Load() || since == 0 {
 		return time.Time{}
 	}
-	return time.Unix(0, since).Add(l.cfg.HealTimeout)
+	return time.Unix(0, since).Add(l.Cfg.HealTimeout)
 }
 
 // wakeAll ends every backoff wait now.
-func (l *link) wakeAll() {
+func (l *Link) wakeAll() {
 	l.wakeMu.Lock()
 	close(l.wake)
 	l.wake = make(chan struct{})
@@ -73,13 +73,13 @@ func (l *link) wakeAll() {
 
 // failure records an infrastructure failure and makes sure the outage is
 // being watched.
-func (l *link) failure() {
+func (l *Link) Failure() {
 	now := time.Now().UnixNano()
 	l.lastFailure.Store(now)
 	if !l.failing.Swap(true) {
 		l.failingSince.Store(now)
 	}
-	l.breaker.Failure()
+	l.Breaker.Failure()
 	if !l.watching.Load() && l.watching.CompareAndSwap(false, true) {
 		if l.bg.Add(1) {
 			go l.watchOutage()
@@ -112,7 +112,7 @@ const (
 	openWatchEvery = 100 * time.Millisecond
 )
 
-func (l *link) watchOutage() {
+func (l *Link) watchOutage() {
 	defer l.bg.Done()
 	defer l.watching.Store(false)
 	t := time.NewTimer(watchEvery)
@@ -125,9 +125,9 @@ func (l *link) watchOutage() {
 		case <-l.done:
 			return
 		}
-		open := l.breaker.State() != upstream.Closed
+		open := l.Breaker.State() != upstream.Closed
 		quiet := time.Since(time.Unix(0, l.lastFailure.Load()))
-		if !l.failing.Load() || (!open && quiet > l.cfg.HealTimeout) || (open && !refused) {
+		if !l.failing.Load() || (!open && quiet > l.Cfg.HealTimeout) || (open && !refused) {
 			// An open breaker whose upstream takes connections (and fails
 			// requests: a balancer with no backend, a host that resets)
 			// probes on its own schedule.
@@ -137,9 +137,9 @@ func (l *link) watchOutage() {
 		if open {
 			next = openWatchEvery
 		}
-		if l.up.Probe(time.Now().Add(time.Second)) == nil {
+		if l.Up.Probe(time.Now().Add(time.Second)) == nil {
 			if open && refused {
-				l.breaker.Reachable()
+				l.Breaker.Reachable()
 				l.log.Info().Msg("upstream takes connections again: the next request goes to it")
 			}
 			refused = false

@@ -46,7 +46,7 @@ import (
 
 // peerTimeout bounds every single exchange the helpers make (connect, call,
 // raw POST) and every wait for a peer to come up or drain.
-const peerTimeout = 5 * time.Second
+const PeerTimeout = 5 * time.Second
 
 // goSDKOpts configures startGoSDK; the zero value is a stateful server
 // answering with text/event-stream and never expiring idle sessions.
@@ -395,7 +395,7 @@ func (p *peer) startLocked() error {
 		Handler:           p.record(g.handler),
 		ConnState:         p.trackConn,
 		ErrorLog:          log.New(io.Discard, "", 0),
-		ReadHeaderTimeout: peerTimeout,
+		ReadHeaderTimeout: PeerTimeout,
 	}
 	done := make(chan struct{})
 	go func() {
@@ -436,10 +436,10 @@ func (p *peer) shutdown() {
 		old.close()
 	}
 	p.bg.Wait()
-	deadline := time.Now().Add(peerTimeout)
+	deadline := time.Now().Add(PeerTimeout)
 	for p.inflight.Load() > 0 {
 		if time.Now().After(deadline) {
-			p.tb.Errorf("%s peer: %d HTTP handlers still running %v after stop", p.name, p.inflight.Load(), peerTimeout)
+			p.tb.Errorf("%s peer: %d HTTP handlers still running %v after stop", p.name, p.inflight.Load(), PeerTimeout)
 			return
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -549,7 +549,7 @@ func peerPeekRPC(body []byte) (methods []string, id json.RawMessage) {
 // use (a previous incarnation's sockets; Go sets SO_REUSEADDR on Linux, so
 // TIME_WAIT alone does not block it).
 func peerListen(addr string) (net.Listener, error) {
-	deadline := time.Now().Add(peerTimeout)
+	deadline := time.Now().Add(PeerTimeout)
 	for {
 		ln, err := net.Listen("tcp", addr)
 		if err == nil {
@@ -790,7 +790,7 @@ func (p *peer) addGoSDKState(srv *mcp.Server, genCtx context.Context) {
 			p.countTool("sample")
 			// An answer that never comes must not outlive the generation:
 			// closing a go-sdk session waits for its running handlers.
-			ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+			ctx, cancel := context.WithTimeout(ctx, PeerTimeout)
 			defer cancel()
 			stop := context.AfterFunc(genCtx, cancel)
 			defer stop()
@@ -818,7 +818,7 @@ func (p *peer) addGoSDKState(srv *mcp.Server, genCtx context.Context) {
 			// ...then a context not of the call's request: the SDK sends the
 			// elicitation on the standalone (GET) stream, as the TypeScript
 			// SDK's elicitInput does.
-			aside, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			aside, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 			defer cancel()
 			defer context.AfterFunc(genCtx, cancel)()
 			res, err := req.Session.Elicit(aside, &mcp.ElicitParams{Message: "name?", RequestedSchema: peerSchema("name")})
@@ -833,7 +833,7 @@ func (p *peer) addGoSDKState(srv *mcp.Server, genCtx context.Context) {
 	// requests) must not outlive the generation either.
 	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+			ctx, cancel := context.WithTimeout(ctx, PeerTimeout)
 			defer cancel()
 			defer context.AfterFunc(genCtx, cancel)()
 			return next(ctx, method, req)
@@ -968,7 +968,7 @@ func startMCPGo(t testing.TB, stateful bool) *peer {
 			}
 		}
 		closeGen := func() {
-			ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 			defer cancel()
 			_ = h.Shutdown(ctx)
 		}
@@ -1209,7 +1209,7 @@ func goSDKConnectVia(t testing.TB, url string, opts *mcp.ClientOptions, wrap fun
 		rt = wrap(tr)
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "peer-test-go-sdk", Version: "1.0.0"}, opts)
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   url,
@@ -1238,7 +1238,7 @@ func goSDK2026Client(t testing.TB, url string, opts *mcp.ClientOptions) *mcp.Cli
 	t.Helper()
 	tr := &http.Transport{}
 	c := mcp.NewClient(&mcp.Implementation{Name: "peer-test-go-sdk-2026", Version: "1.0.0"}, opts)
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: tr}}, nil)
 	if err != nil {
@@ -1256,7 +1256,7 @@ func goSDK2026Client(t testing.TB, url string, opts *mcp.ClientOptions) *mcp.Cli
 // answer unchanged.
 func goSDKCall(t testing.TB, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	return cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 }
@@ -1308,7 +1308,7 @@ func mcpGoClient(t testing.TB, url string) *mcpgoclient.Client {
 		_ = c.Close()
 		tr.CloseIdleConnections()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {
 		t.Fatalf("mcp-go client start: %v", err)
@@ -1324,7 +1324,7 @@ func mcpGoClient(t testing.TB, url string) *mcpgoclient.Client {
 // mcpGoCall calls a tool through an mcp-go client with a peerTimeout deadline.
 func mcpGoCall(t testing.TB, c *mcpgoclient.Client, name string, args map[string]any) (*mcpgo.CallToolResult, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	var req mcpgo.CallToolRequest
 	req.Params.Name = name
@@ -1353,7 +1353,7 @@ func mcpGoCallEcho(t testing.TB, c *mcpgoclient.Client, text string) {
 // outlives a test or points at a killed peer.
 var peerRawClient = &http.Client{
 	Transport: &http.Transport{DisableKeepAlives: true},
-	Timeout:   peerTimeout,
+	Timeout:   PeerTimeout,
 }
 
 // peerRawPost POSTs one JSON-RPC message as a session-era MCP client would
@@ -1414,12 +1414,12 @@ func peerRawInitialize(t testing.TB, url string) string {
 }
 
 // peerWait polls cond every 2 ms until it holds or peerTimeout passes.
-func peerWait(t testing.TB, what string, cond func() bool) {
+func PeerWait(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(peerTimeout)
+	deadline := time.Now().Add(PeerTimeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", peerTimeout, what)
+			t.Fatalf("timed out after %v waiting for %s", PeerTimeout, what)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -1534,7 +1534,7 @@ func TestPeersGoSDKSessionTimeout(t *testing.T) {
 	p := startGoSDK(t, goSDKOpts{SessionTimeout: idle})
 	sid := peerRawInitialize(t, p.URL())
 	// Every request restarts the idle timer, so poll slower than it.
-	deadline := time.Now().Add(peerTimeout)
+	deadline := time.Now().Add(PeerTimeout)
 	for {
 		time.Sleep(2 * idle)
 		resp, body := peerRawPost(t, p.URL(), sid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
@@ -1545,7 +1545,7 @@ func TestPeersGoSDKSessionTimeout(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("session still alive after %v idle: %d %q", peerTimeout, resp.StatusCode, body)
+			t.Fatalf("session still alive after %v idle: %d %q", PeerTimeout, resp.StatusCode, body)
 		}
 	}
 }
@@ -1632,7 +1632,7 @@ func TestPeersGoSDKSlowProgress(t *testing.T) {
 	const steps = 4
 	params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": steps, "delayMs": 10}}
 	params.SetProgressToken("tok-1")
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	start := time.Now()
 	res, err := cs.CallTool(ctx, params)
@@ -1647,7 +1647,7 @@ func TestPeersGoSDKSlowProgress(t *testing.T) {
 	}
 	// The client hands notifications to the handler asynchronously, so
 	// the last ones may land just after CallTool returns.
-	peerWait(t, "all progress notifications", func() bool {
+	PeerWait(t, "all progress notifications", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) >= steps
@@ -1699,7 +1699,7 @@ func TestPeersGoSDKSlowStops(t *testing.T) {
 		_, err := goSDKCall(t, cs, "slow", map[string]any{"steps": 1, "delayMs": 60_000})
 		errc <- err
 	}()
-	peerWait(t, "slow to start", func() bool { return p.ToolCalls("slow") == 1 })
+	PeerWait(t, "slow to start", func() bool { return p.ToolCalls("slow") == 1 })
 	start := time.Now()
 	p.Restart()
 	if err := <-errc; err == nil {
@@ -1756,7 +1756,7 @@ func TestPeersGoSDKToolAnnotations(t *testing.T) {
 	t.Parallel()
 	p := startGoSDK(t, goSDKOpts{})
 	cs := goSDKClient(t, p.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	res, err := cs.ListTools(ctx, nil)
 	if err != nil {

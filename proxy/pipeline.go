@@ -13,8 +13,8 @@ import (
 // → attempt (attempt.go) → answer (answer.go). A panic is answered 502
 // and never spreads.
 func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
-	r := requestPool.Get().(*request)
-	defer putRequest(r)
+	r := RequestPool.Get().(*Request)
+	defer PutRequest(r)
 	defer s.recoverPanic(ctx, r)
 	defer s.armWrite(ctx.Conn()) // the answer is written after the handler
 	s.inflight.Add(1)
@@ -24,8 +24,8 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 	}
 	defer s.guard.settle(r)
 	if s.trace != nil {
-		s.trace.start(r)
-		defer r.endSpan()
+		s.trace.Start(r)
+		defer r.EndSpan()
 	}
 	s.route(ctx, r)
 }
@@ -36,22 +36,22 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 // upstream of the session era only on the session mcpheal holds for it;
 // an agent resuming an answer mcpheal keeps is served from its log; every
 // other request passes through, its session id swapped for the upstream's.
-func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
+func (s *Server) route(ctx *fasthttp.RequestCtx, r *Request) {
 	switch {
-	case r.del:
+	case r.Del:
 		s.endSession(ctx, r)
-	case !r.stateless && s.eras.bridged(r.auth):
-		s.bridge.serve(ctx, r)
-	case r.stateless && r.onHeldRoute:
-		s.held.serve(ctx, r)
-	case r.msg.method == "initialize" && r.sess == nil:
+	case !r.Stateless && s.eras.Bridged(r.Auth):
+		s.bridge.Serve(ctx, r)
+	case r.Stateless && r.OnHeldRoute:
+		s.held.Serve(ctx, r)
+	case r.Msg.Method == "initialize" && r.Sess == nil:
 		s.initialize(ctx, r)
-	case r.msg.get && r.sess != nil:
-		if l, seq := s.answers.find(r.sess.ID, r.hdr.PeekBytes(hdrLastEventID)); l != nil {
-			s.streams.serveLog(ctx, r, l, seq) // resuming an answer mcpheal keeps (answerlog.go)
+	case r.Msg.Get && r.Sess != nil:
+		if l, seq := s.answers.Find(r.Sess.ID, r.Hdr.PeekBytes(HdrLastEventID)); l != nil {
+			s.streams.ServeLog(ctx, r, l, seq) // resuming an answer mcpheal keeps (answerlog.go)
 			return
 		}
-		if s.streams.serve(ctx, r) {
+		if s.streams.Serve(ctx, r) {
 			s.reroute(ctx, r)
 		}
 	default:
@@ -65,9 +65,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *request) {
 // under it (the exchange's outcome, attempt.run): a session-era agent's
 // request that a server now of 2026-07-28 only refused before running it
 // goes through the bridge.
-func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *request) {
+func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *Request) {
 	ctx.Response.Reset()
-	s.bridge.serve(ctx, r)
+	s.bridge.Serve(ctx, r)
 }
 
 // forward sends the agent's request upstream (its session id swapped for
@@ -75,20 +75,20 @@ func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *request) {
 // heal and replay if the rules allow, or mcpheal's own error. It reports
 // true, with nothing written, when the upstream's era changed under the
 // request (attempt.run): the route stage sends it again.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) (reroute bool) {
-	a := newAttempt(s.env, ctx, r)
-	a.heals = r.sess != nil
-	s.link.copyRequest(r.hdr, r.body, a.req)
-	if a.heals && r.msg.method == "" && r.msg.id != "" && !r.msg.batch && !a.answerRoute() {
+func (s *Server) forward(ctx *fasthttp.RequestCtx, r *Request) (reroute bool) {
+	a := NewAttempt(s.env, ctx, r)
+	a.Heals = r.Sess != nil
+	s.link.CopyRequest(r.Hdr, r.Body, a.Req)
+	if a.Heals && r.Msg.Method == "" && r.Msg.Id != "" && !r.Msg.Batch && !a.AnswerRoute() {
 		// The agent's answer to a server→client request of an upstream
 		// session that is gone: the new session never asked it.
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		a.release()
+		a.Release()
 		return false
 	}
-	owned, reroute := a.run()
+	owned, reroute := a.Run()
 	if !owned {
-		a.release()
+		a.Release()
 	}
 	return reroute
 }
@@ -99,25 +99,25 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) (reroute bool) {
 // budget, and answers with the session's id. Until the session exists the
 // request is replay-safe, so a down upstream costs latency within the heal
 // budget, not an error.
-func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *request) {
-	a := newAttempt(s.env, ctx, r)
-	a.gen = 1 // event ids are the proxy's from the first answer on (docs/streams.md "Streams")
-	s.link.copyRequest(r.hdr, r.body, a.req)
-	a.req.Header.DelBytes(hdrSessionID)
-	s.count.upstreamInits.Add(1)
-	a.watchAgent()
-	out := a.loop()
-	if out.kind == outUpstream {
-		out = a.create()
+func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *Request) {
+	a := NewAttempt(s.env, ctx, r)
+	a.Gen = 1 // event ids are the proxy's from the first answer on (docs/streams.md "Streams")
+	s.link.CopyRequest(r.Hdr, r.Body, a.Req)
+	a.Req.Header.DelBytes(HdrSessionID)
+	s.count.UpstreamInits.Add(1)
+	a.WatchAgent()
+	out := a.Loop()
+	if out.Kind == OutUpstream {
+		out = a.Create()
 	} else {
 		// An answer mcpheal cannot carry (past max_answer or the memory
 		// budget) or an agent gone: a session the upstream opened with it
 		// is nobody's, and a server without idle expiry would keep it.
-		s.link.dropMinted(a.resp)
+		s.link.DropMinted(a.Resp)
 	}
-	if !a.answer(out) {
-		a.unwatch()
-		a.release()
+	if !a.Answer(out) {
+		a.Unwatch()
+		a.Release()
 	}
 }
 
@@ -125,16 +125,16 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *request) {
 // DELETEd with whatever answer (200, 202, 204, 404, 405 are all fine) and
 // the mapping is dropped. The agent gets 200: its session is over either
 // way.
-func (s *Server) endSession(ctx *fasthttp.RequestCtx, r *request) {
-	if !s.sessions.end(r.sess, true) {
+func (s *Server) endSession(ctx *fasthttp.RequestCtx, r *Request) {
+	if !s.sessions.End(r.Sess, true) {
 		sessionNotFound(ctx, "null") // ended meanwhile
 		return
 	}
 	// The upstream session ends before the agent hears that its session
 	// did: a request racing on another replica then meets a dead one.
-	if up, _ := r.sess.Current(); up != "" {
-		if err := s.link.deleteNow(up, r.auth, time.Now().Add(2*time.Second)); err != nil {
-			s.log.Debug().Str(logUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
+	if up, _ := r.Sess.Current(); up != "" {
+		if err := s.link.DeleteNow(up, r.Auth, time.Now().Add(2*time.Second)); err != nil {
+			s.log.Debug().Str(LogUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
 		}
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
@@ -148,20 +148,20 @@ func (s *Server) endSession(ctx *fasthttp.RequestCtx, r *request) {
 func (s *Server) fleetEvent(id session.ClientID, e session.Event) {
 	switch {
 	case e.Stream:
-		if s.streams.set.evict(id, 0) {
-			s.log.Debug().Str(logSession, id.Short()).Msg("GET stream handed to another process")
+		if s.streams.Set.Evict(id, 0) {
+			s.log.Debug().Str(LogSession, id.Short()).Msg("GET stream handed to another process")
 		}
 	case e.Ended:
-		s.sessions.endedElsewhere(id)
+		s.sessions.EndedElsewhere(id)
 	default:
-		sess, ok := s.sessions.store.Peek(id)
+		sess, ok := s.sessions.Store.Peek(id)
 		if !ok {
 			return
 		}
 		if _, gen := sess.Current(); gen < e.Gen {
 			sess.Follow(e.Upstream, e.Gen)
 			if _, now := sess.Current(); now == e.Gen {
-				s.streams.set.healed(id, e.Gen)
+				s.streams.Set.Healed(id, e.Gen)
 			}
 		}
 	}
@@ -169,7 +169,7 @@ func (s *Server) fleetEvent(id session.ClientID, e session.Event) {
 
 // released stops what a session held open once it left the store.
 func (s *Server) released(sess *session.Session) {
-	s.streams.set.stop(sess.ID)
-	s.bridge.stopListen(sess.ID)
-	s.held.released(sess)
+	s.streams.Set.Stop(sess.ID)
+	s.bridge.StopListen(sess.ID)
+	s.held.Released(sess)
 }

@@ -55,7 +55,7 @@ func TestDeleteEndsSession(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("DELETE = %d, want 200", resp.StatusCode)
 	}
-	peerWait(t, "upstream DELETE", func() bool {
+	PeerWait(t, "upstream DELETE", func() bool {
 		for _, r := range up.Requests() {
 			if r.HTTPMethod == http.MethodDelete && r.SessionID != "" && r.SessionID != sid {
 				return true
@@ -64,7 +64,7 @@ func TestDeleteEndsSession(t *testing.T) {
 		return false
 	})
 	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
-	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != codeSessionNotFound || id != "2" {
+	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != CodeSessionNotFound || id != "2" {
 		t.Fatalf("after DELETE: %d %s", resp.StatusCode, body)
 	}
 }

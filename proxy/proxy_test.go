@@ -129,7 +129,7 @@ func TestSSEProgressStreams(t *testing.T) {
 	}
 	// The go-sdk client runs progress handlers asynchronously: the last one
 	// may land just after CallTool returned.
-	peerWait(t, "3 progress notifications", func() bool {
+	PeerWait(t, "3 progress notifications", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(progress) == 3
@@ -150,7 +150,7 @@ func TestSSEProgressStreams(t *testing.T) {
 func TestAbandonedStreamClosesUpstream(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	rl := newTCPRelay(t, up.Addr())
+	rl := NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), func(c *Config) { c.ResumeWindow = 200 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	rawEcho(t, url, sid, "warm")
@@ -169,7 +169,7 @@ func TestAbandonedStreamClosesUpstream(t *testing.T) {
 		}
 		left := time.Now()
 		_ = resp.Body.Close() // the agent goes away; the tool would run 4 s more
-		peerWait(t, "the proxy to close the abandoned upstream stream", func() bool { return rl.Open() <= open })
+		PeerWait(t, "the proxy to close the abandoned upstream stream", func() bool { return rl.Open() <= open })
 		if el := time.Since(left); el > time.Second {
 			t.Errorf("round %d: upstream stream closed %v after the agent left, want well under the tool's 4 s", round, el)
 		}

@@ -24,19 +24,19 @@ const (
 	// known.
 	lineOpen
 	lineHeld
-	linePassing
+	LinePassing
 )
 
 // startStream hands what the framer holds of an unfinished event over to
 // the line relay; out receives what of it can go to the agent now.
-func (er *eventRewriter) startStream(out []byte) ([]byte, error) {
-	rest, lines := er.fr.Handover()
-	er.lines, er.mode, er.held = lines, lineDone, er.held[:0]
-	res, aliased, err := er.stream(out, rest)
+func (er *EventRewriter) StartStream(out []byte) ([]byte, error) {
+	rest, lines := er.Fr.Handover()
+	er.lines, er.Mode, er.Held = lines, lineDone, er.Held[:0]
+	res, aliased, err := er.Stream(out, rest)
 	if aliased {
 		res = append(out, res...)
 	}
-	er.fr.Reset(64 << 10)
+	er.Fr.Reset(64 << 10)
 	return res, err
 }
 
@@ -46,62 +46,62 @@ func (er *eventRewriter) startStream(out []byte) ([]byte, error) {
 // er.max, errHoldBudget when the memory budget has no room for it (it is
 // counted past freeHold, with its rewritten copy); the stream is then to
 // be cut.
-func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err error) {
+func (er *EventRewriter) Stream(out, p []byte) (res []byte, aliased bool, err error) {
 	e := emitter{p: p, out: out, aliased: true}
 	e.bytes(er.cut)
 	er.cut = nil
 	for pos := 0; pos < len(p); {
 		n, start, ended := er.lines.Next(p[pos:])
 		if start {
-			er.mode, er.held = lineOpen, er.held[:0]
+			er.Mode, er.Held = lineOpen, er.Held[:0]
 		}
 		seg := p[pos : pos+n]
 		if start {
 			e.bytes(er.startLine(ended && sse.IsLineEnd(seg)))
 		}
-		if er.mode == lineDone {
+		if er.Mode == lineDone {
 			e.raw(pos, pos+n)
 			pos += n
 			continue
 		}
-		if er.mode == lineOpen {
-			er.held = append(er.held, seg...)
-			if hold, known := er.mustHold(er.held, ended); known {
-				er.mode = lineHeld
+		if er.Mode == lineOpen {
+			er.Held = append(er.Held, seg...)
+			if hold, known := er.mustHold(er.Held, ended); known {
+				er.Mode = lineHeld
 				if !hold {
-					er.mode = linePassing
+					er.Mode = LinePassing
 					er.startHead()
-					if len(er.held) == n {
+					if len(er.Held) == n {
 						e.raw(pos, pos+n) // the whole line so far is in p
 					} else {
-						e.bytes(er.held)
+						e.bytes(er.Held)
 					}
 				}
 			}
-		} else if er.mode == lineHeld {
-			er.held = append(er.held, seg...)
+		} else if er.Mode == lineHeld {
+			er.Held = append(er.Held, seg...)
 		} else {
 			e.raw(pos, pos+n)
 			er.addHead(seg)
 		}
-		if er.mode == lineHeld {
-			if er.max > 0 && len(er.held) > er.max {
+		if er.Mode == lineHeld {
+			if er.Max > 0 && len(er.Held) > er.Max {
 				r, _ := e.result()
 				return r, e.aliased, sse.ErrTooLarge
 			}
-			if len(er.held) > freeHold && !er.meter.hold(2*cap(er.held)) {
+			if len(er.Held) > FreeHold && !er.Meter.Hold(2*cap(er.Held)) {
 				r, _ := e.result()
-				return r, e.aliased, errHoldBudget
+				return r, e.aliased, ErrHoldBudget
 			}
 			if ended {
 				er.emitHeld(&e)
 			}
 		}
 		if ended {
-			if er.mode == linePassing {
+			if er.Mode == LinePassing {
 				er.endHead()
 			}
-			er.mode = lineDone
+			er.Mode = lineDone
 		}
 		pos += n
 	}
@@ -110,17 +110,17 @@ func (er *eventRewriter) stream(out, p []byte) (res []byte, aliased bool, err er
 }
 
 // emitHeld emits the line held whole, now that it ended, rewritten.
-func (er *eventRewriter) emitHeld(e *emitter) {
-	line, _ := sse.NextLine(er.held)
-	if name, v, comment := sse.Field(line); !comment && string(name) == "data" && !er.answered {
-		er.answered = isResponse(v)
+func (er *EventRewriter) emitHeld(e *emitter) {
+	line, _ := sse.NextLine(er.Held)
+	if name, v, comment := sse.Field(line); !comment && string(name) == "data" && !er.Answered {
+		er.Answered = IsResponse(v)
 	}
 	e.copyMode()
 	e.out = er.line(e.out, line)
-	e.out = append(e.out, er.held[len(line):]...) // its line ending
-	er.held = er.held[:0]
-	if cap(er.held) > freeHold {
-		er.held = nil // counted while it held a line: not pinned after
+	e.out = append(e.out, er.Held[len(line):]...) // its line ending
+	er.Held = er.Held[:0]
+	if cap(er.Held) > FreeHold {
+		er.Held = nil // counted while it held a line: not pinned after
 	}
 	// The charge stays while its rewritten copy waits in the output, until
 	// the relay has handed that on (handedOn).
@@ -129,9 +129,9 @@ func (er *eventRewriter) emitHeld(e *emitter) {
 // handedOn runs when the relay has handed its output to the agent: the
 // copy of a line held past freeHold is gone from the count, unless a line
 // is held now.
-func (er *eventRewriter) handedOn() {
-	if er.mode != lineHeld {
-		er.meter.release()
+func (er *EventRewriter) HandedOn() {
+	if er.Mode != lineHeld {
+		er.Meter.Release()
 	}
 }
 
@@ -141,20 +141,20 @@ func (er *eventRewriter) handedOn() {
 // mcpheal), and are dropped otherwise (an error event follows, which must
 // not complete them). It reports whether a line was cut after part of it
 // had gone to the agent.
-func (er *eventRewriter) endStream(out []byte, keep bool) (_ []byte, midLine bool) {
-	switch er.mode {
+func (er *EventRewriter) EndStream(out []byte, keep bool) (_ []byte, midLine bool) {
+	switch er.Mode {
 	case lineOpen, lineHeld:
 		if keep {
-			out = append(out, er.held...)
+			out = append(out, er.Held...)
 		}
-	case linePassing:
+	case LinePassing:
 		midLine = true
 	}
-	er.held, er.mode = er.held[:0], lineDone
-	if cap(er.held) > freeHold {
-		er.held = nil // do not pin a long line's buffer
+	er.Held, er.Mode = er.Held[:0], lineDone
+	if cap(er.Held) > FreeHold {
+		er.Held = nil // do not pin a long line's buffer
 	}
-	er.meter.release()
+	er.Meter.Release()
 	return out, midLine
 }
 
@@ -163,7 +163,7 @@ func (er *eventRewriter) endStream(out []byte, keep bool) (_ []byte, midLine boo
 // that may carry a server→client request to renumber (from generation 2)
 // or the tools/list answer to learn from. known is false while b is too
 // short to tell.
-func (er *eventRewriter) mustHold(b []byte, ended bool) (hold, known bool) {
+func (er *EventRewriter) mustHold(b []byte, ended bool) (hold, known bool) {
 	name := b
 	if i := bytes.IndexByte(b, ':'); i >= 0 {
 		name = b[:i]
@@ -177,9 +177,9 @@ func (er *eventRewriter) mustHold(b []byte, ended bool) (hold, known bool) {
 		return true, true
 	case "data":
 		switch {
-		case er.watch:
+		case er.Watch:
 			return true, true // the tools/list answer, to learn from
-		case er.gen <= 1:
+		case er.Gen <= 1:
 			return false, true
 		case ended || len(b) >= headLen:
 			// From generation 2 only server→client requests are renumbered,
@@ -243,19 +243,19 @@ const headLen = 256
 
 // startHead starts keeping the head of a line that passes through, from
 // the bytes held to decide it.
-func (er *eventRewriter) startHead() {
-	name, _, comment := sse.Field(er.held)
+func (er *EventRewriter) startHead() {
+	name, _, comment := sse.Field(er.Held)
 	er.data = !comment && string(name) == "data"
 	er.headN = 0
 	if er.data {
-		_, v, _ := sse.Field(er.held)
+		_, v, _ := sse.Field(er.Held)
 		er.hasData = er.hasData || len(bytes.TrimSpace(v)) > 0
-		er.headN = copy(er.head[:], er.held)
+		er.headN = copy(er.head[:], er.Held)
 	}
 }
 
 // addHead keeps the head of a data line that passes through.
-func (er *eventRewriter) addHead(seg []byte) {
+func (er *EventRewriter) addHead(seg []byte) {
 	if er.data && !er.hasData {
 		er.hasData = len(bytes.TrimSpace(seg)) > 0
 	}
@@ -267,12 +267,12 @@ func (er *eventRewriter) addHead(seg []byte) {
 // endHead marks the stream answered when the data line that passed
 // through was a JSON-RPC response: its head has "result" or "error" and no
 // "method".
-func (er *eventRewriter) endHead() {
-	if !er.data || er.answered {
+func (er *EventRewriter) endHead() {
+	if !er.data || er.Answered {
 		return
 	}
 	h := er.head[:er.headN]
-	er.answered = !bytes.Contains(h, []byte(`"method"`)) &&
+	er.Answered = !bytes.Contains(h, []byte(`"method"`)) &&
 		(bytes.Contains(h, []byte(`"result"`)) || bytes.Contains(h, []byte(`"error"`)))
 }
 
@@ -281,9 +281,9 @@ func (er *eventRewriter) endHead() {
 // after the last event that ended), and a line or event cut half-way on
 // its way to the agent is ended first, so that the resumed events are not
 // spliced onto it.
-func (er *eventRewriter) resumed() {
-	er.fr.Reset(64 << 10)
-	_, midLine := er.endStream(nil, false)
+func (er *EventRewriter) Resumed() {
+	er.Fr.Reset(64 << 10)
+	_, midLine := er.EndStream(nil, false)
 	switch {
 	case midLine:
 		er.cut = endLineAndEvent // the agent drops the event cut in its data: its JSON does not parse

@@ -52,7 +52,7 @@ func (m relayMode) String() string {
 }
 
 // relayAttempt is one connection the relay accepted.
-type relayAttempt struct {
+type RelayAttempt struct {
 	At      time.Time
 	Refused bool // reset at once because the relay was down
 }
@@ -60,7 +60,7 @@ type relayAttempt struct {
 // tcpRelay forwards 127.0.0.1:port to a target address. Modes switch at
 // runtime and apply to connections already open. It stops in t.Cleanup and
 // leaves no goroutine behind. All methods are safe for concurrent use.
-type tcpRelay struct {
+type TcpRelay struct {
 	ln     net.Listener
 	target string
 
@@ -81,7 +81,7 @@ type tcpRelay struct {
 	mode     relayMode
 	limit    time.Duration
 	conns    map[*relayConn]struct{}
-	attempts []relayAttempt
+	attempts []RelayAttempt
 	closed   bool
 
 	wg   sync.WaitGroup // the accept loop and every connection's goroutines
@@ -89,13 +89,13 @@ type tcpRelay struct {
 }
 
 // newTCPRelay starts a pass-through relay to target ("host:port").
-func newTCPRelay(tb testing.TB, target string) *tcpRelay {
+func NewTCPRelay(tb testing.TB, target string) *TcpRelay {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("relay listen: %v", err)
 	}
-	r := &tcpRelay{ln: ln, target: target, conns: make(map[*relayConn]struct{})}
+	r := &TcpRelay{ln: ln, target: target, conns: make(map[*relayConn]struct{})}
 	r.wg.Add(1)
 	go r.serve()
 	tb.Cleanup(r.Close)
@@ -103,29 +103,29 @@ func newTCPRelay(tb testing.TB, target string) *tcpRelay {
 }
 
 // Addr returns the relay's "127.0.0.1:port".
-func (r *tcpRelay) Addr() string { return r.ln.Addr().String() }
+func (r *TcpRelay) Addr() string { return r.ln.Addr().String() }
 
 // URL returns the MCP endpoint through the relay, http://127.0.0.1:port/mcp
 // (the path every peer serves).
-func (r *tcpRelay) URL() string { return "http://" + r.Addr() + "/mcp" }
+func (r *TcpRelay) URL() string { return "http://" + r.Addr() + "/mcp" }
 
 // Pass forwards everything again. Flows already blackholed stay dead, as
 // they would behind a NAT that forgot them.
-func (r *tcpRelay) Pass() { r.set(relayPass, 0) }
+func (r *TcpRelay) Pass() { r.set(relayPass, 0) }
 
 // ResetIdle resets every connection idle longer than limit when the proxy
 // next sends on it (a load balancer or NAT that dropped the flow).
-func (r *tcpRelay) ResetIdle(limit time.Duration) { r.set(relayResetIdle, limit) }
+func (r *TcpRelay) ResetIdle(limit time.Duration) { r.set(relayResetIdle, limit) }
 
 // Blackhole silently stops forwarding on every connection idle longer than
 // limit when bytes next arrive on it. Blackhole(0) swallows every flow,
 // new ones included, from its first byte: a hung upstream.
-func (r *tcpRelay) Blackhole(limit time.Duration) { r.set(relayBlackhole, limit) }
+func (r *TcpRelay) Blackhole(limit time.Duration) { r.set(relayBlackhole, limit) }
 
 // CutAfter resets, once, the connection on which the upstream next sends
 // bytes that contain pattern, right after forwarding them: an answer cut
 // mid-stream (a load balancer's timeout, a reset) after its first event.
-func (r *tcpRelay) CutAfter(pattern string) {
+func (r *TcpRelay) CutAfter(pattern string) {
 	b := []byte(pattern)
 	r.cutAfter.Store(&b)
 }
@@ -133,17 +133,17 @@ func (r *tcpRelay) CutAfter(pattern string) {
 // CutRequest resets, once, the connection on which the proxy next sends
 // bytes that contain pattern, without forwarding them: a request written
 // and lost on its way (the server never sees it, the proxy cannot know).
-func (r *tcpRelay) CutRequest(pattern string) {
+func (r *TcpRelay) CutRequest(pattern string) {
 	b := []byte(pattern)
 	r.cutBefore.Store(&b)
 }
 
 // Cuts counts connections reset by CutAfter and CutRequest.
-func (r *tcpRelay) Cuts() int64 { return r.cuts.Load() }
+func (r *TcpRelay) Cuts() int64 { return r.cuts.Load() }
 
 // cut reports whether bytes b are the ones a CutAfter or CutRequest
 // (which) waits for; the first such bytes disarm it.
-func (r *tcpRelay) cut(which *atomic.Pointer[[]byte], b []byte) bool {
+func (r *TcpRelay) cut(which *atomic.Pointer[[]byte], b []byte) bool {
 	p := which.Load()
 	return p != nil && bytes.Contains(b, *p) && which.CompareAndSwap(p, nil)
 }
@@ -151,7 +151,7 @@ func (r *tcpRelay) cut(which *atomic.Pointer[[]byte], b []byte) bool {
 // CloseIdle closes, from now until the relay closes, every connection
 // that carried nothing either way for limit: a load balancer's idle
 // timeout. It checks every limit/8.
-func (r *tcpRelay) CloseIdle(limit time.Duration) {
+func (r *TcpRelay) CloseIdle(limit time.Duration) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -181,13 +181,13 @@ func (r *tcpRelay) CloseIdle(limit time.Duration) {
 }
 
 // IdleClosed counts connections closed by CloseIdle.
-func (r *tcpRelay) IdleClosed() int64 { return r.idleClosed.Load() }
+func (r *TcpRelay) IdleClosed() int64 { return r.idleClosed.Load() }
 
 // Down resets every open connection, as a host that died would, and then
 // accepts and resets each new one (counted by Attempts). Accept-and-RST
 // rather than a closed listener, so that every connection attempt of the
 // proxy is seen and counted.
-func (r *tcpRelay) Down() {
+func (r *TcpRelay) Down() {
 	r.mu.Lock()
 	r.mode = relayDown
 	open := make([]*relayConn, 0, len(r.conns))
@@ -200,23 +200,23 @@ func (r *tcpRelay) Down() {
 	}
 }
 
-func (r *tcpRelay) set(m relayMode, limit time.Duration) {
+func (r *TcpRelay) set(m relayMode, limit time.Duration) {
 	r.mu.Lock()
 	r.mode, r.limit = m, limit
 	r.mu.Unlock()
 }
 
-func (r *tcpRelay) settings() (relayMode, time.Duration) {
+func (r *TcpRelay) settings() (relayMode, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.mode, r.limit
 }
 
 // Accepted counts every connection accepted, whatever the mode.
-func (r *tcpRelay) Accepted() int { return len(r.Attempts()) }
+func (r *TcpRelay) Accepted() int { return len(r.Attempts()) }
 
 // Refused counts connections reset at once because the relay was down.
-func (r *tcpRelay) Refused() int {
+func (r *TcpRelay) Refused() int {
 	n := 0
 	for _, a := range r.Attempts() {
 		if a.Refused {
@@ -227,21 +227,21 @@ func (r *tcpRelay) Refused() int {
 }
 
 // Attempts returns every accepted connection in order.
-func (r *tcpRelay) Attempts() []relayAttempt {
+func (r *TcpRelay) Attempts() []RelayAttempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]relayAttempt(nil), r.attempts...)
+	return append([]RelayAttempt(nil), r.attempts...)
 }
 
 // Resets counts connections reset by ResetIdle.
-func (r *tcpRelay) Resets() int64 { return r.resets.Load() }
+func (r *TcpRelay) Resets() int64 { return r.resets.Load() }
 
 // Holes counts connections blackholed by Blackhole.
-func (r *tcpRelay) Holes() int64 { return r.holes.Load() }
+func (r *TcpRelay) Holes() int64 { return r.holes.Load() }
 
 // Close stops the relay: the listener and every connection are closed and
 // every goroutine has returned when it does. It is idempotent.
-func (r *tcpRelay) Close() {
+func (r *TcpRelay) Close() {
 	r.once.Do(func() {
 		r.mu.Lock()
 		r.closed = true
@@ -258,7 +258,7 @@ func (r *tcpRelay) Close() {
 	})
 }
 
-func (r *tcpRelay) serve() {
+func (r *TcpRelay) serve() {
 	defer r.wg.Done()
 	for {
 		nc, err := r.ln.Accept()
@@ -273,7 +273,7 @@ func (r *tcpRelay) serve() {
 			return
 		}
 		down := r.mode == relayDown
-		r.attempts = append(r.attempts, relayAttempt{At: now, Refused: down})
+		r.attempts = append(r.attempts, RelayAttempt{At: now, Refused: down})
 		if down {
 			r.mu.Unlock()
 			resetConn(nc)
@@ -288,13 +288,13 @@ func (r *tcpRelay) serve() {
 }
 
 // Open returns how many relayed connections are open.
-func (r *tcpRelay) Open() int {
+func (r *TcpRelay) Open() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.conns)
 }
 
-func (r *tcpRelay) forget(c *relayConn) {
+func (r *TcpRelay) forget(c *relayConn) {
 	r.mu.Lock()
 	delete(r.conns, c)
 	r.mu.Unlock()
@@ -310,7 +310,7 @@ func resetConn(nc net.Conn) {
 
 // relayConn is one relayed connection: proxy side and upstream side.
 type relayConn struct {
-	r     *tcpRelay
+	r     *TcpRelay
 	proxy net.Conn // accepted from the proxy; written once
 
 	mu       sync.Mutex // protects upstream, last, holed, dead
@@ -332,7 +332,7 @@ const (
 func (c *relayConn) run() {
 	defer c.r.wg.Done()
 	defer c.r.forget(c)
-	up, err := net.DialTimeout("tcp", c.r.target, peerTimeout)
+	up, err := net.DialTimeout("tcp", c.r.target, PeerTimeout)
 	if err != nil {
 		c.close(true) // the upstream refuses: so does the relay
 		return
@@ -457,9 +457,9 @@ func (c *relayConn) close(rst bool) {
 // echo server: pass-through, reset after idle, blackhole, down (counted), and
 // it leaves no goroutine behind.
 func TestRelayModes(t *testing.T) {
-	checkGoroutines(t)
+	CheckGoroutines(t)
 	echo := startTCPEcho(t)
-	r := newTCPRelay(t, echo)
+	r := NewTCPRelay(t, echo)
 	roundTrip := func(c net.Conn, msg string) error {
 		_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
 		if _, err := c.Write([]byte(msg)); err != nil {
@@ -523,7 +523,7 @@ func TestRelayModes(t *testing.T) {
 	} else if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("down: dial: %v, want success or ECONNRESET", err)
 	}
-	peerWait(t, "the refused connection to be counted", func() bool { return r.Accepted() == before+1 })
+	PeerWait(t, "the refused connection to be counted", func() bool { return r.Accepted() == before+1 })
 	if r.Accepted() != before+1 || r.Refused() != 1 {
 		t.Fatalf("down: %d accepted (want %d), %d refused (want 1)", r.Accepted(), before+1, r.Refused())
 	}

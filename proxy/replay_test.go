@@ -342,7 +342,7 @@ func TestGateway503AfterRunNotReplayed(t *testing.T) {
 	_, url := startProxy(t, up.URL(), func(c *Config) { c.HealTimeout = 2 * time.Second })
 	sid := peerRawInitialize(t, url)
 	status, ans := callTool(t, url, sid, "gw503")
-	if status != http.StatusOK || ans.Get("error.code").Int() != codeMaybeExecuted {
+	if status != http.StatusOK || ans.Get("error.code").Int() != CodeMaybeExecuted {
 		t.Fatalf("gw503: %d %s; want 200 with -32011", status, ans.Raw)
 	}
 	if n := up.Runs("gw503"); n != 1 {
@@ -388,7 +388,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"},"p\u0061rams":{"name":"crash_tool"}}`,
 	} {
 		resp, raw := peerRawPost(t, url, sid, body)
-		if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != codeInvalidRequest {
+		if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != CodeInvalidRequest {
 			t.Errorf("%s: %d %s; want 400 -32600", body, resp.StatusCode, raw)
 		}
 	}
@@ -448,7 +448,7 @@ func TestToolsLearnedBeforeAnswerPasses(t *testing.T) {
 			break
 		}
 	}
-	sess, ok := s.sessions.store.Get(session.ClientID(sid))
+	sess, ok := s.sessions.Store.Get(session.ClientID(sid))
 	if !ok {
 		t.Fatalf("session %s not in the store", sid)
 	}
@@ -501,7 +501,7 @@ func TestLargeSSEToolsListAcrossHeal(t *testing.T) {
 	if status, ans := callTool(t, url, sid, "lookup"); status != http.StatusOK || ans.Get("error").Exists() {
 		t.Fatalf("after expiry: %d %s", status, ans.Raw)
 	}
-	peerWait(t, "the tools/list after the heal", func() bool { return up.lists.Load() == 2 })
+	PeerWait(t, "the tools/list after the heal", func() bool { return up.lists.Load() == 2 })
 	s.Close() // waits for the background work: checkTools has compared
 	if l := logs.String(); strings.Contains(l, "tool list changed") {
 		t.Fatalf("an unchanged tool list was reported as changed:\n%s", l)
@@ -523,7 +523,7 @@ func TestStaleConnectionToolRunsOnce(t *testing.T) {
 	}
 	time.Sleep(1200 * time.Millisecond) // past upstream's stale threshold (1 s)
 	status, ans := callTool(t, url, sid, "crash_tool")
-	if status != http.StatusOK || ans.Get("error.code").Int() != codeMaybeExecuted {
+	if status != http.StatusOK || ans.Get("error.code").Int() != CodeMaybeExecuted {
 		t.Fatalf("crash_tool: %d %s; want 200 with -32011", status, ans.Raw)
 	}
 	if n := up.Runs("crash_tool"); n != 1 {
@@ -548,7 +548,7 @@ func TestStreamCutBeforeAnswer(t *testing.T) {
 		t.Fatalf("progress_crash: %d %q; want the progress notification relayed", resp.StatusCode, raw)
 	}
 	ans := rpcAnswer(raw)
-	if ans.Get("error.code").Int() != codeMaybeExecuted || ans.Get("id").Raw != "7" {
+	if ans.Get("error.code").Int() != CodeMaybeExecuted || ans.Get("id").Raw != "7" {
 		t.Fatalf("answer %s (stream %q); want -32011 for id 7", ans.Raw, raw)
 	}
 	if n := up.Runs("progress_crash"); n != 1 {

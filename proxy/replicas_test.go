@@ -269,8 +269,8 @@ func TestFleetHealsOncePerDeath(t *testing.T) {
 		// Every replica follows the heal at once (events), before any
 		// request of its own fails.
 		for i, p := range f.procs {
-			peerWait(t, "replica "+strconv.Itoa(i)+" to follow the heal", func() bool {
-				sess, ok := p.s.sessions.store.Peek(session.ClientID(cs.ID()))
+			PeerWait(t, "replica "+strconv.Itoa(i)+" to follow the heal", func() bool {
+				sess, ok := p.s.sessions.Store.Peek(session.ClientID(cs.ID()))
 				if !ok {
 					return false
 				}
@@ -347,8 +347,8 @@ func TestFleetDeleteEndsEverywhere(t *testing.T) {
 		// The replicas that hold it hear of the end at once (events), not
 		// only when their upstream session fails.
 		for i := range 2 {
-			peerWait(t, "replica "+strconv.Itoa(i)+" to drop the ended session", func() bool {
-				return !f.procs[i].s.sessions.store.Has(session.ClientID(sid))
+			PeerWait(t, "replica "+strconv.Itoa(i)+" to drop the ended session", func() bool {
+				return !f.procs[i].s.sessions.Store.Has(session.ClientID(sid))
 			})
 		}
 		f.procs = append(f.procs, f.start("127.0.0.1:0")) // never saw the session
@@ -440,7 +440,7 @@ func TestFleetConcurrentHeals(t *testing.T) {
 		}
 		wg.Wait()
 		for i, p := range f.procs {
-			t.Logf("replica %d: served %d heals %d adopted %v lost %v", i, f.lb.served[i].Load(), p.s.Stats().Heals, testutil.ToFloat64(p.s.sessions.fleet.stats.adopted), testutil.ToFloat64(p.s.sessions.fleet.stats.lost))
+			t.Logf("replica %d: served %d heals %d adopted %v lost %v", i, f.lb.served[i].Load(), p.s.Stats().Heals, testutil.ToFloat64(p.s.sessions.Fleet.Stats.Adopted), testutil.ToFloat64(p.s.sessions.Fleet.Stats.Lost))
 		}
 		if n := up.Inits(); n != 2*agents {
 			t.Fatalf("%d upstream initializes for %d agents and one upstream restart, want %d", n, agents, 2*agents)
@@ -486,7 +486,7 @@ func TestFleetSessionStateAcrossReplicas(t *testing.T) {
 				t.Fatalf("sample(%q) = %q, want %q", prompt, got, want)
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 		defer cancel()
 		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: peerResourceURI}); err != nil {
 			t.Fatalf("Subscribe: %v", err)
@@ -619,14 +619,14 @@ func TestFleetLeaseHolderDied(t *testing.T) {
 	f := startFleet(t, 2, up.URL(), sh)
 	cs := goSDKClient(t, f.url())
 	callEcho(t, cs, "before")
-	if ok, _ := sh.Lead(context.Background(), session.ClientID(cs.ID()), 1, leaseTTL); !ok {
+	if ok, _ := sh.Lead(context.Background(), session.ClientID(cs.ID()), 1, LeaseTTL); !ok {
 		t.Fatal("could not take the lease")
 	}
 	up.Restart()
 	start := time.Now()
 	callEcho(t, cs, "after the dead leader's lease")
-	if d := time.Since(start); d < leaseTTL-500*time.Millisecond || d > leaseTTL+2*time.Second {
-		t.Errorf("the call took %v; want about leaseTTL (%v)", d, leaseTTL)
+	if d := time.Since(start); d < LeaseTTL-500*time.Millisecond || d > LeaseTTL+2*time.Second {
+		t.Errorf("the call took %v; want about leaseTTL (%v)", d, LeaseTTL)
 	}
 	if n := up.Inits(); n != 2 {
 		t.Errorf("%d upstream initializes, want 2", n)
@@ -688,10 +688,10 @@ func TestFleetHeldSession(t *testing.T) {
 
 		// The held id, known to the process, opens nothing from outside.
 		var held session.ClientID
-		for _, sess := range f.procs[0].s.sessions.store.Sessions() {
+		for _, sess := range f.procs[0].s.sessions.Store.Sessions() {
 			held = sess.ID
 		}
-		if held == "" || held[0] != heldPrefix {
+		if held == "" || held[0] != HeldPrefix {
 			t.Fatalf("replica 0 holds %q, want a held session", held)
 		}
 		req, _ := http.NewRequest(http.MethodPost, f.replica(0), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
@@ -709,7 +709,7 @@ func TestFleetHeldSession(t *testing.T) {
 
 		// One client on two replicas: each listen gets the update.
 		var n0, n1 heldCounts
-		ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 		defer cancel()
 		for i, n := range []*heldCounts{&n0, &n1} {
 			c := goSDK2026Client(t, f.replica(i), heldClientOpts(n))

@@ -139,7 +139,7 @@ func TestRestartHealsFromID(t *testing.T) {
 	if n := up.ToolCalls("echo"); n != 2 {
 		t.Fatalf("echo ran %d times, want 2", n)
 	}
-	if n := b.s.count.restored.Load(); n != 1 {
+	if n := b.s.count.Restored.Load(); n != 1 {
 		t.Fatalf("%d sessions restored, want 1", n)
 	}
 	callEcho(t, cs, "and again") // the restored session is a live one now
@@ -159,7 +159,7 @@ func TestRestartWithoutTheKey(t *testing.T) {
 	a.kill()
 	startProxyAt(t, addr, up.URL(), func(c *Config) { c.SessionKeys = testKeys(1) })
 	resp, body := peerRawPost(t, "http://"+addr+"/mcp", sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
-	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != codeSessionNotFound {
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != CodeSessionNotFound {
 		t.Fatalf("foreign-key id: %d %s; want 404 -32001", resp.StatusCode, body)
 	}
 }
@@ -199,7 +199,7 @@ func TestSealedIDRefusals(t *testing.T) {
 	if resp, _ := peerRawDo(t, req); resp.StatusCode != http.StatusOK {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
-	a.s.sessions.store.Remove(session.ClientID(sid)) // as if the process had lost it: the next use restores
+	a.s.sessions.Store.Remove(session.ClientID(sid)) // as if the process had lost it: the next use restores
 	inits := up.rec.calls("initialize")
 	tampered := []byte(sid)
 	tampered[len(tampered)/2] ^= 1
@@ -212,7 +212,7 @@ func TestSealedIDRefusals(t *testing.T) {
 		"another upstream's": {foreignID(t, keys), "victim-token-0001"},
 	} {
 		resp, body := authPost(t, url, c.sid, c.token, echoCall)
-		if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != codeSessionNotFound {
+		if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != CodeSessionNotFound {
 			t.Errorf("%s: %d %s; want 404 -32001", name, resp.StatusCode, body)
 		}
 	}
@@ -227,12 +227,12 @@ func TestSealedIDRefusals(t *testing.T) {
 // foreignID returns an id sealed with keys for another upstream's name.
 func foreignID(t *testing.T, keys string) string {
 	t.Helper()
-	ring, err := newRing(keys)
+	ring, err := NewRing(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := &sessions{cfg: &Config{Name: "another", SessionMaxAge: time.Hour}, ring: ring}
-	id, _ := ss.seal(nil, "2025-11-25", []byte(`{}`))
+	ss := &Sessions{Cfg: &Config{Name: "another", SessionMaxAge: time.Hour}, Ring: ring}
+	id, _ := ss.Seal(nil, "2025-11-25", []byte(`{}`))
 	return string(id)
 }
 

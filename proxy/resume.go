@@ -33,35 +33,35 @@ const maxResumes = 5
 // upstreamStream is an attempt's upstream answer stream as every relay
 // reads it (peekFirst, finish, sseBody): the upstream response's body,
 // resumed when it ends or breaks before its response.
-type upstreamStream attempt
+type upstreamStream Attempt
 
 // Read reads the answer stream. An error that ends it is held back while
 // the bytes read with it are relayed, so that resumption is decided on
 // everything that came (a response among them needs none).
 func (us *upstreamStream) Read(p []byte) (int, error) {
-	a := (*attempt)(us)
+	a := (*Attempt)(us)
 	for {
 		err := a.rerr
 		if err == nil {
-			if a.quiet && a.resp.TakeWake() {
-				return 0, errQuiet // the route has something for its agent (held_call.go inject)
+			if a.quiet && a.Resp.TakeWake() {
+				return 0, ErrQuiet // the route has something for its agent (held_call.go inject)
 			}
-			if a.quiet && !a.quietArmed && a.resp.Buffered() == 0 {
-				a.quietArmed = a.resp.SetReadDeadline(time.Now().Add(a.s.cfg.StreamKeepalive)) == nil
+			if a.quiet && !a.quietArmed && a.Resp.Buffered() == 0 {
+				a.quietArmed = a.Resp.SetReadDeadline(time.Now().Add(a.S.Cfg.StreamKeepalive)) == nil
 			}
 			var n int
-			n, err = a.resp.Read(p)
+			n, err = a.Resp.Read(p)
 			switch {
 			case err == nil:
 				return n, nil
-			case a.quiet && (a.quietArmed || a.resp.Woken()) && upstream.IsTimeout(err):
+			case a.quiet && (a.quietArmed || a.Resp.Woken()) && upstream.IsTimeout(err):
 				// IsTimeout last: it allocates, and a short answer's peek
 				// ends with io.EOF.
 				if n > 0 {
 					return n, nil // the deadline has passed, or a wake: the next read says so
 				}
-				a.resp.TakeWake()
-				return 0, errQuiet
+				a.Resp.TakeWake()
+				return 0, ErrQuiet
 			case n > 0:
 				a.rerr = err
 				return n, nil
@@ -79,9 +79,9 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 // request's answer on a session mcpheal holds, whose response has not
 // passed, after an event id, and nobody has given up on it.
 func (us *upstreamStream) resumable() bool {
-	a := (*attempt)(us)
-	return a.heals && a.resumeWhy == "" && !a.msg.get && !a.msg.batch && a.msg.isRequest() &&
-		!a.rw.answered && a.rw.lastID != "" && !a.agentGone()
+	a := (*Attempt)(us)
+	return a.Heals && a.resumeWhy == "" && !a.Msg.Get && !a.Msg.Batch && a.Msg.IsRequest() &&
+		!a.Rw.Answered && a.Rw.LastID != "" && !a.AgentGone()
 }
 
 // resume reopens the answer stream after cause ended it: it waits the
@@ -90,16 +90,16 @@ func (us *upstreamStream) resumable() bool {
 // reports false when the stream cannot be resumed (a.resumeWhy says why,
 // for the agent's error).
 func (us *upstreamStream) resume(cause error) bool {
-	a := (*attempt)(us)
-	id := a.rw.lastID
+	a := (*Attempt)(us)
+	id := a.Rw.LastID
 	if id != a.resumedAt {
 		// Progress since the last resumption (or the first): a new budget.
 		a.resumedAt, a.resumes = id, 0
-		a.resumeBy = time.Now().Add(a.s.cfg.HealTimeout)
+		a.resumeBy = time.Now().Add(a.S.Cfg.HealTimeout)
 	}
 	clean := errors.Is(cause, io.EOF)
 	wait := upstream.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
-	delay := time.Duration(a.rw.retryMs) * time.Millisecond
+	delay := time.Duration(a.Rw.RetryMs) * time.Millisecond
 	for {
 		a.resumes++
 		if a.resumes > maxResumes {
@@ -109,25 +109,25 @@ func (us *upstreamStream) resume(cause error) bool {
 		if delay >= left {
 			return us.noResume("the heal budget ran out before the upstream's retry interval")
 		}
-		if delay > 0 && !sleepUnless(delay, nil, a.s.done) {
+		if delay > 0 && !SleepUnless(delay, nil, a.S.Done) {
 			return us.noResume("mcpheal is shutting down")
 		}
 		cls, status := us.reopen(id)
-		ev := a.s.log.Debug()
+		ev := a.S.Log.Debug()
 		if !clean {
-			ev = a.s.log.Warn() // a break, not the server's own polling
+			ev = a.S.Log.Warn() // a break, not the server's own polling
 		}
-		ev.Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).Str(logSession, a.sess.ID.Short()).
-			AnErr("cut", cause).Int("retry_ms", a.rw.retryMs).Stringer(logClass, cls).Int("status", status).
+		ev.Str(LogMethod, LogText(a.Msg.Method)).Str(LogTool, LogText(a.Msg.Tool)).Str(LogSession, a.Sess.ID.Short()).
+			AnErr("cut", cause).Int("retry_ms", a.Rw.RetryMs).Stringer(LogClass, cls).Int("status", status).
 			Msg("answer stream ended before its response; asked the upstream for the rest with Last-Event-ID")
 		switch cls {
 		case classify.OK:
-			a.s.count.resumes[outcomeOK].Add(1)
-			a.rw.resumed()
+			a.S.Count.Resumes[OutcomeOK].Add(1)
+			a.Rw.Resumed()
 			a.quietArmed = false // a peek's deadline was the old connection's
 			return true
 		case classify.TransportDead, classify.Timeout:
-			if a.agentGone() {
+			if a.AgentGone() {
 				return us.noResume("the agent went away")
 			}
 			delay = wait.Next() // the upstream may be restarting: try again within the budget
@@ -142,10 +142,10 @@ func (us *upstreamStream) resume(cause error) bool {
 // noResume records why the answer stream cannot be resumed, counts it and
 // reports false.
 func (us *upstreamStream) noResume(why string) bool {
-	a := (*attempt)(us)
-	a.s.count.resumes[outcomeFailed].Add(1)
+	a := (*Attempt)(us)
+	a.S.Count.Resumes[OutcomeFailed].Add(1)
 	a.resumeWhy = why
-	a.s.log.Warn().Str(logMethod, logText(a.msg.method)).Str(logTool, logText(a.msg.tool)).Str("why", why).
+	a.S.Log.Warn().Str(LogMethod, LogText(a.Msg.Method)).Str(LogTool, LogText(a.Msg.Tool)).Str("why", why).
 		Msg("answer stream not resumed")
 	return false
 }
@@ -155,32 +155,32 @@ func (us *upstreamStream) noResume(why string) bool {
 // credential, the operator's). It returns the class of the answer, OK only
 // for an event stream.
 func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
-	a := (*attempt)(us)
+	a := (*Attempt)(us)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	a.s.link.build(req, &upcall{hdr: &a.req.Header, method: fasthttp.MethodGet, session: a.up,
-		version: a.sess.Recipe.ProtocolVersion, lastEventID: lastID})
+	a.S.Link.Build(req, &Upcall{Hdr: &a.Req.Header, Method: fasthttp.MethodGet, Session: a.up,
+		Version: a.Sess.Recipe.ProtocolVersion, LastEventID: lastID})
 	if a.head == nil {
 		// The agent's answer keeps the head of the stream it began with.
 		a.head = new(fasthttp.ResponseHeader)
-		a.resp.Header.CopyTo(a.head)
+		a.Resp.Header.CopyTo(a.head)
 	}
-	a.resp.Close()
-	a.resp.Response.Reset()
+	a.Resp.Close()
+	a.Resp.Response.Reset()
 	// Its head is due within the heal budget, like every try of a heal.
-	err := a.s.link.do(req, a.resp, a.resumeBy)
+	err := a.S.Link.Do(req, a.Resp, a.resumeBy)
 	if err != nil {
-		cls := failClass(err)
-		a.s.link.recordHealth(cls)
+		cls := FailClass(err)
+		a.S.Link.RecordHealth(cls)
 		return cls, 0
 	}
-	status, body := a.resp.StatusCode(), []byte(nil)
-	if !a.resp.IsStream() {
-		body = a.resp.Body() // a stream is judged on its head: its events are the answer's
+	status, body := a.Resp.StatusCode(), []byte(nil)
+	if !a.Resp.IsStream() {
+		body = a.Resp.Body() // a stream is judged on its head: its events are the answer's
 	}
-	cls := classify.Classify(status, a.resp.Header.ContentType(), body)
-	a.s.link.recordHealth(cls)
-	if cls == classify.OK && (!a.resp.IsStream() || status != fasthttp.StatusOK) {
+	cls := classify.Classify(status, a.Resp.Header.ContentType(), body)
+	a.S.Link.RecordHealth(cls)
+	if cls == classify.OK && (!a.Resp.IsStream() || status != fasthttp.StatusOK) {
 		cls = classify.Protocol // an answer, but not the stream asked for
 	}
 	return cls, status
@@ -189,12 +189,12 @@ func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
 // ended says how the upstream's answer stream ended before its
 // response, and why mcpheal could not resume it (resume.go).
 func (us *upstreamStream) ended() string {
-	a := (*attempt)(us)
+	a := (*Attempt)(us)
 	const ended = "the upstream's event stream ended before its answer"
 	switch {
 	case a.resumeWhy != "":
 		return ended + " (it could not be resumed: " + a.resumeWhy + ")"
-	case a.heals && a.rw.lastID == "":
+	case a.Heals && a.Rw.LastID == "":
 		return ended + " (no event id to resume it from)"
 	}
 	return ended

@@ -145,7 +145,7 @@ func TestResumeServerPolling(t *testing.T) {
 	if waited < 45*time.Millisecond {
 		t.Errorf("resumed %v after the stream closed; the server asked for retry: 50 ms", waited)
 	}
-	if ok, failed := s.count.resumes[outcomeOK].Load(), s.count.resumes[outcomeFailed].Load(); ok != 1 || failed != 0 {
+	if ok, failed := s.count.Resumes[OutcomeOK].Load(), s.count.Resumes[OutcomeFailed].Load(); ok != 1 || failed != 0 {
 		t.Errorf("mcpheal_stream_resumes_total: ok %d, failed %d; want 1 and 0", ok, failed)
 	}
 }
@@ -209,7 +209,7 @@ func TestResumeRefused(t *testing.T) {
 	if n, g := st.posts.Load(), st.gets.Load(); n != 1 || g != 1 {
 		t.Errorf("the upstream got the call %d times and %d GETs, want 1 and 1", n, g)
 	}
-	if ok, failed := s.count.resumes[outcomeOK].Load(), s.count.resumes[outcomeFailed].Load(); ok != 0 || failed != 1 {
+	if ok, failed := s.count.Resumes[OutcomeOK].Load(), s.count.Resumes[OutcomeFailed].Load(); ok != 0 || failed != 1 {
 		t.Errorf("mcpheal_stream_resumes_total: ok %d, failed %d; want 0 and 1", ok, failed)
 	}
 }
@@ -251,7 +251,7 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 		t.Run(map[bool]string{true: "EventStore", false: "NoEventStore"}[store], func(t *testing.T) {
 			t.Parallel()
 			up := startGoSDK(t, goSDKOpts{EventStore: store})
-			relay := newTCPRelay(t, up.Addr())
+			relay := NewTCPRelay(t, up.Addr())
 			s, url := startProxy(t, relay.URL(), nil)
 			var steps atomic.Int32
 			cs := goSDKClientWith(t, url, &mcp.ClientOptions{
@@ -260,7 +260,7 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 			relay.CutAfter("notifications/progress")
 			params := &mcp.CallToolParams{Name: "slow", Arguments: peerSlowIn{Steps: 3, DelayMs: 100}}
 			params.SetProgressToken("p1")
-			ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 			defer cancel()
 			res, err := cs.CallTool(ctx, params)
 			if relay.Cuts() != 1 {
@@ -280,8 +280,8 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 			}
 			// The client runs its notification handler apart from the call's
 			// answer: the last step may be handled just after it.
-			peerWait(t, "the client to get 3 progress notifications", func() bool { return steps.Load() == 3 })
-			if ok := s.count.resumes[outcomeOK].Load(); ok < 1 {
+			PeerWait(t, "the client to get 3 progress notifications", func() bool { return steps.Load() == 3 })
+			if ok := s.count.Resumes[OutcomeOK].Load(); ok < 1 {
 				t.Errorf("mcpheal_stream_resumes_total{outcome=ok} = %d, want at least 1", ok)
 			}
 		})

@@ -63,13 +63,13 @@ type routeTable struct {
 // on all of them: the default; set on several: the same value). It listens
 // on nothing yet: see Serve, ServeAdmin and ListenAndServe.
 func NewRouter(listen string, ups []Config, log zerolog.Logger) (*Router, error) {
-	r := &Router{listen: orStr(listen, "127.0.0.1:8787"), log: log, reg: prometheus.NewRegistry()}
+	r := &Router{listen: OrStr(listen, "127.0.0.1:8787"), log: log, reg: prometheus.NewRegistry()}
 	for _, c := range ups {
 		if c.AdminListen != "" && r.admin != "" && c.AdminListen != r.admin {
 			return nil, fmt.Errorf("upstreams disagree on the admin listen address (%s, %s): there is one per process",
 				r.admin, c.AdminListen)
 		}
-		r.admin = orStr(r.admin, c.AdminListen)
+		r.admin = OrStr(r.admin, c.AdminListen)
 	}
 	r.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
 	r.reg.MustRegister(collector{r})
@@ -117,7 +117,7 @@ func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
 		if r.admin != "" {
 			c.AdminListen = r.admin // the running one: a listener cannot move
 		}
-		if err := c.normalize(); err != nil {
+		if err := c.Normalize(); err != nil {
 			return fail(err)
 		}
 		if _, dup := t.configs[c.Name]; dup {
@@ -131,7 +131,7 @@ func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
 		}
 		s := old.byPath[c.Path]
 		if s == nil || !reflect.DeepEqual(old.configs[c.Name], c) {
-			ns, err := New(c, r.log.With().Str(logUpstream, c.Name).Logger())
+			ns, err := New(c, r.log.With().Str(LogUpstream, c.Name).Logger())
 			if err != nil {
 				return fail(err)
 			}
@@ -188,7 +188,7 @@ func (r *Router) Reload(ups []Config) error {
 	var drop []*Server
 	for path, list := range old.retired {
 		for _, s := range list {
-			if _, served := t.byPath[path]; served && s.sessions.store.Len() > 0 {
+			if _, served := t.byPath[path]; served && s.sessions.Store.Len() > 0 {
 				t.retired[path] = append(t.retired[path], s)
 			} else {
 				drop = append(drop, s)
@@ -229,14 +229,14 @@ func (t *routeTable) names() []string {
 func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	t := r.routes.Load()
 	path := ctx.Path()
-	if s := t.byPath[b2s(path)]; s != nil {
+	if s := t.byPath[B2s(path)]; s != nil {
 		if len(t.retired) > 0 {
-			s = t.owner(s, b2s(path), ctx.Request.Header.PeekBytes(hdrSessionID))
+			s = t.owner(s, B2s(path), ctx.Request.Header.PeekBytes(HdrSessionID))
 		}
 		s.ServeMCP(ctx)
 		return
 	}
-	if p := b2s(path); strings.HasPrefix(p, "/.well-known/oauth-") {
+	if p := B2s(path); strings.HasPrefix(p, "/.well-known/oauth-") {
 		r.wellKnown(ctx, t, p)
 		return
 	}
@@ -260,8 +260,8 @@ func healthy(ctx *fasthttp.RequestCtx) {
 func (r *Router) AdminHandler(ctx *fasthttp.RequestCtx) {
 	t := r.routes.Load()
 	host := ctx.Request.Header.Host()
-	hostOK := t.adminGuard.allowHost(host) || isIPHost(host)
-	if !hostOK || !t.adminGuard.allowOrigin(ctx.Request.Header.PeekBytes(hdrOrigin)) {
+	hostOK := t.adminGuard.AllowHost(host) || isIPHost(host)
+	if !hostOK || !t.adminGuard.AllowOrigin(ctx.Request.Header.PeekBytes(HdrOrigin)) {
 		ctx.Error("forbidden: Host or Origin not allowed\n", fasthttp.StatusForbidden)
 		return
 	}
@@ -290,17 +290,17 @@ func (r *Router) newAdminGuard(t *routeTable) hostGuard {
 		extra = append(extra, c.AllowedHosts...)
 	}
 	listen := r.admin
-	if listen == adminOff {
+	if listen == AdminOff {
 		listen = ""
 	}
-	return newHostGuard(listen, extra)
+	return NewHostGuard(listen, extra)
 }
 
 // isIPHost reports whether a Host value is an IP address (with or without
 // port). DNS rebinding needs a name, so an address is safe to accept: it is
 // how Prometheus and the kubelet reach a pod.
 func isIPHost(h []byte) bool {
-	return len(h) > 0 && net.ParseIP(hostname(b2s(h))) != nil
+	return len(h) > 0 && net.ParseIP(hostname(B2s(h))) != nil
 }
 
 // wellKnown routes OAuth discovery to the upstream whose path ends it
@@ -314,7 +314,7 @@ func (r *Router) wellKnown(ctx *fasthttp.RequestCtx, t *routeTable, p string) {
 		}
 		s, upPath := t.byPath[rest], ""
 		if s != nil {
-			upPath = s.link.up.Path()
+			upPath = s.link.Up.Path()
 		} else if rest == "" && len(t.byPath) == 1 {
 			for _, only := range t.byPath {
 				s = only // the origin's own metadata: the upstream origin's
@@ -335,7 +335,7 @@ func (t *routeTable) owner(s *Server, path string, sid []byte) *Server {
 		return s
 	}
 	for _, old := range t.retired[path] {
-		if old.sessions.store.Has(session.ClientID(b2s(sid))) {
+		if old.sessions.Store.Has(session.ClientID(B2s(sid))) {
 			return old
 		}
 	}
@@ -395,7 +395,7 @@ func (r *Router) ServeAdmin(ln net.Listener) error {
 
 // AdminAddr is the admin listener's address, or "" when it is off.
 func (r *Router) AdminAddr() string {
-	if r.admin == adminOff {
+	if r.admin == AdminOff {
 		return ""
 	}
 	return r.admin
@@ -431,9 +431,9 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	r.mu.Unlock()
 	t := r.routes.Load()
 	for _, s := range t.servers() {
-		s.streams.set.stopAll() // held-open GET streams would stall the drain
-		s.bridge.stopListens()
-		s.held.stopListens()
+		s.streams.Set.StopAll() // held-open GET streams would stall the drain
+		s.bridge.StopListens()
+		s.held.StopListens()
 	}
 	err := errors.Join(r.srv.ShutdownWithContext(ctx), r.adm.ShutdownWithContext(ctx))
 	var wg sync.WaitGroup

@@ -102,7 +102,7 @@ func TestReadyz(t *testing.T) {
 		}
 	}
 	b.Stop()
-	peerWait(t, "readyz to notice", func() bool {
+	PeerWait(t, "readyz to notice", func() bool {
 		code, body := get(t, admin+"/readyz")
 		return code == 503 && strings.Contains(body, "beta") && !strings.Contains(body, "alpha")
 	})
@@ -203,7 +203,7 @@ func TestRouterReload(t *testing.T) {
 	if resp, _ := peerRawPost(t, base+"/a/mcp", sid, ping); resp.StatusCode != 404 {
 		t.Fatalf("removed upstream still answers %d", resp.StatusCode)
 	}
-	peerWait(t, "the removed upstream's session to be DELETEd", func() bool {
+	PeerWait(t, "the removed upstream's session to be DELETEd", func() bool {
 		return hasDelete(a)
 	})
 }
@@ -238,7 +238,7 @@ func TestShutdownWithRequestInFlight(t *testing.T) {
 		resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2,"delayMs":200}}}`)
 		done <- resp.Status + " " + string(body)
 	}()
-	peerWait(t, "the slow call to start", func() bool { return up.ToolCalls("slow") == 1 })
+	PeerWait(t, "the slow call to start", func() bool { return up.ToolCalls("slow") == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := r.Shutdown(ctx); err != nil {

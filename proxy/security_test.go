@@ -319,7 +319,7 @@ func TestLoginMissingNamesTheWayOut(t *testing.T) {
 	t.Cleanup(creds.Close)
 	_, url := startProxy(t, up.url, func(c *Config) { c.Credentials = creds })
 	resp, body := authPost(t, url, "", "", secInitBody)
-	if code, msg, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != codeCredential ||
+	if code, msg, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != CodeCredential ||
 		!strings.Contains(msg, "mcpheal login -token-file "+file) {
 		t.Fatalf("without a login: %d %s", resp.StatusCode, body)
 	}
@@ -345,7 +345,7 @@ func TestInboundAuth(t *testing.T) {
 	_, url := startProxy(t, up.URL(), func(c *Config) { c.AuthTokens = []string{"inbound-token-0123456789"} })
 	for _, tok := range []string{"", "wrong-token-000000000000"} {
 		resp, body := authPost(t, url, "", tok, secInitBody)
-		if code, _, id := rpcError(t, body); resp.StatusCode != 401 || code != codeUnauthorized || id != "1" ||
+		if code, _, id := rpcError(t, body); resp.StatusCode != 401 || code != CodeUnauthorized || id != "1" ||
 			!strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 			t.Fatalf("token %q: %d %v %s", tok, resp.StatusCode, resp.Header, body)
 		}
@@ -500,7 +500,7 @@ func TestSessionAndStreamCaps(t *testing.T) {
 	sid := authInit(t, url, "cap-token-00000001")
 	authInit(t, url, "cap-token-00000001")
 	resp, body := authPost(t, url, "", "cap-token-00000001", secInitBody)
-	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != codeTooMany || resp.Header.Get("Retry-After") == "" {
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != CodeTooMany || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("third session: %d %q, want 200 -32015 with Retry-After", resp.StatusCode, body)
 	}
 	if resp, _ := authPost(t, url, "", "cap-token-00000002", secInitBody); resp.StatusCode != 200 {

@@ -25,27 +25,27 @@ import (
 type Server struct {
 	cfg         Config
 	log         zerolog.Logger
-	count       counters
-	mem         budget // Config.MemoryBudget
+	count       Counters
+	mem         Budget // Config.MemoryBudget
 	replayTools map[string]bool
 
 	guard    *guard
-	trace    *tracing // nil: tracing off
-	link     *link
-	sessions *sessions
-	healer   *healer
-	eras     *eraState
-	bridge   *bridge
-	held     *held
-	env      *env         // what the exchange, the routes and agents' streams use of the stages
-	streams  *streamRoute // agents' GET streams
-	answers  answerLogs   // answers agents may resume (answerlog.go)
+	trace    *Tracing // nil: tracing off
+	link     *Link
+	sessions *Sessions
+	healer   *Healer
+	eras     *EraState
+	bridge   *Bridge
+	held     *Held
+	env      *Env         // what the exchange, the routes and agents' streams use of the stages
+	streams  *StreamRoute // agents' GET streams
+	answers  AnswerLogs   // answers agents may resume (answerlog.go)
 	inflight atomic.Int64 // ServeMCP calls running
 
 	srvOnce sync.Once
 	srv     *fasthttp.Server // only when served alone (Serve)
 
-	bg       bgGroup       // background work: DELETEs, keepalive, pumps
+	bg       BgGroup       // background work: DELETEs, keepalive, pumps
 	done     chan struct{} // closed by Close: stops backoff waits and keepalive
 	doneOnce sync.Once
 
@@ -56,72 +56,72 @@ type Server struct {
 
 // New returns a Server for cfg. It does not listen yet.
 func New(cfg Config, log zerolog.Logger) (*Server, error) {
-	if err := cfg.normalize(); err != nil {
+	if err := cfg.Normalize(); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	ring, err := newRing(cfg.SessionKeys)
+	ring, err := NewRing(cfg.SessionKeys)
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, replayTools: make(map[string]bool), done: make(chan struct{}), streams: &streamRoute{}}
+	s := &Server{cfg: cfg, log: log, replayTools: make(map[string]bool), done: make(chan struct{}), streams: &StreamRoute{}}
 	for _, t := range cfg.ReplayTools {
 		s.replayTools[t] = true
 	}
-	s.mem.limit = int64(cfg.MemoryBudget)
-	s.count.init(cfg.Name)
-	if s.link, err = newLink(&s.cfg, &s.log, &s.count, &s.bg, s.done); err != nil {
+	s.mem.Limit = int64(cfg.MemoryBudget)
+	s.count.Init(cfg.Name)
+	if s.link, err = NewLink(&s.cfg, &s.log, &s.count, &s.bg, s.done); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	host, port, _ := net.SplitHostPort(s.link.up.Host())
-	s.trace = newTracing(&s.cfg, host, port)
-	s.link.trace = s.trace
-	s.sessions = &sessions{cfg: &s.cfg, log: &s.log, count: &s.count, mem: &s.mem, link: s.link, ring: ring,
-		dead: session.NewTombstones(cfg.SessionMaxAge), fleet: s.newFleet(), onRelease: s.released}
-	s.sessions.store, err = session.NewStore(session.StoreConfig{
+	host, port, _ := net.SplitHostPort(s.link.Up.Host())
+	s.trace = NewTracing(&s.cfg, host, port)
+	s.link.Trace = s.trace
+	s.sessions = &Sessions{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Link: s.link, Ring: ring,
+		Dead: session.NewTombstones(cfg.SessionMaxAge), Fleet: s.newFleet(), OnRelease: s.released}
+	s.sessions.Store, err = session.NewStore(session.StoreConfig{
 		MaxSessions:      cfg.MaxSessions,
 		MaxPerCredential: cfg.MaxSessionsPerCredential,
 		IdleTTL:          cfg.SessionTTL,
 		MaxAge:           cfg.SessionMaxAge,
-	}, s.sessions.dropped)
+	}, s.sessions.Dropped)
 	if err != nil {
-		s.link.up.Close()
+		s.link.Up.Close()
 		return nil, fmt.Errorf("session store: %w", err)
 	}
-	s.guard = &guard{cfg: &s.cfg, hosts: newHostGuard(cfg.Listen, cfg.AllowedHosts), mem: &s.mem, link: s.link, sessions: s.sessions}
-	s.healer = &healer{cfg: &s.cfg, log: &s.log, count: &s.count, mem: &s.mem, link: s.link, sessions: s.sessions,
-		streams: &s.streams.set, bg: &s.bg, trace: s.trace}
-	s.eras = &eraState{cfg: &s.cfg, log: &s.log, link: s.link, mem: &s.mem, bg: &s.bg}
-	s.link.onRecover = s.eras.recheck
-	s.env = &env{cfg: &s.cfg, log: &s.log, count: &s.count, mem: &s.mem, bg: &s.bg, done: s.done,
-		link: s.link, sessions: s.sessions, healer: s.healer, eras: s.eras, trace: s.trace,
-		answers: &s.answers, replayTools: s.replayTools, challenges: &challenges{link: s.link, path: s.cfg.Path}}
-	s.streams.env = s.env
-	s.bridge = &bridge{s: s.env}
-	s.held = &held{s: s.env, streams: &s.streams.set, scope: heldScope(s.cfg.Listen), byKey: make(map[heldKey]*heldEntry),
-		hubs: make(map[*session.Session]*heldHub)}
+	s.guard = &guard{cfg: &s.cfg, hosts: NewHostGuard(cfg.Listen, cfg.AllowedHosts), mem: &s.mem, link: s.link, sessions: s.sessions}
+	s.healer = &Healer{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Link: s.link, Sessions: s.sessions,
+		Streams: &s.streams.Set, Bg: &s.bg, Trace: s.trace}
+	s.eras = &EraState{Cfg: &s.cfg, Log: &s.log, Link: s.link, Mem: &s.mem, Bg: &s.bg}
+	s.link.OnRecover = s.eras.Recheck
+	s.env = &Env{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Bg: &s.bg, Done: s.done,
+		Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
+		Answers: &s.answers, ReplayTools: s.replayTools, Challenges: &Challenges{Link: s.link, Path: s.cfg.Path}}
+	s.streams.Env = s.env
+	s.bridge = &Bridge{S: s.env}
+	s.held = &Held{S: s.env, Streams: &s.streams.Set, Scope: HeldScope(s.cfg.Listen), ByKey: make(map[HeldKey]*HeldEntry),
+		Hubs: make(map[*session.Session]*HeldHub)}
 	s.guard.eras, s.guard.held = s.eras, s.held
-	if f := s.sessions.fleet; f != nil && f.watcher != nil && s.bg.Add(1) {
+	if f := s.sessions.Fleet; f != nil && f.Watcher != nil && s.bg.Add(1) {
 		go func() {
 			defer s.bg.Done()
-			f.watch(s.done, s.fleetEvent)
+			f.Watch(s.done, s.fleetEvent)
 		}()
 	}
 	if cfg.Keepalive > 0 && s.bg.Add(1) {
-		go s.healer.keepaliveLoop(s.done)
+		go s.healer.KeepaliveLoop(s.done)
 	}
 	return s, nil
 }
 
 // newFleet returns the fleet of Config.Shared, or nil.
-func (s *Server) newFleet() *fleet {
+func (s *Server) newFleet() *Fleet {
 	if s.cfg.Shared == nil {
 		return nil
 	}
-	f := &fleet{cfg: &s.cfg, log: &s.log, shared: s.cfg.Shared, sleep: s.link.sleep}
-	f.stats.init(s.cfg.Name)
+	f := &Fleet{Cfg: &s.cfg, Log: &s.log, Shared: s.cfg.Shared, Sleep: s.link.Sleep}
+	f.Stats.Init(s.cfg.Name)
 	if w, ok := s.cfg.Shared.(session.Watcher); ok {
-		f.watcher = w
-		f.instance = rand.Text() // random per process
+		f.Watcher = w
+		f.Instance = rand.Text() // random per process
 	}
 	return f
 }
@@ -192,9 +192,9 @@ func (s *Server) ListenAndServe() error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.srvOnce.Do(func() {}) // a Serve racing with Shutdown gets no server
-	s.streams.set.stopAll() // held-open GET streams would stall the drain
-	s.bridge.stopListens()
-	s.held.stopListens()
+	s.streams.Set.StopAll() // held-open GET streams would stall the drain
+	s.bridge.StopListens()
+	s.held.StopListens()
 	if s.srv != nil {
 		err = s.srv.ShutdownWithContext(ctx)
 	}
@@ -207,10 +207,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() {
 	s.doneOnce.Do(func() {
 		close(s.done)
-		s.streams.set.stopAll()
-		s.bridge.stopListens()
-		s.sessions.store.Close()
-		s.link.up.Close() // cuts exchanges in flight, so background work ends at once
+		s.streams.Set.StopAll()
+		s.bridge.StopListens()
+		s.sessions.Store.Close()
+		s.link.Up.Close() // cuts exchanges in flight, so background work ends at once
 		s.bg.Wait()
 	})
 }
@@ -219,7 +219,7 @@ func (s *Server) Close() {
 const breakerOpen = int(upstream.Open)
 
 // breakerState is 0 closed, 1 half-open, 2 open.
-func (s *Server) breakerState() int { return int(s.link.breaker.State()) }
+func (s *Server) breakerState() int { return int(s.link.Breaker.State()) }
 
 // Handler is the fasthttp handler: the MCP endpoint and /healthz.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
@@ -237,15 +237,15 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 
 // recoverPanic turns a bug into a 502 for this request only (fasthttp does
 // not recover handler panics).
-func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx, r *request) {
+func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx, r *Request) {
 	if p := recover(); p != nil {
-		s.count.panics.Add(1)
+		s.count.Panics.Add(1)
 		s.log.Error().Interface("panic", p).Msg("handler panicked")
-		var m message
+		var m Message
 		if r != nil {
-			m = r.msg // known once the guard parsed the message
+			m = r.Msg // known once the guard parsed the message
 		}
-		writeFailure(ctx, &m, failure{status: fasthttp.StatusBadGateway, code: codeProxyError, msg: "mcpheal internal error"})
+		WriteFailure(ctx, &m, Failure{Status: fasthttp.StatusBadGateway, Code: CodeProxyError, Msg: "mcpheal internal error"})
 	}
 }
 
@@ -258,7 +258,7 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 		}
 		var small *fasthttp.ErrSmallBuffer
 		if errors.As(err, &small) {
-			writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, codeInvalidRequest, "null",
+			WriteError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, CodeInvalidRequest, "null",
 				"Request header fields too large")
 			return
 		}
@@ -270,11 +270,11 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 			// unused connection as the server closing it (Go's net/http
 			// drops it without a word); a 400 "malformed" there was logged
 			// by Go clients as an unsolicited response.
-			writeError(ctx, fasthttp.StatusRequestTimeout, codeInvalidRequest, "null",
+			WriteError(ctx, fasthttp.StatusRequestTimeout, CodeInvalidRequest, "null",
 				"Request Timeout: no whole request within read_timeout")
 			return
 		}
-		writeError(ctx, fasthttp.StatusBadRequest, codeInvalidRequest, "null", "Bad Request: malformed HTTP request")
+		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, "null", "Bad Request: malformed HTTP request")
 	}
 }
 
@@ -316,4 +316,4 @@ func safeError(err error) string {
 // agent that stops reading its answer (or never started) loses its
 // connection instead of pinning the answer in memory. Streams re-arm before
 // each write; fasthttp writes a buffered answer right after the handler.
-func (s *Server) armWrite(c net.Conn) { armWrite(c, s.cfg.WriteTimeout) }
+func (s *Server) armWrite(c net.Conn) { ArmWrite(c, s.cfg.WriteTimeout) }

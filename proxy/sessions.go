@@ -26,37 +26,37 @@ import (
 //
 // New sessions are admitted here, under the store's caps and the memory
 // budget; ended ones leave here, DELETE and expiry alike.
-type sessions struct {
-	cfg   *Config
-	log   *zerolog.Logger
-	count *counters
-	mem   *budget
-	link  *link
-	store *session.Store
-	ring  *seal.Ring
-	dead  *session.Tombstones // sessions ended here or refused at their heal
-	fleet *fleet              // nil: this process alone
+type Sessions struct {
+	Cfg   *Config
+	Log   *zerolog.Logger
+	Count *Counters
+	Mem   *Budget
+	Link  *Link
+	Store *session.Store
+	Ring  *seal.Ring
+	Dead  *session.Tombstones // sessions ended here or refused at their heal
+	Fleet *Fleet              // nil: this process alone
 	// onRelease stops what a session held open (its GET streams, its
 	// bridged listen) once it has left the store.
-	onRelease func(*session.Session)
+	OnRelease func(*session.Session)
 
 	restoreMu sync.Mutex // one restore of an id at a time
 }
 
 // seal returns the agent-facing id for a new session and the record it
 // seals (its nonce and expiry go into the session's recipe).
-func (ss *sessions) seal(auth []byte, version string, init []byte) (session.ClientID, *seal.Record) {
-	rec := seal.NewRecord(ss.cfg.Name, bindingOf(auth), version, init, time.Now(), ss.cfg.SessionMaxAge)
-	return session.ClientID(ss.ring.Seal(rec)), rec
+func (ss *Sessions) Seal(auth []byte, version string, init []byte) (session.ClientID, *seal.Record) {
+	rec := seal.NewRecord(ss.Cfg.Name, BindingOf(auth), version, init, time.Now(), ss.Cfg.SessionMaxAge)
+	return session.ClientID(ss.Ring.Seal(rec)), rec
 }
 
 // origin is what a new session is made of: the initialize that opened it
 // (init) under the credential auth; for a session held for 2026-07-28
 // agents, its held id and the last generation the fleet's store knew of it.
-type origin struct {
-	auth, init []byte
-	heldID     session.ClientID
-	heldGen    uint64
+type Origin struct {
+	Auth, Init []byte
+	HeldID     session.ClientID
+	HeldGen    uint64
 }
 
 // newSession returns a session for a freshly initialized upstream session
@@ -64,19 +64,19 @@ type origin struct {
 // headers hdr, sealed into a new id; or, for a session held for
 // 2026-07-28 agents (o.heldID), under its held id, following the
 // generation the fleet's store knew of it.
-func (ss *sessions) newSession(o origin, hdr *fasthttp.RequestHeader, version string, up session.UpstreamID) *session.Session {
-	if o.heldID != "" {
-		rec := seal.NewRecord(ss.cfg.Name, bindingOf(o.auth), version, o.init, time.Now(), ss.cfg.SessionMaxAge)
-		recipe := newRecipe(hdr, rec, o.init, version)
+func (ss *Sessions) NewSession(o Origin, hdr *fasthttp.RequestHeader, version string, up session.UpstreamID) *session.Session {
+	if o.HeldID != "" {
+		rec := seal.NewRecord(ss.Cfg.Name, BindingOf(o.Auth), version, o.Init, time.Now(), ss.Cfg.SessionMaxAge)
+		recipe := NewRecipe(hdr, rec, o.Init, version)
 		recipe.InitSealed = true // every request of its agents carries it (held.go)
-		return session.Continued(o.heldID, recipe, up, o.heldGen+1)
+		return session.Continued(o.HeldID, recipe, up, o.HeldGen+1)
 	}
-	id, rec := ss.seal(o.auth, version, o.init)
-	return session.New(id, newRecipe(hdr, rec, o.init, version), up)
+	id, rec := ss.Seal(o.Auth, version, o.Init)
+	return session.New(id, NewRecipe(hdr, rec, o.Init, version), up)
 }
 
 // newRecipe returns the recipe of a session whose record is rec.
-func newRecipe(hdr *fasthttp.RequestHeader, rec *seal.Record, init []byte, version string) session.Recipe {
+func NewRecipe(hdr *fasthttp.RequestHeader, rec *seal.Record, init []byte, version string) session.Recipe {
 	in := session.Intern(init)
 	return session.Recipe{
 		InitBody:        in.Value(),
@@ -91,33 +91,33 @@ func newRecipe(hdr *fasthttp.RequestHeader, rec *seal.Record, init []byte, versi
 }
 
 // errBudget: the memory budget has no room for the session.
-var errBudget = errors.New("memory budget reached")
+var ErrBudget = errors.New("memory budget reached")
 
 // admit adds a new session to the store, under the store's caps and the
 // memory budget, and tells the fleet. An error means the session was not
 // admitted: errBudget or session.ErrFull / ErrCredentialFull.
-func (ss *sessions) admit(sess *session.Session) error {
-	if !ss.mem.take(sessionCost(sess)) {
-		return errBudget
+func (ss *Sessions) Admit(sess *session.Session) error {
+	if !ss.Mem.Take(SessionCost(sess)) {
+		return ErrBudget
 	}
-	if err := ss.store.Add(sess); err != nil {
-		ss.mem.give(sessionCost(sess))
+	if err := ss.Store.Add(sess); err != nil {
+		ss.Mem.Give(SessionCost(sess))
 		return err
 	}
-	ss.fleet.index(sess)
-	ss.fleet.created(sess)
+	ss.Fleet.index(sess)
+	ss.Fleet.created(sess)
 	return nil
 }
 
 // lookup returns the live session sid names, restoring it from its sealed
 // id when the store does not hold it. A session past its maximum age ends
 // here, in memory as everywhere.
-func (ss *sessions) lookup(sid, auth []byte) (*session.Session, bool) {
-	if len(sid) > 0 && sid[0] == heldPrefix {
+func (ss *Sessions) Lookup(sid, auth []byte) (*session.Session, bool) {
+	if len(sid) > 0 && sid[0] == HeldPrefix {
 		return nil, false // a held session is its agents' only by their requests' key
 	}
 	// The key is only read during Get, so a zero-copy view is safe.
-	sess, ok := ss.store.Get(session.ClientID(b2s(sid)))
+	sess, ok := ss.Store.Get(session.ClientID(B2s(sid)))
 	if !ok {
 		return ss.restore(sid, auth)
 	}
@@ -130,37 +130,37 @@ func (ss *sessions) lookup(sid, auth []byte) (*session.Session, bool) {
 
 // expire ends a session that passed its maximum age: its id no longer
 // opens anywhere, so only this process's copy is left to drop.
-func (ss *sessions) expire(sess *session.Session) {
-	if _, ok := ss.store.Remove(sess.ID); !ok {
+func (ss *Sessions) expire(sess *session.Session) {
+	if _, ok := ss.Store.Remove(sess.ID); !ok {
 		return
 	}
 	ss.release(sess)
 	up, _ := sess.Current()
-	ss.link.deleteLater(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)
-	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session ended: session_max_age reached")
+	ss.Link.DeleteLater(up, RecipeHeader(sess).PeekBytes(HdrAuthorization), false)
+	ss.Log.Info().Str(LogSession, sess.ID.Short()).Msg("session ended: session_max_age reached")
 }
 
 // restore re-creates the session named by sid from its sealed id, or
 // reports false. Unsealing happens only on a store miss.
-func (ss *sessions) restore(sid, auth []byte) (*session.Session, bool) {
+func (ss *Sessions) restore(sid, auth []byte) (*session.Session, bool) {
 	if len(sid) == 0 || sid[0] != 'm' {
 		return nil, false
 	}
 	now := time.Now()
-	rec, err := ss.ring.Open(string(sid), now)
-	if err != nil || rec.Upstream != ss.cfg.Name || ss.dead.Buried(rec.Nonce, rec.Expires, now) {
+	rec, err := ss.Ring.Open(string(sid), now)
+	if err != nil || rec.Upstream != ss.Cfg.Name || ss.Dead.Buried(rec.Nonce, rec.Expires, now) {
 		return nil, false
 	}
 	id := session.ClientID(sid)
 	// Another process may hold its upstream session, have ended it, have
 	// moved it to a rotated credential, or keep the initialize its id
 	// could not carry.
-	st, shared := ss.fleet.load(context.Background(), id)
+	st, shared := ss.Fleet.Load(context.Background(), id)
 	if shared && st.Ended {
-		ss.dead.Bury(rec.Nonce, rec.Expires)
+		ss.Dead.Bury(rec.Nonce, rec.Expires)
 		return nil, false
 	}
-	b := bindingOf(auth)
+	b := BindingOf(auth)
 	if b != rec.Credential && b != st.Binding && seal.CredentialDigest(auth) != rec.Credential {
 		return nil, false // only a credential bound to it may bring it back
 	}
@@ -191,13 +191,13 @@ func (ss *sessions) restore(sid, auth []byte) (*session.Session, bool) {
 	if st.Binding != "" && st.Binding != rec.Credential {
 		sess.Rebind(st.Binding, recipe.Header)
 	}
-	return ss.addRestored(sess, st)
+	return ss.AddRestored(sess, st)
 }
 
 // restoredHeaders are the headers a restored session uses for work on its
 // behalf: the credential that brought it back.
-func (ss *sessions) restoredHeaders(auth []byte) [][2]string {
-	if len(auth) == 0 || ss.link.ownsAuthorization() {
+func (ss *Sessions) restoredHeaders(auth []byte) [][2]string {
+	if len(auth) == 0 || ss.Link.OwnsAuthorization() {
 		return nil
 	}
 	return [][2]string{{"Authorization", string(auth)}}
@@ -205,95 +205,95 @@ func (ss *sessions) restoredHeaders(auth []byte) [][2]string {
 
 // addRestored admits a restored session, unless a concurrent request
 // restored it first or it ended meanwhile.
-func (ss *sessions) addRestored(sess *session.Session, st session.State) (*session.Session, bool) {
+func (ss *Sessions) AddRestored(sess *session.Session, st session.State) (*session.Session, bool) {
 	ss.restoreMu.Lock()
 	defer ss.restoreMu.Unlock()
-	if live, ok := ss.store.Get(sess.ID); ok {
+	if live, ok := ss.Store.Get(sess.ID); ok {
 		return live, true
 	}
-	if ss.dead.Buried(sess.Recipe.Nonce, sess.Recipe.Expires, time.Now()) {
+	if ss.Dead.Buried(sess.Recipe.Nonce, sess.Recipe.Expires, time.Now()) {
 		return nil, false // ended while it was being opened
 	}
-	if !ss.mem.take(sessionCost(sess)) {
+	if !ss.Mem.Take(SessionCost(sess)) {
 		return nil, false
 	}
-	if err := ss.store.Add(sess); err != nil {
-		ss.mem.give(sessionCost(sess))
+	if err := ss.Store.Add(sess); err != nil {
+		ss.Mem.Give(SessionCost(sess))
 		return nil, false
 	}
 	if st.HasJournal {
-		ss.mem.charge(int64(sess.SetJournal(st.Journal)))
+		ss.Mem.Charge(int64(sess.SetJournal(st.Journal)))
 	}
-	ss.fleet.index(sess)
-	ss.count.restored.Add(1)
-	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session restored from its id")
+	ss.Fleet.index(sess)
+	ss.Count.Restored.Add(1)
+	ss.Log.Info().Str(LogSession, sess.ID.Short()).Msg("session restored from its id")
 	return sess, true
 }
 
 // end ends the agent's session (DELETE, or a recipe the upstream refused):
 // its id never opens again, here or, with a fleet, anywhere. It reports
 // false when the session had ended already.
-func (ss *sessions) end(sess *session.Session, everywhere bool) bool {
+func (ss *Sessions) End(sess *session.Session, everywhere bool) bool {
 	// Buried first: a request restoring the id meanwhile finds it ended.
 	// The fleet hears of it last: this process hears its own event too,
 	// and must not take it for another's end of the session.
-	ss.dead.Bury(sess.Recipe.Nonce, sess.Recipe.Expires)
-	if _, ok := ss.store.Remove(sess.ID); !ok {
+	ss.Dead.Bury(sess.Recipe.Nonce, sess.Recipe.Expires)
+	if _, ok := ss.Store.Remove(sess.ID); !ok {
 		return false
 	}
 	ss.release(sess)
-	if everywhere && sess.ID[0] != heldPrefix {
+	if everywhere && sess.ID[0] != HeldPrefix {
 		// A held id names the session of a key for good: its next
 		// incarnation follows this one's generations.
-		ss.fleet.ended(sess.ID)
+		ss.Fleet.ended(sess.ID)
 	}
 	return true
 }
 
 // endedElsewhere drops a session another process ended.
-func (ss *sessions) endedElsewhere(id session.ClientID) {
-	sess, ok := ss.store.Peek(id)
+func (ss *Sessions) EndedElsewhere(id session.ClientID) {
+	sess, ok := ss.Store.Peek(id)
 	if !ok {
 		return
 	}
-	ss.dead.Bury(sess.Recipe.Nonce, sess.Recipe.Expires)
-	if _, ok := ss.store.Remove(id); ok {
+	ss.Dead.Bury(sess.Recipe.Nonce, sess.Recipe.Expires)
+	if _, ok := ss.Store.Remove(id); ok {
 		ss.release(sess)
-		ss.log.Info().Str(logSession, id.Short()).Msg("session ended by another process")
+		ss.Log.Info().Str(LogSession, id.Short()).Msg("session ended by another process")
 	}
 }
 
 // release gives back what a session held once it left the store.
-func (ss *sessions) release(sess *session.Session) {
-	ss.mem.give(sessionCost(sess) + int64(sess.DropJournal()))
-	ss.fleet.forget(sess)
-	if ss.onRelease != nil {
-		ss.onRelease(sess)
+func (ss *Sessions) release(sess *session.Session) {
+	ss.Mem.Give(SessionCost(sess) + int64(sess.DropJournal()))
+	ss.Fleet.forget(sess)
+	if ss.OnRelease != nil {
+		ss.OnRelease(sess)
 	}
 }
 
 // dropped runs when the store expires or evicts a session: idle past
 // session_ttl, past session_max_age, or making room.
-func (ss *sessions) dropped(sess *session.Session) {
+func (ss *Sessions) Dropped(sess *session.Session) {
 	ss.release(sess)
 	up, _ := sess.Current()
 	if sess.Expired(time.Now()) {
 		// Its id opens nowhere any more: its upstream session is nobody's.
-		ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session ended: session_max_age reached")
+		ss.Log.Info().Str(LogSession, sess.ID.Short()).Msg("session ended: session_max_age reached")
 	} else {
-		ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session expired")
-		if ss.fleet != nil {
+		ss.Log.Info().Str(LogSession, sess.ID.Short()).Msg("session expired")
+		if ss.Fleet != nil {
 			return // another process of the fleet may be using its upstream session
 		}
 	}
-	ss.link.deleteLater(up, recipeHeader(sess).PeekBytes(hdrAuthorization), false)
+	ss.Link.DeleteLater(up, RecipeHeader(sess).PeekBytes(HdrAuthorization), false)
 }
 
 // journal records a change to the session's journal that the upstream (or
 // the bridge) accepted, in the session and the fleet, and settles the
 // memory reserved for it by the guard (reserved bytes; see
 // guard.reserveJournal).
-func (ss *sessions) journal(sess *session.Session, c session.JournalChange, reserved int64) {
+func (ss *Sessions) Journal(sess *session.Session, c session.JournalChange, reserved int64) {
 	sess.UnreserveJournal(int(reserved))
 	var grew int
 	switch {
@@ -302,12 +302,12 @@ func (ss *sessions) journal(sess *session.Session, c session.JournalChange, rese
 	case c.URI != "":
 		grew = sess.Subscribe(c.URI, c.Subscribed)
 	}
-	ss.mem.give(reserved - int64(max(grew, 0)))
+	ss.Mem.Give(reserved - int64(max(grew, 0)))
 	if grew < 0 {
-		ss.mem.give(int64(-grew))
+		ss.Mem.Give(int64(-grew))
 	}
 	if grew != 0 || c.Level != "" {
-		ss.fleet.note(sess, c)
+		ss.Fleet.note(sess, c)
 	}
 }
 
@@ -320,21 +320,21 @@ func (ss *sessions) journal(sess *session.Session, c session.JournalChange, rese
 // The creator's principal is bound by the sealed id itself: coming back to
 // it moves no binding, so a rotated principal the fleet recorded stays
 // bound as well.
-func (ss *sessions) rebind(sess *session.Session, auth []byte, hdr *fasthttp.RequestHeader) {
-	b := bindingOf(auth)
+func (ss *Sessions) Rebind(sess *session.Session, auth []byte, hdr *fasthttp.RequestHeader) {
+	b := BindingOf(auth)
 	cred, _ := sess.Binding()
 	if b == cred || b == sess.Recipe.Credential {
 		sess.Rebind(cred, recipeHeaders(hdr))
 		return
 	}
 	sess.Rebind(b, recipeHeaders(hdr))
-	ss.fleet.bind(sess, b)
-	ss.log.Info().Str(logSession, sess.ID.Short()).Msg("session credential rotated")
+	ss.Fleet.bind(sess, b)
+	ss.Log.Info().Str(LogSession, sess.ID.Short()).Msg("session credential rotated")
 }
 
 // newRing returns the ring of Config.SessionKeys, or a ring of one key made
 // up now.
-func newRing(keys string) (*seal.Ring, error) {
+func NewRing(keys string) (*seal.Ring, error) {
 	if keys == "" {
 		return seal.RandomRing(), nil
 	}
@@ -347,4 +347,4 @@ func newRing(keys string) (*seal.Ring, error) {
 
 // heldPrefix starts the id of every held session (a sealed id starts with
 // 'm').
-const heldPrefix = 'h'
+const HeldPrefix = 'h'

@@ -35,7 +35,7 @@ func TestSessionMaxAgeEndsLiveSession(t *testing.T) {
 	}
 	ended := func(t *testing.T, up *ledger, s *Server, before int64) {
 		t.Helper()
-		peerWait(t, "the upstream session to be DELETEd", func() bool { return slices.Contains(up.Deletes(), "s-1") })
+		PeerWait(t, "the upstream session to be DELETEd", func() bool { return slices.Contains(up.Deletes(), "s-1") })
 		if n := up.inits.Load(); n != 1 {
 			t.Fatalf("%d upstream initializes, want 1: an expired session must not heal", n)
 		}
@@ -169,11 +169,11 @@ func TestSessionMaxAgeEndsStream(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET: %d", resp.StatusCode)
 	}
-	peerWait(t, "the upstream's GET stream", func() bool { return up.streams.Load() == 1 })
+	PeerWait(t, "the upstream's GET stream", func() bool { return up.streams.Load() == 1 })
 	_, _ = io.Copy(io.Discard, resp.Body) // until the proxy ends it, or the context does
 	if el := time.Since(t1); el > maxAge+1500*time.Millisecond {
 		t.Fatalf("the GET stream lasted %v, past the session's max age of %v", el.Round(time.Millisecond), maxAge)
 	}
-	peerWait(t, "the upstream's GET stream to close", func() bool { return up.streams.Load() == 0 })
+	PeerWait(t, "the upstream's GET stream to close", func() bool { return up.streams.Load() == 0 })
 	noPanics(t, s)
 }

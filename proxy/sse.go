@@ -22,22 +22,22 @@ import (
 // (a result, or an error whose message names the session), and a result's
 // isError further on changes only how the answer is counted, never what
 // mcpheal does with it.
-const peekLimit = 64 << 10
+const PeekLimit = 64 << 10
 
 // errNoEvent: the stream ended before any event with data, so the request
 // got no answer (a server that died or dropped the session mid-call).
 var errNoEvent = errors.New("stream ended before an answer")
 
 // errAnswerTooLarge: an SSE answer read whole passed Config.MaxAnswer.
-var errAnswerTooLarge = errors.New("SSE answer larger than max_answer")
+var ErrAnswerTooLarge = errors.New("SSE answer larger than max_answer")
 
 // readBuf is the size of one read from an upstream stream: a relayed
 // answer goes to the agent one chunk per read.
-const readBuf = 64 << 10
+const ReadBuf = 64 << 10
 
 // readBufs are readAnswer's buffers: requests mcpheal makes itself (a
 // keepalive per quiet session) should not allocate one each.
-var readBufs = sync.Pool{New: func() any { b := make([]byte, readBuf); return &b }}
+var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBuf); return &b }}
 
 // peekFirst reads r through er until the first event with data is complete,
 // appending the rewritten events before it and itself to out. first is that
@@ -46,27 +46,27 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, readBuf); return &b
 // er's framer; when r reports errQuiet (no event with data for
 // stream_keepalive), first is nil and the rest is streamed. ok is false
 // when the stream ended or broke first.
-func peekFirst(r io.Reader, er *eventRewriter, out, buf []byte) (_, first []byte, whole, ok bool) {
+func PeekFirst(r io.Reader, er *EventRewriter, out, buf []byte) (_, first []byte, whole, ok bool) {
 	for {
 		for {
-			ev, done, err := er.next()
+			ev, done, err := er.Next()
 			if err != nil || !done {
 				break
 			}
-			out = er.event(out, ev)
-			if hasData(ev) {
+			out = er.Event(out, ev)
+			if HasData(ev) {
 				return out, ev, true, true
 			}
 		}
-		if len(out)+er.fr.Buffered() > peekLimit {
+		if len(out)+er.Fr.Buffered() > PeekLimit {
 			// Past the limit without a message (a long first event, or
 			// comments and priming events): judge what came, stream the rest.
-			return out, er.fr.Rest(), false, true
+			return out, er.Fr.Rest(), false, true
 		}
 		n, err := r.Read(buf)
-		er.fr.Feed(buf[:n])
+		er.Fr.Feed(buf[:n])
 		switch {
-		case errors.Is(err, errQuiet):
+		case errors.Is(err, ErrQuiet):
 			// Nothing for a while (a long call): judge what came, stream
 			// the rest.
 			return out, nil, false, true
@@ -79,18 +79,18 @@ func peekFirst(r io.Reader, er *eventRewriter, out, buf []byte) (_, first []byte
 
 // hasData reports whether an event carries a message (data beyond
 // whitespace): not a comment, a priming event or a lone line ending.
-func hasData(ev []byte) bool {
+func HasData(ev []byte) bool {
 	return len(bytes.TrimSpace(sse.Data(nil, ev))) > 0
 }
 
 // isResponse reports whether a JSON-RPC message is a response (it has a
 // result or an error and no method), as opposed to a notification or a
 // server→client request sent before it.
-func isResponse(msg []byte) bool {
+func IsResponse(msg []byte) bool {
 	// One pass over the members, where a gjson.Get per key would scan the
 	// object up to three times: this runs on every event of every SSE
 	// answer until its response.
-	r := gjson.Parse(b2s(msg))
+	r := gjson.Parse(B2s(msg))
 	if !r.IsObject() {
 		return false
 	}
@@ -116,7 +116,7 @@ func isResponse(msg []byte) bool {
 // rewritten by er. Both are valid until r is reset or er reused. An SSE
 // answer past limit bytes is errAnswerTooLarge (a JSON body is capped by
 // the upstream client).
-func readAnswer(r *upstream.Response, er *eventRewriter, limit int) (raw, msg []byte, err error) {
+func ReadAnswer(r *upstream.Response, er *EventRewriter, limit int) (raw, msg []byte, err error) {
 	if !r.IsStream() {
 		return r.Body(), r.Body(), nil
 	}
@@ -126,26 +126,26 @@ func readAnswer(r *upstream.Response, er *eventRewriter, limit int) (raw, msg []
 	buf := *bp
 	for {
 		for {
-			ev, done, ferr := er.next()
+			ev, done, ferr := er.Next()
 			if ferr != nil {
-				return nil, nil, errAnswerTooLarge
+				return nil, nil, ErrAnswerTooLarge
 			}
 			if !done {
 				break
 			}
-			raw = er.event(raw, ev)
-			if d := sse.Data(nil, ev); isResponse(d) {
+			raw = er.Event(raw, ev)
+			if d := sse.Data(nil, ev); IsResponse(d) {
 				// The data is a view into the framer: copy it, the raw
 				// events may grow past it.
 				msg = append([]byte(nil), d...)
 				return raw, msg, nil
 			}
 		}
-		if er.fr.Buffered()+len(raw) > limit {
-			return nil, nil, errAnswerTooLarge
+		if er.Fr.Buffered()+len(raw) > limit {
+			return nil, nil, ErrAnswerTooLarge
 		}
 		n, rerr := r.Read(buf)
-		er.fr.Feed(buf[:n])
+		er.Fr.Feed(buf[:n])
 		if rerr != nil && n == 0 {
 			if errors.Is(rerr, io.EOF) {
 				rerr = errNoEvent
@@ -157,4 +157,4 @@ func readAnswer(r *upstream.Response, er *eventRewriter, limit int) (raw, msg []
 
 // errQuiet ends the peek at an answer's first event when the upstream sent
 // none for stream_keepalive: the answer is judged on its head and relayed.
-var errQuiet = errors.New("no event yet")
+var ErrQuiet = errors.New("no event yet")

@@ -24,7 +24,7 @@ func findResponse(b []byte) []byte {
 		if !ok {
 			return nil
 		}
-		if d := sse.Data(nil, ev); isResponse(d) {
+		if d := sse.Data(nil, ev); IsResponse(d) {
 			return d
 		}
 	}
@@ -47,8 +47,8 @@ func TestPeekFirst(t *testing.T) {
 			t.Parallel()
 			// One byte per Read: events straddle reads.
 			r := iotest.OneByteReader(strings.NewReader(tt.in))
-			er := eventRewriter{gen: 1}
-			out, first, whole, ok := peekFirst(r, &er, nil, make([]byte, 4096))
+			er := EventRewriter{Gen: 1}
+			out, first, whole, ok := PeekFirst(r, &er, nil, make([]byte, 4096))
 			if !ok || !whole {
 				t.Fatalf("peekFirst(%q): ok %v whole %v", tt.in, ok, whole)
 			}
@@ -56,7 +56,7 @@ func TestPeekFirst(t *testing.T) {
 			if w := strings.TrimSuffix(tt.want, "\n"); string(out) != tt.want && string(out) != w {
 				t.Fatalf("peekFirst(%q) = %q, want %q", tt.in, out, tt.want)
 			}
-			if !strings.HasSuffix(string(out), string(first)) || !hasData(first) {
+			if !strings.HasSuffix(string(out), string(first)) || !HasData(first) {
 				t.Fatalf("first event %q is not the last of %q", first, tt.want)
 			}
 		})
@@ -68,12 +68,12 @@ func TestPeekFirst(t *testing.T) {
 func TestPeekFirstNoAnswer(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{"", "id: 1\ndata: \n\n", ": keepalive\n\n", "data: {\"partial"} {
-		if _, _, _, ok := peekFirst(strings.NewReader(in), &eventRewriter{}, nil, make([]byte, 64)); ok {
+		if _, _, _, ok := PeekFirst(strings.NewReader(in), &EventRewriter{}, nil, make([]byte, 64)); ok {
 			t.Errorf("peekFirst(%q) found an answer", in)
 		}
 	}
 	r := io.MultiReader(strings.NewReader("data: {"), iotest.ErrReader(io.ErrUnexpectedEOF))
-	if _, _, _, ok := peekFirst(r, &eventRewriter{}, nil, make([]byte, 64)); ok {
+	if _, _, _, ok := PeekFirst(r, &EventRewriter{}, nil, make([]byte, 64)); ok {
 		t.Fatal("a cut stream gave an answer")
 	}
 }
@@ -82,10 +82,10 @@ func TestPeekFirstNoAnswer(t *testing.T) {
 // and stays in the framer whole, to be relayed as it completes.
 func TestPeekFirstLarge(t *testing.T) {
 	t.Parallel()
-	in := "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"" + strings.Repeat("a", 2*peekLimit) + "\"}}\n\n"
-	er := eventRewriter{gen: 1}
-	out, first, whole, ok := peekFirst(strings.NewReader(in), &er, nil, make([]byte, 16<<10))
-	if !ok || whole || len(out) != 0 || !strings.HasPrefix(in, string(first)) || len(first) <= peekLimit {
+	in := "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"" + strings.Repeat("a", 2*PeekLimit) + "\"}}\n\n"
+	er := EventRewriter{Gen: 1}
+	out, first, whole, ok := PeekFirst(strings.NewReader(in), &er, nil, make([]byte, 16<<10))
+	if !ok || whole || len(out) != 0 || !strings.HasPrefix(in, string(first)) || len(first) <= PeekLimit {
 		t.Fatalf("peekFirst: ok %v whole %v out %d first %d", ok, whole, len(out), len(first))
 	}
 }
@@ -121,7 +121,7 @@ func TestIsResponse(t *testing.T) {
 		`"result"`:                                                        false,
 		``:                                                                false,
 	} {
-		if got := isResponse([]byte(in)); got != want {
+		if got := IsResponse([]byte(in)); got != want {
 			t.Errorf("isResponse(%s) = %v, want %v", in, got, want)
 		}
 	}
@@ -137,7 +137,7 @@ func FuzzIsResponse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got := isResponse(b)
+		got := IsResponse(b)
 		if !gjson.ValidBytes(b) {
 			return
 		}

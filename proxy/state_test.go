@@ -57,7 +57,7 @@ func TestStateSubscriptionAcrossHeal(t *testing.T) {
 					updated.add(req.Params.URI)
 				},
 			})
-			ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 			defer cancel()
 			for _, uri := range []string{peerResourceURI, dropped} {
 				if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
@@ -129,7 +129,7 @@ func TestStateLogLevelAcrossHeal(t *testing.T) {
 						logged.add(fmt.Sprint(req.Params.Data))
 					},
 				})
-				ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 				defer cancel()
 				for _, l := range tc.levels {
 					if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: mcp.LoggingLevel(l)}); err != nil {
@@ -138,14 +138,14 @@ func TestStateLogLevelAcrossHeal(t *testing.T) {
 				}
 				last := tc.levels[len(tc.levels)-1]
 				callLog(t, cs, last, "before")
-				peerWait(t, "the log message before the heal", func() bool { return logged.count("before") == 1 })
+				PeerWait(t, "the log message before the heal", func() bool { return logged.count("before") == 1 })
 
 				death.kill(up)
 				for _, e := range tc.logs {
 					callLog(t, cs, e.level, e.text)
 				}
 				for _, w := range tc.want {
-					peerWait(t, "log message "+w+" after the heal", func() bool { return logged.count(w) == 1 })
+					PeerWait(t, "log message "+w+" after the heal", func() bool { return logged.count(w) == 1 })
 				}
 				// Unprompted, on the GET stream the proxy reopened upstream.
 				nudge(t, "an unprompted log message after the heal", func() { up.LogAll(last, "unprompted") },
@@ -184,7 +184,7 @@ func TestStateLastEventIDGenerations(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET Last-Event-ID %q = %d %q, want 200", last, resp.StatusCode, b)
 		}
-		peerWait(t, "the proxy to end the closed stream", func() bool { return s.streams.set.count(session.ClientID(sid)) == 0 })
+		PeerWait(t, "the proxy to end the closed stream", func() bool { return s.streams.Set.Count(session.ClientID(sid)) == 0 })
 	}
 	first := upstreamGETs(up)
 
@@ -225,14 +225,14 @@ func TestStateResumableRestartMidCall(t *testing.T) {
 	}, tap.wrap)
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 		defer cancel()
 		params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 40, "delayMs": 50}}
 		params.SetProgressToken("mid-call")
 		_, err := cs.CallTool(ctx, params)
 		done <- err
 	}()
-	peerWait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
+	PeerWait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
 	up.Restart()
 	err := <-done // the call's outcome is open; it must end
 	t.Logf("call cut by the restart: %v", err)
@@ -261,21 +261,21 @@ func TestStateResumeCallStream(t *testing.T) {
 			cs := goSDKClientVia(t, url, &mcp.ClientOptions{
 				ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progress.Add(1) },
 			}, tap.wrap)
-			peerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+			PeerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
 			type result struct {
 				res *mcp.CallToolResult
 				err error
 			}
 			done := make(chan result, 1)
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 				defer cancel()
 				params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 20, "delayMs": 50}}
 				params.SetProgressToken("resumed")
 				res, err := cs.CallTool(ctx, params)
 				done <- result{res, err}
 			}()
-			peerWait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
+			PeerWait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
 			tap.cutPOST()
 			r := <-done
 			if r.err != nil || peerResultText(r.res) != "done" {
@@ -284,7 +284,7 @@ func TestStateResumeCallStream(t *testing.T) {
 			if n := up.ToolCalls("slow"); n != 1 {
 				t.Errorf("the upstream ran the tool %d times, want 1", n)
 			}
-			if ok := s.count.agentResumes[outcomeOK].Load(); ok < 1 {
+			if ok := s.count.AgentResumes[OutcomeOK].Load(); ok < 1 {
 				t.Errorf("no agent resume was served from mcpheal's log")
 			}
 			if w := tap.snapshot(); w.firstEnded {
@@ -457,7 +457,7 @@ func TestStateToolListChangedAcrossHeal(t *testing.T) {
 				ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { resourcesChanged.Add(1) },
 			}, tap.wrap)
 			before := toolNames(t, cs)
-			peerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+			PeerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
 
 			up.SetNextTools(tc.add, tc.drop)
 			up.Restart()
@@ -465,7 +465,7 @@ func TestStateToolListChangedAcrossHeal(t *testing.T) {
 			want := slices.DeleteFunc(append(slices.Clone(before), tc.add...), func(n string) bool { return slices.Contains(tc.drop, n) })
 			slices.Sort(want)
 			if tc.changed {
-				peerWait(t, "notifications/tools/list_changed", func() bool { return toolsChanged.Load() > 0 })
+				PeerWait(t, "notifications/tools/list_changed", func() bool { return toolsChanged.Load() > 0 })
 				if got := toolNames(t, cs); !slices.Equal(got, want) {
 					t.Errorf("tools after list_changed = %q, want %q", got, want)
 				}
@@ -474,7 +474,7 @@ func TestStateToolListChangedAcrossHeal(t *testing.T) {
 			// The proxy compares the new session's tools/list; a notification
 			// the new server sends on the GET stream after that is the barrier
 			// behind which a wrong list_changed would have arrived.
-			peerWait(t, "the proxy's tools/list on the new session", func() bool {
+			PeerWait(t, "the proxy's tools/list on the new session", func() bool {
 				for _, r := range up.Requests() {
 					if r.RPCMethod == "tools/list" && strings.HasPrefix(string(r.RPCID), `"mcpheal-`) {
 						return true
@@ -510,7 +510,7 @@ func callLog(t testing.TB, cs *mcp.ClientSession, level, text string) {
 // toolNames lists the tools, sorted by name.
 func toolNames(t testing.TB, cs *mcp.ClientSession) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	res, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -530,12 +530,12 @@ func toolNames(t testing.TB, cs *mcp.ClientSession) []string {
 // upstream, so a test sends it until it arrives.
 func nudge(t testing.TB, what string, act func(), cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(peerTimeout)
+	deadline := time.Now().Add(PeerTimeout)
 	var next time.Time
 	for !cond() {
 		now := time.Now()
 		if now.After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", peerTimeout, what)
+			t.Fatalf("timed out after %v waiting for %s", PeerTimeout, what)
 		}
 		if !now.Before(next) {
 			act()
@@ -587,7 +587,7 @@ func upstreamAnswers(up *peer) []string {
 // the body of an error).
 func rawStream(t testing.TB, url, sid, last string) (*http.Response, []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

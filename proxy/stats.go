@@ -9,28 +9,28 @@ import (
 )
 
 // Methods the request counters tell apart; anything else is "other".
-var methodNames = [...]string{
+var MethodNames = [...]string{
 	"other", "initialize", "ping", "tools/call", "tools/list", "resources/list", "resources/read",
 	"resources/templates/list", "resources/subscribe", "resources/unsubscribe", "prompts/list",
 	"prompts/get", "completion/complete", "logging/setLevel", "server/discover", "notification",
 	"response", "GET", "DELETE",
 }
 
-const numClasses = int(classify.Busy) + 1
+const NumClasses = int(classify.Busy) + 1
 
 // methodIndex maps a request to its slot in methodNames.
-func methodIndex(m *message) int {
+func methodIndex(m *Message) int {
 	switch {
-	case m.get:
+	case m.Get:
 		return 17
-	case m.batch:
+	case m.Batch:
 		return 0
-	case m.method == "":
+	case m.Method == "":
 		return 16
-	case m.id == "":
+	case m.Id == "":
 		return 15
 	}
-	switch m.method { // compiled to a binary search
+	switch m.Method { // compiled to a binary search
 	case "initialize":
 		return 1
 	case "ping":
@@ -65,75 +65,75 @@ func methodIndex(m *message) int {
 
 // Heal reasons and outcomes for mcpheal_heals_total.
 const (
-	reasonSessionGone = iota // the upstream said the session is gone
+	ReasonSessionGone = iota // the upstream said the session is gone
 	reasonTransport          // the connection died or timed out
-	reasonRestored           // a session restored from its sealed id needs an upstream session
+	ReasonRestored           // a session restored from its sealed id needs an upstream session
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"session_gone", "transport", "restored"}
+var ReasonNames = [numReasons]string{"session_gone", "transport", "restored"}
 
 const (
-	outcomeOK      = iota // re-created
-	outcomeFailed         // upstream unreachable within the budget
-	outcomeRefused        // the upstream refused the recipe; the agent must start over
+	OutcomeOK      = iota // re-created
+	OutcomeFailed         // upstream unreachable within the budget
+	OutcomeRefused        // the upstream refused the recipe; the agent must start over
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "failed", "refused"}
+var OutcomeNames = [numOutcomes]string{"ok", "failed", "refused"}
 
 // Keepalive results for mcpheal_keepalive_total.
 const (
-	keepaliveOK     = iota // the session answered
-	keepaliveGone          // it was gone: the agent's next request heals it
-	keepaliveFailed        // the ping or the heal failed
+	KeepaliveOK     = iota // the session answered
+	KeepaliveGone          // it was gone: the agent's next request heals it
+	KeepaliveFailed        // the ping or the heal failed
 	numKeepalive
 )
 
-var keepaliveNames = [numKeepalive]string{"ok", "gone", "failed"}
+var KeepaliveNames = [numKeepalive]string{"ok", "gone", "failed"}
 
 // counters is the one place where the proxy counts what it did: plain
 // atomics on the hot path, exposed by collector at scrape time.
-type counters struct {
-	requests       [len(methodNames)][numClasses]atomic.Uint64
-	classes        [numClasses]atomic.Uint64 // every classified upstream answer, replays included
-	heals          [numReasons][numOutcomes]atomic.Uint64
-	keepalive      [numKeepalive]atomic.Uint64
-	journal        [2]atomic.Uint64 // state replayed after a re-init: [outcomeOK], [outcomeFailed]
-	replays        atomic.Uint64    // requests sent again after a failure
-	replaysRefused atomic.Uint64    // ambiguous failures not replayed
+type Counters struct {
+	Requests       [len(MethodNames)][NumClasses]atomic.Uint64
+	Classes        [NumClasses]atomic.Uint64 // every classified upstream answer, replays included
+	Heals          [numReasons][numOutcomes]atomic.Uint64
+	Keepalive      [numKeepalive]atomic.Uint64
+	Journal        [2]atomic.Uint64 // state replayed after a re-init: [outcomeOK], [outcomeFailed]
+	Replays        atomic.Uint64    // requests sent again after a failure
+	ReplaysRefused atomic.Uint64    // ambiguous failures not replayed
 	// resumes counts answer streams resumed upstream ([outcomeOK]) and
 	// those that could not be ([outcomeFailed]), resume.go.
-	resumes [numOutcomes]atomic.Uint64
+	Resumes [numOutcomes]atomic.Uint64
 	// agentResumes counts agents' GETs with a Last-Event-ID of mcpheal's
 	// own, served from the answer's log ([outcomeOK]) or not, the log gone
 	// ([outcomeFailed]), answerlog.go.
-	agentResumes [numOutcomes]atomic.Uint64
+	AgentResumes [numOutcomes]atomic.Uint64
 	// unsafeResends counts requests that are not replay-safe sent again
 	// after an exchange that may have run them. decide forbids it, so it
 	// stays 0: tests assert it as an invariant.
-	unsafeResends atomic.Uint64
-	restored      atomic.Uint64 // sessions re-created from their sealed id
-	upstreamInits atomic.Uint64 // initialize requests sent upstream (agent's and re-inits)
-	upstreamDown  atomic.Uint64 // 503 answers after the heal budget
-	agentGone     atomic.Uint64 // agents that closed their connection while their request waited (agentWatch)
-	panics        atomic.Uint64
-	bytesIn       atomic.Uint64 // request bodies sent upstream
-	bytesOut      atomic.Uint64 // response bodies returned to agents
+	UnsafeResends atomic.Uint64
+	Restored      atomic.Uint64 // sessions re-created from their sealed id
+	UpstreamInits atomic.Uint64 // initialize requests sent upstream (agent's and re-inits)
+	UpstreamDown  atomic.Uint64 // 503 answers after the heal budget
+	AgentGone     atomic.Uint64 // agents that closed their connection while their request waited (agentWatch)
+	Panics        atomic.Uint64
+	BytesIn       atomic.Uint64 // request bodies sent upstream
+	BytesOut      atomic.Uint64 // response bodies returned to agents
 
-	healDuration prometheus.Histogram // seconds from first failure to a usable session
-	sessionAge   prometheus.Histogram // seconds an upstream session lived before it died
+	HealDuration prometheus.Histogram // seconds from first failure to a usable session
+	SessionAge   prometheus.Histogram // seconds an upstream session lived before it died
 }
 
-func (c *counters) init(upstream string) {
+func (c *Counters) Init(upstream string) {
 	labels := prometheus.Labels{"upstream": upstream}
-	c.healDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+	c.HealDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:        "mcpheal_heal_duration_seconds",
 		Help:        "Time from a session's death to its re-created upstream session.",
 		ConstLabels: labels,
 		Buckets:     []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30},
 	})
-	c.sessionAge = prometheus.NewHistogram(prometheus.HistogramOpts{
+	c.SessionAge = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:        "mcpheal_upstream_session_age_seconds",
 		Help:        "How long an upstream session lived before it died.",
 		ConstLabels: labels,
@@ -141,14 +141,14 @@ func (c *counters) init(upstream string) {
 	})
 }
 
-func (c *counters) class(k classify.Class) {
-	if int(k) < numClasses {
-		c.classes[k].Add(1)
+func (c *Counters) Class(k classify.Class) {
+	if int(k) < NumClasses {
+		c.Classes[k].Add(1)
 	}
 }
 
-func (c *counters) request(m *message, k classify.Class) {
-	if int(k) < numClasses {
-		c.requests[methodIndex(m)][k].Add(1)
+func (c *Counters) Request(m *Message, k classify.Class) {
+	if int(k) < NumClasses {
+		c.Requests[methodIndex(m)][k].Add(1)
 	}
 }

@@ -24,27 +24,27 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	c := &s.count
 	st := Stats{
-		UpstreamInits:  c.upstreamInits.Load(),
-		Replays:        c.replays.Load(),
-		ReplaysRefused: c.replaysRefused.Load(),
-		UnsafeResends:  c.unsafeResends.Load(),
-		UpstreamDown:   c.upstreamDown.Load(),
-		AgentGone:      c.agentGone.Load(),
-		Panics:         c.panics.Load(),
-		Sessions:       s.sessions.store.Len(),
+		UpstreamInits:  c.UpstreamInits.Load(),
+		Replays:        c.Replays.Load(),
+		ReplaysRefused: c.ReplaysRefused.Load(),
+		UnsafeResends:  c.UnsafeResends.Load(),
+		UpstreamDown:   c.UpstreamDown.Load(),
+		AgentGone:      c.AgentGone.Load(),
+		Panics:         c.Panics.Load(),
+		Sessions:       s.sessions.Store.Len(),
 		Classes:        make(map[classify.Class]uint64),
 	}
-	for m := range c.requests {
-		for k := range c.requests[m] {
-			st.Requests += c.requests[m][k].Load()
+	for m := range c.Requests {
+		for k := range c.Requests[m] {
+			st.Requests += c.Requests[m][k].Load()
 		}
 	}
-	for r := range c.heals {
-		st.Heals += c.heals[r][outcomeOK].Load()
-		st.HealFailures += c.heals[r][outcomeFailed].Load() + c.heals[r][outcomeRefused].Load()
+	for r := range c.Heals {
+		st.Heals += c.Heals[r][OutcomeOK].Load()
+		st.HealFailures += c.Heals[r][OutcomeFailed].Load() + c.Heals[r][OutcomeRefused].Load()
 	}
-	for i := range c.classes {
-		if v := c.classes[i].Load(); v > 0 {
+	for i := range c.Classes {
+		if v := c.Classes[i].Load(); v > 0 {
 			st.Classes[classify.Class(i)] = v
 		}
 	}

@@ -12,21 +12,21 @@ import (
 // upstream such as the Go SDK finishes a session's DELETE only after its GET
 // stream ended), a heal moves them to the new upstream session, and the
 // proxy can tell the agent that the tool list changed.
-type streamSet struct {
+type StreamSet struct {
 	mu sync.Mutex // protects m
-	m  map[session.ClientID][]*getStream
+	m  map[session.ClientID][]*GetStream
 }
 
-func (ss *streamSet) add(id session.ClientID, g *getStream) {
+func (ss *StreamSet) Add(id session.ClientID, g *GetStream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.m == nil {
-		ss.m = make(map[session.ClientID][]*getStream)
+		ss.m = make(map[session.ClientID][]*GetStream)
 	}
 	ss.m[id] = append(ss.m[id], g)
 }
 
-func (ss *streamSet) remove(id session.ClientID, g *getStream) {
+func (ss *StreamSet) Remove(id session.ClientID, g *GetStream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	list := ss.m[id]
@@ -43,9 +43,9 @@ func (ss *streamSet) remove(id session.ClientID, g *getStream) {
 	}
 }
 
-func (ss *streamSet) each(id session.ClientID, f func(*getStream)) {
+func (ss *StreamSet) each(id session.ClientID, f func(*GetStream)) {
 	ss.mu.Lock()
-	list := append([]*getStream(nil), ss.m[id]...)
+	list := append([]*GetStream(nil), ss.m[id]...)
 	ss.mu.Unlock()
 	for _, g := range list {
 		f(g)
@@ -53,37 +53,37 @@ func (ss *streamSet) each(id session.ClientID, f func(*getStream)) {
 }
 
 // stop ends the session's streams for good.
-func (ss *streamSet) stop(id session.ClientID) { ss.each(id, (*getStream).stop) }
+func (ss *StreamSet) Stop(id session.ClientID) { ss.each(id, (*GetStream).Stop) }
 
 // healed moves the session's streams to generation gen.
-func (ss *streamSet) healed(id session.ClientID, gen uint64) {
-	ss.each(id, func(g *getStream) { g.reconnectBefore(gen) })
+func (ss *StreamSet) Healed(id session.ClientID, gen uint64) {
+	ss.each(id, func(g *GetStream) { g.reconnectBefore(gen) })
 }
 
 // inject sends one event to the session's streams (dropped if none is open).
-func (ss *streamSet) inject(id session.ClientID, event []byte) {
-	ss.each(id, func(g *getStream) { g.send(event) })
+func (ss *StreamSet) Inject(id session.ClientID, event []byte) {
+	ss.each(id, func(g *GetStream) { g.send(event) })
 }
 
 // stopAll ends every stream (shutdown).
-func (ss *streamSet) stopAll() {
+func (ss *StreamSet) StopAll() {
 	ss.mu.Lock()
-	var all []*getStream
+	var all []*GetStream
 	for _, list := range ss.m {
 		all = append(all, list...)
 	}
 	ss.mu.Unlock()
 	for _, g := range all {
-		g.stop()
+		g.Stop()
 	}
 }
 
 // evict stops the session's oldest streams until at most keep remain, and
 // waits (briefly) until their upstream streams are closed. It reports
 // whether it stopped any.
-func (ss *streamSet) evict(id session.ClientID, keep int) bool {
+func (ss *StreamSet) Evict(id session.ClientID, keep int) bool {
 	ss.mu.Lock()
-	var list, old []*getStream
+	var list, old []*GetStream
 	for _, g := range ss.m[id] {
 		if !g.resume { // a resumed stream is another upstream stream
 			list = append(list, g)
@@ -96,9 +96,9 @@ func (ss *streamSet) evict(id session.ClientID, keep int) bool {
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	for _, g := range old {
-		g.stop()
+		g.Stop()
 		select {
-		case <-g.done:
+		case <-g.Done:
 		case <-t.C:
 			return true
 		}
@@ -107,7 +107,7 @@ func (ss *streamSet) evict(id session.ClientID, keep int) bool {
 }
 
 // count returns how many streams the session holds open.
-func (ss *streamSet) count(id session.ClientID) int {
+func (ss *StreamSet) Count(id session.ClientID) int {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return len(ss.m[id])

@@ -171,7 +171,7 @@ func TestGetRefusalGivesBudgetBack(t *testing.T) {
 	}, nil)
 	s, url := startProxy(t, up, nil)
 	sid := peerRawInitialize(t, url)
-	before := s.mem.used.Load()
+	before := s.mem.Used.Load()
 	for range 20 {
 		resp := agentGet(t, url, sid)
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -179,7 +179,7 @@ func TestGetRefusalGivesBudgetBack(t *testing.T) {
 			t.Fatalf("GET answered %d, want the upstream's 405", resp.StatusCode)
 		}
 	}
-	if after := s.mem.used.Load(); after != before {
+	if after := s.mem.Used.Load(); after != before {
 		t.Fatalf("budget used %d before 20 refused GETs, %d after", before, after)
 	}
 }

@@ -37,7 +37,7 @@ func peerClosed(c syscall.Conn) bool {
 
 // maxConns is the cap on agents' connections: three quarters of the file
 // descriptor limit (at least 16).
-func maxConns() int {
+func MaxConns() int {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 || rl.Cur > 1<<24 {
 		return 1 << 20

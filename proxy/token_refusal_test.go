@@ -110,7 +110,7 @@ func TestTokenEndpointRefusesClient(t *testing.T) {
 			t.Fatalf("%s: %d %s after %v, %d token requests; want 200 -32018", what, resp.StatusCode, body, took, te.calls.Load())
 		}
 		code, msg, id := rpcError(t, body)
-		if code != codeCredential || id != "1" || !strings.Contains(msg, "401 invalid_client") {
+		if code != CodeCredential || id != "1" || !strings.Contains(msg, "401 invalid_client") {
 			t.Fatalf("%s: %s; want -32018 saying the token endpoint answered 401 invalid_client", what, body)
 		}
 		if strings.Contains(msg, "circuit breaker") || strings.Contains(string(body), tokenRefusalSecret) {
@@ -172,7 +172,7 @@ func TestTokenEndpointDown(t *testing.T) {
 		t.Fatalf("initialize: %d %s after %v, %d token requests; want 200 -32018", resp.StatusCode, body, took, te.calls.Load())
 	}
 	code, msg, _ := rpcError(t, body)
-	if code != codeCredential || strings.Contains(msg, "circuit breaker") {
+	if code != CodeCredential || strings.Contains(msg, "circuit breaker") {
 		t.Fatalf("initialize: %s; want -32018", body)
 	}
 	if resp.Header.Get("Retry-After") == "" {

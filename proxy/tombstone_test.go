@@ -164,7 +164,7 @@ func TestDeletedIDSurvivesDeleteFlood(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("victim initialize: %d %s", status, out)
 	}
-	sessions := s.sessions.store.Sessions()
+	sessions := s.sessions.Store.Sessions()
 	if len(sessions) != 1 {
 		t.Fatalf("%d sessions after one initialize", len(sessions))
 	}
@@ -214,7 +214,7 @@ func TestDeletedIDSurvivesDeleteFlood(t *testing.T) {
 	if n := bad.Load(); n != 0 {
 		t.Fatalf("%d of the %d DELETEs of sealed ids were not 200 (first: %v): they did not end a session", n, flood, firstBad.Load())
 	}
-	if n := s.sessions.store.Len(); n != 0 {
+	if n := s.sessions.Store.Len(); n != 0 {
 		t.Fatalf("%d sessions left after the DELETEs, want 0", n)
 	}
 

@@ -29,36 +29,36 @@ import (
 //
 // Off (a nil *tracing), each stage pays one nil check: no context, no
 // span, no allocation.
-type tracing struct {
-	tracer   trace.Tracer
-	upstream attribute.KeyValue // mcpheal.upstream: the upstream's name
+type Tracing struct {
+	Tracer   trace.Tracer
+	Upstream attribute.KeyValue // mcpheal.upstream: the upstream's name
 	server   []attribute.KeyValue
 }
 
 // propagator reads and writes W3C trace context (traceparent, tracestate).
-var propagator = propagation.TraceContext{}
+var Propagator = propagation.TraceContext{}
 
 // newTracing returns the tracing of an upstream, or nil when cfg has no
 // tracer.
-func newTracing(cfg *Config, host, port string) *tracing {
+func NewTracing(cfg *Config, host, port string) *Tracing {
 	if cfg.Tracer == nil {
 		return nil
 	}
 	p, _ := strconv.Atoi(port)
-	return &tracing{
-		tracer:   cfg.Tracer.Tracer("github.com/mcpheal/mcpheal/proxy"),
-		upstream: attribute.String("mcpheal.upstream", cfg.Name),
+	return &Tracing{
+		Tracer:   cfg.Tracer.Tracer("github.com/mcpheal/mcpheal/proxy"),
+		Upstream: attribute.String("mcpheal.upstream", cfg.Name),
 		server:   []attribute.KeyValue{attribute.String("server.address", host), attribute.Int("server.port", p)},
 	}
 }
 
 // headerCarrier is an agent's or an upstream request's header as a
 // propagation carrier.
-type headerCarrier struct{ h *fasthttp.RequestHeader }
+type HeaderCarrier struct{ h *fasthttp.RequestHeader }
 
-func (c headerCarrier) Get(k string) string { return string(c.h.Peek(k)) }
-func (c headerCarrier) Set(k, v string)     { c.h.Set(k, v) }
-func (c headerCarrier) Keys() []string {
+func (c HeaderCarrier) Get(k string) string { return string(c.h.Peek(k)) }
+func (c HeaderCarrier) Set(k, v string)     { c.h.Set(k, v) }
+func (c HeaderCarrier) Keys() []string {
 	var keys []string
 	for k := range c.h.All() {
 		keys = append(keys, string(k))
@@ -68,26 +68,26 @@ func (c headerCarrier) Keys() []string {
 
 // metaCarrier is a request's params._meta as a propagation carrier, read
 // only (MCP 2026-07-28 agents put traceparent and tracestate there).
-type metaCarrier struct{ body []byte }
+type MetaCarrier struct{ body []byte }
 
-func (c metaCarrier) Get(k string) string {
+func (c MetaCarrier) Get(k string) string {
 	return gjson.GetBytes(c.body, "params._meta."+gjson.Escape(k)).Str
 }
-func (metaCarrier) Set(string, string) {}
-func (metaCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
+func (MetaCarrier) Set(string, string) {}
+func (MetaCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
 
 // maxSpanText bounds what a span copies of an agent's request (method,
 // id, tool name): the agent chooses them, and a span lives until it is
 // exported, a slow collector's queue included.
-const maxSpanText = 128
+const MaxSpanText = 128
 
 // spanText is a copy of s of at most maxSpanText bytes, cut at a rune
 // boundary and marked with "…" when cut.
-func spanText(s string) string {
-	if len(s) <= maxSpanText {
+func SpanText(s string) string {
+	if len(s) <= MaxSpanText {
 		return strings.Clone(s)
 	}
-	cut := maxSpanText
+	cut := MaxSpanText
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
@@ -97,19 +97,19 @@ func spanText(s string) string {
 // exchange begins the span of one upstream exchange of a request (a child
 // of ctx) and writes its trace context into the upstream request's
 // headers. It returns nil when tracing is off or ctx has no span.
-func (tr *tracing) exchange(ctx context.Context, req *fasthttp.Request, name string, attrs ...attribute.KeyValue) trace.Span {
+func (tr *Tracing) Exchange(ctx context.Context, req *fasthttp.Request, name string, attrs ...attribute.KeyValue) trace.Span {
 	if tr == nil || ctx == nil {
 		return nil
 	}
 	attrs = append(attrs, tr.server...)
-	attrs = append(attrs, tr.upstream, attribute.String("http.request.method", string(req.Header.Method())))
-	ctx, sp := tr.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	propagator.Inject(ctx, headerCarrier{&req.Header})
+	attrs = append(attrs, tr.Upstream, attribute.String("http.request.method", string(req.Header.Method())))
+	ctx, sp := tr.Tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	Propagator.Inject(ctx, HeaderCarrier{&req.Header})
 	return sp
 }
 
 // endExchange ends an exchange's span with what came back.
-func endExchange(sp trace.Span, status int, cls classify.Class, err error) {
+func EndExchange(sp trace.Span, status int, cls classify.Class, err error) {
 	if sp == nil {
 		return
 	}
@@ -126,17 +126,17 @@ func endExchange(sp trace.Span, status int, cls classify.Class, err error) {
 
 // child begins an internal span under ctx (a heal, a journal replay, a
 // wait): ctx is returned as it is when tracing is off.
-func (tr *tracing) child(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+func (tr *Tracing) Child(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	if tr == nil {
 		return ctx, nil
 	}
-	attrs = append(attrs, tr.upstream)
-	return tr.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+	attrs = append(attrs, tr.Upstream)
+	return tr.Tracer.Start(ctx, name, trace.WithAttributes(attrs...))
 }
 
 // traceID returns the trace id of ctx's span, for a log line that an
 // operator can find in the traces; "" for none.
-func traceID(ctx context.Context) string {
+func TraceID(ctx context.Context) string {
 	if ctx == nil {
 		return ""
 	}

@@ -332,14 +332,14 @@ func TestSpanCopiesBounded(t *testing.T) {
 		t.Fatalf("%d spans", len(ended))
 	}
 	for _, sp := range ended {
-		if n := len(sp.Name()); n > 2*maxSpanText+8 {
+		if n := len(sp.Name()); n > 2*MaxSpanText+8 {
 			t.Errorf("span name of %d bytes", n)
 		}
 		if !utf8.ValidString(sp.Name()) {
 			t.Errorf("span name cut inside a rune: %q", sp.Name())
 		}
 		for _, kv := range sp.Attributes() {
-			if n := len(kv.Value.Emit()); n > maxSpanText+8 {
+			if n := len(kv.Value.Emit()); n > MaxSpanText+8 {
 				t.Errorf("span %.40q: attribute %s of %d bytes", sp.Name(), kv.Key, n)
 			}
 		}

@@ -145,7 +145,7 @@ func (u *bigIDUpstream) deleted(size int) bool {
 func capLines(logs *testLog) []string {
 	var out []string
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		if strings.Contains(line, fmt.Sprint(maxUpstreamID)) {
+		if strings.Contains(line, fmt.Sprint(MaxUpstreamID)) {
 			out = append(out, line)
 		}
 	}
@@ -198,8 +198,8 @@ func TestUpstreamSessionIDTooLong(t *testing.T) {
 					c.name, resp.StatusCode, body, took, up.inits.Load())
 			}
 			code, msg, id := rpcError(t, body)
-			if code != codeUpstreamInvalid || id != "1" || !strings.Contains(msg, "Mcp-Session-Id") || !strings.Contains(msg, fmt.Sprint(maxUpstreamID)) {
-				t.Fatalf("initialize with a %s upstream id: %s; want -32020 naming the %d-byte cap on Mcp-Session-Id", c.name, body, maxUpstreamID)
+			if code != CodeUpstreamInvalid || id != "1" || !strings.Contains(msg, "Mcp-Session-Id") || !strings.Contains(msg, fmt.Sprint(MaxUpstreamID)) {
+				t.Fatalf("initialize with a %s upstream id: %s; want -32020 naming the %d-byte cap on Mcp-Session-Id", c.name, body, MaxUpstreamID)
 			}
 			if took > time.Second {
 				t.Errorf("the agent waited %v for the refusal; want it at once", took)
@@ -210,7 +210,7 @@ func TestUpstreamSessionIDTooLong(t *testing.T) {
 			if n := up.inits.Load(); n != 1 {
 				t.Fatalf("%d upstream initializes for one agent initialize, want 1", n)
 			}
-			peerWait(t, "the DELETE of the upstream session with the "+c.name+" id", func() bool { return up.deleted(c.size) })
+			PeerWait(t, "the DELETE of the upstream session with the "+c.name+" id", func() bool { return up.deleted(c.size) })
 
 			lines := capLines(logs)
 			if len(lines) != 1 || !strings.Contains(lines[0], "session id") {
@@ -264,7 +264,7 @@ func TestHealMeetsTooLongSessionID(t *testing.T) {
 				t.Fatalf("ping when the heal meets a %s upstream id: %d %.300q after %v, %d upstream initializes; want 404",
 					c.name, resp.StatusCode, body, took, up.inits.Load()-inits)
 			}
-			if code, _, _ := rpcError(t, body); code != codeSessionNotFound {
+			if code, _, _ := rpcError(t, body); code != CodeSessionNotFound {
 				t.Fatalf("ping when the heal meets a %s upstream id: %s; want -32001", c.name, body)
 			}
 			if took > time.Second {
@@ -273,7 +273,7 @@ func TestHealMeetsTooLongSessionID(t *testing.T) {
 			if n := up.inits.Load() - inits; n != 1 {
 				t.Fatalf("%d upstream initializes for the heal, want 1", n)
 			}
-			peerWait(t, "the DELETE of the upstream session with the "+c.name+" id", func() bool { return up.deleted(c.size) })
+			PeerWait(t, "the DELETE of the upstream session with the "+c.name+" id", func() bool { return up.deleted(c.size) })
 			if len(capLines(logs)) == 0 {
 				t.Error("no log line names the cap")
 			}

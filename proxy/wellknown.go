@@ -23,13 +23,13 @@ func (s *Server) ownMetadata(h *fasthttp.RequestHeader, body []byte) []byte {
 	if r.Type != gjson.String || r.Index <= 0 {
 		return body
 	}
-	rest, ok := strings.CutPrefix(r.Str, s.link.up.Origin())
+	rest, ok := strings.CutPrefix(r.Str, s.link.Up.Origin())
 	if !ok || rest != "" && rest[0] != '/' {
 		return body // another resource: nothing of mcpheal's
 	}
-	own := ownOrigin(h) + rest
-	if rest == s.link.up.Path() {
-		own = ownOrigin(h) + s.cfg.Path // the upstream's URL: mcpheal's of it
+	own := OwnOrigin(h) + rest
+	if rest == s.link.Up.Path() {
+		own = OwnOrigin(h) + s.cfg.Path // the upstream's URL: mcpheal's of it
 	}
 	v, _ := json.Marshal(own)
 	var b bytes.Buffer
@@ -58,9 +58,9 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	defer s.recoverPanic(ctx, nil)
 	switch {
 	case !s.guard.hosts.allow(ctx):
-		writeError(ctx, fasthttp.StatusForbidden, codeForbidden, "null", "Forbidden: Host or Origin not allowed")
+		WriteError(ctx, fasthttp.StatusForbidden, CodeForbidden, "null", "Forbidden: Host or Origin not allowed")
 		return
-	case s.link.ownsAuthorization():
+	case s.link.OwnsAuthorization():
 		ctx.Error("not found: mcpheal holds this upstream's credential; there is nothing to log in to\n", fasthttp.StatusNotFound)
 		return
 	}
@@ -72,22 +72,22 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	resp.SetMaxBody(maxMetadata)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Set("Accept", "application/json")
-	isPRM := strings.HasPrefix(path, prmPath)
-	if p := s.env.challenges.prm.Load(); p != nil && path == prmPath+s.link.up.Path() {
+	isPRM := strings.HasPrefix(path, PrmPath)
+	if p := s.env.Challenges.Prm.Load(); p != nil && path == PrmPath+s.link.Up.Path() {
 		path = *p // the server named another location in its challenge
 	}
 	var tl *upstream.TooLargeError
-	switch err := s.link.up.DoPath(req, resp, path, time.Now().Add(10*time.Second)); {
+	switch err := s.link.Up.DoPath(req, resp, path, time.Now().Add(10*time.Second)); {
 	case errors.As(err, &tl):
-		writeError(ctx, fasthttp.StatusBadGateway, codeTooLarge, "null", "the upstream's OAuth metadata is larger than "+
+		WriteError(ctx, fasthttp.StatusBadGateway, CodeTooLarge, "null", "the upstream's OAuth metadata is larger than "+
 			strconv.Itoa(maxMetadata)+" bytes")
 		return
 	case errors.Is(err, upstream.ErrOverBudget):
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, "null", "mcpheal's memory_budget is reached; retry later")
+		WriteError(ctx, fasthttp.StatusServiceUnavailable, CodeBudget, "null", "mcpheal's memory_budget is reached; retry later")
 		ctx.Response.Header.Set("Retry-After", "1")
 		return
 	case err != nil:
-		writeError(ctx, fasthttp.StatusBadGateway, codeUpstreamDown, "null", "upstream unreachable: "+s.link.up.Origin())
+		WriteError(ctx, fasthttp.StatusBadGateway, CodeUpstreamDown, "null", "upstream unreachable: "+s.link.Up.Origin())
 		return
 	}
 	if resp.IsStream() {
@@ -98,8 +98,8 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	if isPRM && resp.StatusCode() == fasthttp.StatusOK {
 		body = s.ownMetadata(&ctx.Request.Header, body) // mcpheal is the resource the agent reached (oauth.go)
 	}
-	if !s.mem.take(int64(len(body))) {
-		writeError(ctx, fasthttp.StatusServiceUnavailable, codeBudget, "null", "mcpheal's memory_budget is reached; retry later")
+	if !s.mem.Take(int64(len(body))) {
+		WriteError(ctx, fasthttp.StatusServiceUnavailable, CodeBudget, "null", "mcpheal's memory_budget is reached; retry later")
 		ctx.Response.Header.Set("Retry-After", "1")
 		return
 	}
@@ -107,5 +107,5 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
 	// A copy, counted until the agent has read it: resp goes back now.
 	b := append([]byte(nil), body...)
-	ctx.Response.SetBodyStream(&budgetBody{b: b, mem: &s.mem, n: int64(len(b))}, len(b))
+	ctx.Response.SetBodyStream(&BudgetBody{B: b, Mem: &s.mem, N: int64(len(b))}, len(b))
 }

@@ -9,25 +9,25 @@ import (
 )
 
 var (
-	hdrSessionID       = []byte("Mcp-Session-Id")
-	hdrProtocolVersion = []byte("MCP-Protocol-Version")
-	hdrLastEventID     = []byte("Last-Event-ID")
-	hdrAuthorization   = []byte("Authorization")
-	hdrOrigin          = []byte("Origin")
-	hdrAccept          = []byte("Accept")
-	mimeJSON           = []byte("application/json")
-	mimeEventStream    = []byte("text/event-stream")
+	HdrSessionID       = []byte("Mcp-Session-Id")
+	HdrProtocolVersion = []byte("MCP-Protocol-Version")
+	HdrLastEventID     = []byte("Last-Event-ID")
+	HdrAuthorization   = []byte("Authorization")
+	HdrOrigin          = []byte("Origin")
+	HdrAccept          = []byte("Accept")
+	MimeJSON           = []byte("application/json")
+	MimeEventStream    = []byte("text/event-stream")
 )
 
 // statelessVersion is the first MCP version without sessions (2026-07-28
 // changelog): its traffic passes through without session mapping.
-const statelessVersion = "2026-07-28"
+const StatelessVersion = "2026-07-28"
 
 // legacyVersions are the session-era versions an agent may ask for; the
 // bridge answers initialize with the agent's own, or the newest.
-var legacyVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+var LegacyVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
 
-func contains(list []string, v string) bool {
+func Contains(list []string, v string) bool {
 	for _, x := range list {
 		if x == v {
 			return true
@@ -39,7 +39,7 @@ func contains(list []string, v string) bool {
 // mcpNameValue returns the Mcp-Name header value for v (2026-07-28
 // streamable HTTP): as it is when it is safe visible ASCII, else
 // =?base64?…?=.
-func mcpNameValue(v string) string {
+func McpNameValue(v string) string {
 	safe := v != "" && v[0] != ' ' && v[len(v)-1] != ' ' && !strings.HasPrefix(v, "=?base64?")
 	for i := 0; safe && i < len(v); i++ {
 		safe = v[i] >= 0x20 && v[i] < 0x7f
@@ -60,7 +60,7 @@ func answers(msg []byte, id string) bool {
 
 // initializedVersion returns result.protocolVersion of a successful
 // initialize answer (its JSON-RPC message), or "".
-func initializedVersion(status int, msg []byte) string {
+func InitializedVersion(status int, msg []byte) string {
 	if status/100 != 2 {
 		return ""
 	}
@@ -73,7 +73,7 @@ func initializedVersion(status int, msg []byte) string {
 
 // withID returns a copy of the JSON object body with its top-level "id"
 // replaced by id (raw JSON).
-func withID(body []byte, id string) []byte {
+func WithID(body []byte, id string) []byte {
 	r := gjson.GetBytes(body, "id")
 	if !r.Exists() || r.Index <= 0 {
 		return append([]byte(nil), body...)
@@ -86,7 +86,7 @@ func withID(body []byte, id string) []byte {
 
 // hasMediaType reports whether a Content-Type value names mt (parameters
 // such as charset allowed).
-func hasMediaType(ct, mt []byte) bool {
+func HasMediaType(ct, mt []byte) bool {
 	if len(ct) < len(mt) || !bytes.EqualFold(ct[:len(mt)], mt) {
 		return false
 	}
