@@ -46,7 +46,7 @@ type patientListener struct {
 
 func newPatientListener(ln net.Listener, log *zerolog.Logger, errs, shed *atomic.Uint64) *patientListener {
 	return &patientListener{Listener: ln, log: log, errs: errs, shed: shed, done: make(chan struct{}),
-		max: MaxConns(), checked: time.Now(), idle: map[*trackedConn]time.Time{}}
+		max: maxConns(), checked: time.Now(), idle: map[*trackedConn]time.Time{}}
 }
 
 // trackedConn is an agent's connection the listener counts.
@@ -115,7 +115,7 @@ func (l *patientListener) admit(c *trackedConn) bool {
 	var victim *trackedConn
 	if now := time.Now(); now.Sub(l.checked) >= time.Second {
 		// The limit may change under a running process (prlimit).
-		l.max, l.checked = MaxConns(), now
+		l.max, l.checked = maxConns(), now
 	}
 	if l.open >= l.max {
 		var since time.Time

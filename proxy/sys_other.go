@@ -9,7 +9,3 @@ import "syscall"
 const canWatch = false
 
 func peerClosed(syscall.Conn) bool { return false }
-
-// maxConns is the cap on agents' connections (listener.go): no file
-// descriptor limit to read here.
-func maxConns() int { return 1 << 20 }

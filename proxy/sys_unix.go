@@ -34,13 +34,3 @@ func peerClosed(c syscall.Conn) bool {
 	})
 	return err == nil && closed
 }
-
-// maxConns is the cap on agents' connections: three quarters of the file
-// descriptor limit (at least 16).
-func MaxConns() int {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 || rl.Cur > 1<<24 {
-		return 1 << 20
-	}
-	return max(int(rl.Cur)*3/4, 16)
-}
