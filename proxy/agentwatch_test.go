@@ -19,6 +19,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 )
 
 // slowUpstream is a stub whose tools/call and resources/read run until
@@ -172,7 +175,7 @@ func TestAgentPipelinesWhileWaiting(t *testing.T) {
 	if _, err := io.WriteString(c, rawRequest(addr, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{}}}`)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(WatchAfter + 300*time.Millisecond) // the watch peeks now
+	time.Sleep(exchange.WatchAfter + 300*time.Millisecond) // the watch peeks now
 	if _, err := io.WriteString(c, rawRequest(addr, sid, `{"jsonrpc":"2.0","id":2,"method":"resources/list"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -245,12 +248,12 @@ func TestSlowAnswerReachesAgent(t *testing.T) {
 // an answer nobody reads.
 func TestDecideAgentGone(t *testing.T) {
 	t.Parallel()
-	for cls := range classify.Class(NumClasses) {
-		for _, bits := range []Facts{{}, {Dispatched: true}, {ReplaySafe: true}, {Session: true, MayHeal: true}, {TooLarge: true}} {
+	for cls := range classify.Class(obs.NumClasses) {
+		for _, bits := range []exchange.Facts{{}, {Dispatched: true}, {ReplaySafe: true}, {Session: true, MayHeal: true}, {TooLarge: true}} {
 			f := bits
 			f.Class, f.AgentGone = cls, true
-			if got := Decide(f); got != ActAbandon {
-				t.Errorf("decide(%+v) = %v, want %v", f, got, ActAbandon)
+			if got := exchange.Decide(f); got != exchange.ActAbandon {
+				t.Errorf("decide(%+v) = %v, want %v", f, got, exchange.ActAbandon)
 			}
 		}
 	}
@@ -262,7 +265,7 @@ func TestDecideAgentGone(t *testing.T) {
 // abandoned as "agent closed its connection".
 func TestWatchForgetsGoneAgent(t *testing.T) {
 	t.Parallel()
-	w := NewAgentWatch()
+	w := exchange.NewAgentWatch()
 	w.Gone.Store(true)
 	if !w.Stop() {
 		t.Fatal("stop after the agent left = false, want true")
@@ -281,18 +284,18 @@ func TestWatchForgetsGoneAgent(t *testing.T) {
 // has no agent connection, once failed with "the agent closed its
 // connection").
 func TestPooledWatchStartsClean(t *testing.T) {
-	s, err := New(Config{Upstream: "http://127.0.0.1:9/mcp", Listen: "127.0.0.1:0"}, zerolog.Nop())
+	s, err := New(conf.Config{Upstream: "http://127.0.0.1:9/mcp", Listen: "127.0.0.1:0"}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r := &Request{}
-	a := NewAttempt(s.env, nil, r)
+	r := &exchange.Request{}
+	a := exchange.NewAttempt(s.env, nil, r)
 	w := a.Watch
 	w.Gone.Store(true)
 	a.Release()
 	for range 100 {
-		b := NewAttempt(s.env, nil, r)
+		b := exchange.NewAttempt(s.env, nil, r)
 		same, gone := b.Watch == w, b.AgentGone()
 		b.Release()
 		if gone {

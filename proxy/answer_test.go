@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // TestCutStreamSaysSo: the upstream sends the head of an SSE answer to a
@@ -34,7 +36,7 @@ func TestCutStreamSaysSo(t *testing.T) {
 	sid := peerRawInitialize(t, url)
 	resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge","arguments":{}}}`)
 	code, msg, _ := rpcError(t, raw)
-	if resp.StatusCode != http.StatusOK || code != CodeMaybeExecuted {
+	if resp.StatusCode != http.StatusOK || code != wire.CodeMaybeExecuted {
 		t.Fatalf("cut answer: %d %s; want 200 with -32011", resp.StatusCode, raw)
 	}
 	if strings.Contains(msg, "answered 200") || !strings.Contains(msg, "stream ended before its answer") {

@@ -9,6 +9,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // agentResumeStub is a stub whose tools/call answer sends one event (no
@@ -51,7 +56,7 @@ func TestAgentResumesFromLog(t *testing.T) {
 	var st resumeStub
 	release := make(chan struct{})
 	up := agentResumeStub(t, &st, release)
-	s, url := startProxy(t, up, func(c *Config) { c.StreamKeepalive = 20 * time.Millisecond })
+	s, url := startProxy(t, up, func(c *conf.Config) { c.StreamKeepalive = 20 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	before := s.mem.Used.Load()
 	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, resumeCall))
@@ -86,7 +91,7 @@ func TestAgentResumesFromLog(t *testing.T) {
 	if n := st.posts.Load(); n != 1 {
 		t.Errorf("the upstream got the call %d times, want 1", n)
 	}
-	if ok := s.count.AgentResumes[OutcomeOK].Load(); ok != 1 {
+	if ok := s.count.AgentResumes[obs.OutcomeOK].Load(); ok != 1 {
 		t.Errorf("agent resumes served: %d, want 1", ok)
 	}
 	// The log stays for resume_window after the answer ended (another
@@ -106,7 +111,7 @@ func TestAgentNeverResumes(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	up := agentResumeStub(t, &st, release)
-	s, url := startProxy(t, up, func(c *Config) {
+	s, url := startProxy(t, up, func(c *conf.Config) {
 		c.StreamKeepalive = 20 * time.Millisecond
 		c.ResumeWindow = 200 * time.Millisecond
 	})
@@ -141,11 +146,11 @@ func TestAgentNeverResumes(t *testing.T) {
 // and given back when the log is dropped.
 func TestAnswerLogKeepsTheTail(t *testing.T) {
 	t.Parallel()
-	var mem Budget
+	var mem wire.Budget
 	mem.Limit = 1 << 30
-	ls := &AnswerLogs{}
-	l := &AnswerLog{Key: "m1", Ls: ls, Mem: &mem, Max: 2 * LogChunk, Window: time.Minute, Wake: make(chan struct{})}
-	ls.M = map[string]*AnswerLog{"m1": l}
+	ls := &exchange.AnswerLogs{}
+	l := &exchange.AnswerLog{Key: "m1", Ls: ls, Mem: &mem, Max: 2 * exchange.LogChunk, Window: time.Minute, Wake: make(chan struct{})}
+	ls.M = map[string]*exchange.AnswerLog{"m1": l}
 	event := func(i int) string { // about 20 KiB each, one ending in CRLFs
 		end := "\n\n"
 		if i%7 == 3 {
@@ -161,7 +166,7 @@ func TestAnswerLogKeepsTheTail(t *testing.T) {
 	for pos, step := 0, 1; pos < len(in); pos, step = pos+step, step*3%9973+1 {
 		l.Append([]byte(in[pos:min(pos+step, len(in))]))
 	}
-	if got := mem.Used.Load(); got != int64(len(l.Chunks))*LogChunk || len(l.Chunks) > 3 {
+	if got := mem.Used.Load(); got != int64(len(l.Chunks))*exchange.LogChunk || len(l.Chunks) > 3 {
 		t.Fatalf("budget used %d for %d chunks (want at most 3, charged 64 KiB each)", got, len(l.Chunks))
 	}
 	want := ""
@@ -178,7 +183,7 @@ func TestAnswerLogKeepsTheTail(t *testing.T) {
 	// An event larger than what is kept is not copied at all; the events
 	// after it are kept as usual.
 	before := mem.Used.Load()
-	big := "data: " + strings.Repeat("z", 5*LogChunk) + "\n\n"
+	big := "data: " + strings.Repeat("z", 5*exchange.LogChunk) + "\n\n"
 	for i := 0; i < len(big); i += 1000 {
 		l.Append([]byte(big[i:min(i+1000, len(big))]))
 		if used := mem.Used.Load(); used > before {
@@ -210,7 +215,7 @@ func TestAgentResumeAtAnotherReplica(t *testing.T) {
 	defer close(release)
 	up := agentResumeStub(t, &st, release)
 	keys := testKeys(1)
-	mod := func(c *Config) { c.SessionKeys = keys; c.StreamKeepalive = 20 * time.Millisecond }
+	mod := func(c *conf.Config) { c.SessionKeys = keys; c.StreamKeepalive = 20 * time.Millisecond }
 	_, urlA := startProxy(t, up, mod)
 	b, urlB := startProxy(t, up, mod)
 	sid := peerRawInitialize(t, urlA)
@@ -225,7 +230,7 @@ func TestAgentResumeAtAnotherReplica(t *testing.T) {
 	if got.StatusCode != http.StatusOK || !strings.HasPrefix(got.Header.Get("Content-Type"), "text/event-stream") || len(body) != 0 {
 		t.Fatalf("resume at another replica: %d %q %q; want an empty event stream", got.StatusCode, got.Header.Get("Content-Type"), body)
 	}
-	if n := b.count.AgentResumes[OutcomeOK].Load(); n != 0 {
+	if n := b.count.AgentResumes[obs.OutcomeOK].Load(); n != 0 {
 		t.Errorf("the other replica served %d resumes from a log it does not have", n)
 	}
 	if n := st.posts.Load(); n != 1 {
@@ -269,7 +274,7 @@ func TestAgentLeavesAnEndlessLine(t *testing.T) {
 			_ = http.NewResponseController(w).Flush()
 		}
 	})
-	_, url := startProxy(t, up, func(c *Config) {
+	_, url := startProxy(t, up, func(c *conf.Config) {
 		c.ResumeBuffer = 1 << 20
 		c.ResumeWindow = time.Minute
 	})

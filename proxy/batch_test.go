@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // batchUpstream: 2025-03-26 style server that accepts JSON-RPC batches; a
@@ -52,7 +54,7 @@ func startBatchUpstream(t *testing.T) (string, *atomic.Int64) {
 // dies gets it once, not once per backoff step (it ran 8 times).
 func TestBatchNotReplayed(t *testing.T) {
 	up, runs := startBatchUpstream(t)
-	_, url := startProxy(t, up, func(c *Config) { c.HealTimeout = 300 * time.Millisecond })
+	_, url := startProxy(t, up, func(c *conf.Config) { c.HealTimeout = 300 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	resp, raw := peerRawPost(t, url, sid, `[{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"send_email","arguments":{}}}]`)
 	t.Logf("agent got %d %s", resp.StatusCode, raw)

@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
 
@@ -107,7 +109,7 @@ func wantSessionNotFound(t *testing.T, what string, resp *http.Response, body []
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("%s: %d %q; want 404 -32001", what, resp.StatusCode, body)
 	}
-	if code, _, _ := rpcError(t, body); code != CodeSessionNotFound {
+	if code, _, _ := rpcError(t, body); code != wire.CodeSessionNotFound {
 		t.Fatalf("%s: 404 %s; want JSON-RPC error -32001", what, body)
 	}
 }
@@ -211,7 +213,7 @@ func TestJWTRotationKeepsSession(t *testing.T) {
 	keys := testKeys(1)
 	// No era probe: it goes without a credential and would get the
 	// upstream's 401.
-	mod := func(c *Config) { c.SessionKeys = keys; c.EraBridge = "off" }
+	mod := func(c *conf.Config) { c.SessionKeys = keys; c.EraBridge = "off" }
 	pa := startProxyAt(t, "127.0.0.1:0", up.url, mod)
 	pb := startProxyAt(t, "127.0.0.1:0", up.url, mod)
 	a, b := "http://"+pa.ln.Addr().String()+"/mcp", "http://"+pb.ln.Addr().String()+"/mcp"

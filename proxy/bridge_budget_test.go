@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // bridgeHeld is what the memory budget should hold once no answer is in
@@ -23,7 +26,7 @@ import (
 func bridgeHeld(s *Server) int64 {
 	var n int64
 	for _, sess := range s.sessions.Store.Sessions() {
-		n += SessionCost(sess)
+		n += wire.SessionCost(sess)
 	}
 	if d := s.eras.Info.Load(); d != nil {
 		n += d.Size()
@@ -48,7 +51,7 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 	up := startScriptedModern(t, &scriptedModern{
 		discover: modernDiscover(`{"tools":{}}`, `"`+strings.Repeat("i", size)+`"`),
 	})
-	s, url := startProxy(t, up.url, func(c *Config) { c.MemoryBudget = 4 * size })
+	s, url := startProxy(t, up.url, func(c *conf.Config) { c.MemoryBudget = 4 * size })
 	limit := s.mem.Limit
 
 	// One agent first: the upstream's era is asked, and the budget's base
@@ -152,11 +155,11 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 			if a.body != nil && len(gjson.GetBytes(a.body, "result.instructions").Str) != size {
 				t.Errorf("agent %d: 200 whose instructions are %d bytes, want %d", i, len(gjson.GetBytes(a.body, "result.instructions").Str), size)
 			}
-		case a.status == http.StatusOK && (a.code == CodeBudget || a.code == CodeTooMany) && a.retry != "":
+		case a.status == http.StatusOK && (a.code == wire.CodeBudget || a.code == wire.CodeTooMany) && a.retry != "":
 			refused++
 		default:
 			t.Errorf("agent %d: %d %.200s (Retry-After %q); want 200, or 200 with %d or %d and Retry-After",
-				i, a.status, a.body, a.retry, CodeBudget, CodeTooMany)
+				i, a.status, a.body, a.retry, wire.CodeBudget, wire.CodeTooMany)
 		}
 	}
 	t.Logf("%d answered, %d refused; the budget counted %d bytes at most, %d with every head sent, of %d", ok, refused, peak.Load(), held, limit)

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // startFlakyModern is a 2026-07-28-only upstream whose tools/list
@@ -61,7 +64,7 @@ func TestBridgeReplaysReplaySafeTools(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			up := startFlakyModern(t)
-			_, url := startProxy(t, up.url, func(c *Config) { c.ReplayTools = tc.replayTools })
+			_, url := startProxy(t, up.url, func(c *conf.Config) { c.ReplayTools = tc.replayTools })
 			sid := peerRawInitialize(t, url)
 			resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 			if resp.StatusCode != http.StatusOK || len(gjson.GetBytes(body, "result.tools").Array()) != 3 {
@@ -78,7 +81,7 @@ func TestBridgeReplaysReplaySafeTools(t *testing.T) {
 				}
 				return
 			}
-			if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusOK || code != CodeMaybeExecuted || id != "3" {
+			if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusOK || code != wire.CodeMaybeExecuted || id != "3" {
 				t.Errorf("%s after a lost connection: %d %s; want 200 with -32011 for id 3", tc.tool, resp.StatusCode, body)
 			}
 			if runs != 1 {
@@ -102,8 +105,8 @@ func TestBridgeCutStreamSaysWhetherRetryIsSafe(t *testing.T) {
 		tool string
 		code int64
 	}{
-		{tool: "lookup", code: CodeUpstreamDown},
-		{tool: "charge", code: CodeMaybeExecuted},
+		{tool: "lookup", code: wire.CodeUpstreamDown},
+		{tool: "charge", code: wire.CodeMaybeExecuted},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			t.Parallel()

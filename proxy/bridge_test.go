@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // modernServer is an official Go SDK (v1.8) server that speaks only MCP
@@ -29,7 +32,7 @@ func startModern(t *testing.T) *modernServer {
 	t.Helper()
 	m := &modernServer{}
 	m.srv = mcp.NewServer(&mcp.Implementation{Name: "modern-go", Version: "1.8"}, &mcp.ServerOptions{
-		SupportedProtocolVersions: []string{StatelessVersion},
+		SupportedProtocolVersions: []string{wire.StatelessVersion},
 		SubscribeHandler:          func(context.Context, *mcp.SubscribeRequest) error { return nil },
 		UnsubscribeHandler:        func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 		Instructions:              "modern instructions",
@@ -258,7 +261,7 @@ func TestBridgeEraChange(t *testing.T) {
 func TestBridgeOff(t *testing.T) {
 	t.Parallel()
 	up := startModern(t)
-	_, url := startProxy(t, up.url, func(c *Config) { c.EraBridge = "off" })
+	_, url := startProxy(t, up.url, func(c *conf.Config) { c.EraBridge = "off" })
 	cs, err := legacyClient(t, url, nil)
 	if err == nil {
 		_, err = cs.ListTools(context.Background(), nil)
@@ -269,7 +272,7 @@ func TestBridgeOff(t *testing.T) {
 	if n := up.rec.calls("server/discover"); n != 0 {
 		t.Fatalf("%d server/discover probes with era_bridge off, want 0", n)
 	}
-	if _, err := New(Config{Upstream: up.url, EraBridge: "sometimes"}, nopLog()); err == nil {
+	if _, err := New(conf.Config{Upstream: up.url, EraBridge: "sometimes"}, nopLog()); err == nil {
 		t.Fatal("era_bridge: sometimes accepted")
 	}
 }

@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // chunkedUpstream answers tools/call with a chunked JSON answer of size
@@ -107,7 +110,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 	t.Parallel()
 	const calls = 5
 	up := startChunkedUpstream(t, 4<<20, 2<<20)
-	s, url := startProxy(t, up.url, func(c *Config) {
+	s, url := startProxy(t, up.url, func(c *conf.Config) {
 		c.MemoryBudget = 16 << 20 // room for 4 stalled answers at most (2 MiB read, 4 MiB charged each)
 		c.ReplayTools = []string{"big"}
 	})
@@ -133,7 +136,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 	}
 	// While every answer is stalled, one at least is refused already.
 	first := <-answers
-	if code, msg, _ := rpcError(t, first.raw); first.status != http.StatusOK || code != CodeBudget ||
+	if code, msg, _ := rpcError(t, first.raw); first.status != http.StatusOK || code != wire.CodeBudget ||
 		!strings.Contains(msg, "memory_budget") {
 		t.Fatalf("first answer while all stall: %d %.200s; want 200 -32017 naming memory_budget", first.status, first.raw)
 	}
@@ -145,7 +148,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 	close(answers)
 	for a := range answers {
 		code, _, _ := rpcError(t, a.raw)
-		if !(a.status == http.StatusOK && len(a.raw) == 4<<20) && !(a.status == http.StatusOK && code == CodeBudget) {
+		if !(a.status == http.StatusOK && len(a.raw) == 4<<20) && !(a.status == http.StatusOK && code == wire.CodeBudget) {
 			t.Fatalf("answer %d %.200s; want the whole answer or 200 -32017", a.status, a.raw)
 		}
 	}
@@ -165,7 +168,7 @@ func TestSlowAgentAnswerCharged(t *testing.T) {
 	t.Parallel()
 	const size = 16 << 20
 	up := startChunkedUpstream(t, size, -1)
-	s, url := startProxy(t, up.url, func(c *Config) { c.WriteTimeout = 2 * time.Second })
+	s, url := startProxy(t, up.url, func(c *conf.Config) { c.WriteTimeout = 2 * time.Second })
 	sid := peerRawInitialize(t, url)
 	base := s.mem.Used.Load()
 	c, addr := dialAgent(t, url)
@@ -251,7 +254,7 @@ func bigEventCalls(t *testing.T, s *Server, up *scripted, calls, through int, se
 func TestHeldEventsInBudget(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, func(sc *scripted) { sc.bigEvent = 6 << 20; sc.hold = make(chan struct{}) })
-	s, url := startProxy(t, up.URL(), func(c *Config) { c.MemoryBudget = 32 << 20; c.Keepalive = -1 })
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MemoryBudget = 32 << 20; c.Keepalive = -1 })
 	if st, msg := heldPost(t, url, "", "tools/list", "", 1); st != http.StatusOK || !msg.Get("result").Exists() {
 		t.Fatalf("tools/list on the held route: %d %s", st, msg.Raw)
 	}
@@ -270,7 +273,7 @@ func TestHeldEventsInBudget(t *testing.T) {
 func TestRewrittenLineInBudget(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, func(sc *scripted) { sc.bigEvent = 6 << 20; sc.hold = make(chan struct{}) })
-	s, url := startProxy(t, up.URL(), func(c *Config) { c.MemoryBudget = 24 << 20; c.Keepalive = -1 })
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MemoryBudget = 24 << 20; c.Keepalive = -1 })
 	sid := peerRawInitialize(t, url)
 	up.Expire()
 	if resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); resp.StatusCode != http.StatusOK {
@@ -300,7 +303,7 @@ func checkBigEventCalls(t *testing.T, s *Server, up *scripted, tool string, code
 		switch c {
 		case 0:
 			done++
-		case CodeBudget:
+		case wire.CodeBudget:
 			refused++
 		default:
 			t.Errorf("a call answered %d; want its result or -32017", c)

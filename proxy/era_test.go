@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/era"
 )
 
 // Tests of the era probe (era.go).
@@ -46,8 +48,8 @@ func TestEraUnderAgentCredential(t *testing.T) {
 	if resp, body := modern(creatorToken); resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"echo"`) {
 		t.Fatalf("a 2026-07-28 agent with its credential: %d %s", resp.StatusCode, body)
 	}
-	if v := s.eras.V.Load(); v != EraModern {
-		t.Errorf("era %s, want %s", EraNames[v], EraNames[EraModern])
+	if v := s.eras.V.Load(); v != era.EraModern {
+		t.Errorf("era %s, want %s", era.EraNames[v], era.EraNames[era.EraModern])
 	}
 	sid := agentInitialize(t, url, creatorToken)
 	resp, body := agentPost(t, url, sid, creatorToken, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // handle runs one request through the full handler in-process and returns
@@ -60,7 +62,7 @@ func handle(s *Server, method, host, ct, accept, origin, sid string, body []byte
 // other session's ids in the answer, and that session still works.
 func FuzzProxy(f *testing.F) {
 	up := startGoSDK(f, goSDKOpts{JSONResponse: true}) // a real server, so every upstream answer is well-formed
-	s, err := New(Config{Upstream: up.URL(), Listen: "127.0.0.1:8787", HealTimeout: 300 * time.Millisecond,
+	s, err := New(conf.Config{Upstream: up.URL(), Listen: "127.0.0.1:8787", HealTimeout: 300 * time.Millisecond,
 		ResponseTimeout: 2 * time.Second, Keepalive: -1, StreamKeepalive: 20 * time.Millisecond,
 		MaxSessions: 2000, MaxSessionsPerCredential: 1 << 30}, nopLog())
 	if err != nil {

@@ -11,6 +11,13 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/era"
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/heal"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/route/held"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -24,18 +31,18 @@ import (
 // sessions under the store's caps and the memory budget is sessions.admit,
 // which every route that creates a session calls.
 type guard struct {
-	cfg      *Config
+	cfg      *conf.Config
 	hosts    hostGuard
-	mem      *Budget
-	link     *Link
-	sessions *Sessions
-	eras     *EraState
-	held     *Held
+	mem      *wire.Budget
+	link     *link.Link
+	sessions *heal.Sessions
+	eras     *era.EraState
+	held     *held.Held
 }
 
 // check runs every check on one agent request and fills r, or answers the
 // refusal itself and reports false.
-func (g *guard) check(ctx *fasthttp.RequestCtx, r *Request) bool {
+func (g *guard) check(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 	body := ctx.PostBody()
 	h := &ctx.Request.Header
 	switch {
@@ -43,26 +50,26 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *Request) bool {
 		tooLarge(ctx, g.cfg.MaxBody)
 		return false
 	case !g.hosts.allow(ctx):
-		WriteError(ctx, fasthttp.StatusForbidden, CodeForbidden, RequestID(body, g.cfg.MaxJSONDepth),
+		wire.WriteError(ctx, fasthttp.StatusForbidden, wire.CodeForbidden, RequestID(body, g.cfg.MaxJSONDepth),
 			"Forbidden: Host or Origin not allowed")
 		return false
 	case !g.inbound(ctx):
 		return false
-	case len(h.PeekAll(string(HdrSessionID))) > 1:
+	case len(h.PeekAll(string(wire.HdrSessionID))) > 1:
 		// Which one would the upstream read? Neither is forwarded.
-		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, RequestID(body, g.cfg.MaxJSONDepth),
+		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, RequestID(body, g.cfg.MaxJSONDepth),
 			"Bad Request: more than one Mcp-Session-Id header")
 		return false
 	}
-	r.Hdr, r.Body, r.Auth = h, body, h.PeekBytes(HdrAuthorization)
+	r.Hdr, r.Body, r.Auth = h, body, h.PeekBytes(wire.HdrAuthorization)
 	switch {
 	case ctx.IsPost():
 		if !g.message(ctx, r) {
 			return false
 		}
 	case ctx.IsGet():
-		if !bytes.Contains(h.PeekBytes(HdrAccept), MimeEventStream) {
-			WriteError(ctx, fasthttp.StatusNotAcceptable, CodeInvalidRequest, "null",
+		if !bytes.Contains(h.PeekBytes(wire.HdrAccept), wire.MimeEventStream) {
+			wire.WriteError(ctx, fasthttp.StatusNotAcceptable, wire.CodeInvalidRequest, "null",
 				"Not Acceptable: GET requires Accept: text/event-stream")
 			return false
 		}
@@ -71,11 +78,11 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *Request) bool {
 		r.Del = true
 	default:
 		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
-		WriteError(ctx, fasthttp.StatusMethodNotAllowed, CodeInvalidRequest, "null", "Method Not Allowed")
+		wire.WriteError(ctx, fasthttp.StatusMethodNotAllowed, wire.CodeInvalidRequest, "null", "Method Not Allowed")
 		return false
 	}
 	r.Stateless = isStatelessEra(h, &r.Msg)
-	if sid := h.PeekBytes(HdrSessionID); len(sid) > 0 {
+	if sid := h.PeekBytes(wire.HdrSessionID); len(sid) > 0 {
 		return g.session(ctx, r, sid)
 	}
 	if !r.Stateless && r.Msg.Method != "initialize" && bytes.Contains(body, metaVersionName) {
@@ -87,44 +94,44 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *Request) bool {
 	switch {
 	case r.Msg.Method == "initialize" && len(body) > g.cfg.MaxInitBody:
 		// A recipe is kept for the session's life: agents' are < 2 KiB.
-		WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, CodeInvalidRequest, r.Msg.IdOrNull(),
+		wire.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, wire.CodeInvalidRequest, r.Msg.IdOrNull(),
 			"initialize body larger than "+strconv.Itoa(g.cfg.MaxInitBody)+" bytes (max_init_body)")
 		return false
 	case r.Stateless && !r.Del && g.eras.HeldRoute(r.Auth):
 		// No session id: the session mcpheal holds for the agent's
 		// credential and client, if there is one yet (held.go).
 		r.OnHeldRoute = true
-		r.Sess = g.held.Lookup(HeldKeyOf(r.Auth, body))
+		r.Sess = g.held.Lookup(held.HeldKeyOf(r.Auth, body))
 		return true
 	case r.Msg.Method == "initialize" || (r.Stateless && !r.Del):
 		return true
 	}
-	WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, r.Msg.IdOrNull(),
+	wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, r.Msg.IdOrNull(),
 		"Bad Request: Mcp-Session-Id header is required")
 	return false
 }
 
 // message checks a POST's body and reads the JSON-RPC members mcpheal
 // routes on.
-func (g *guard) message(ctx *fasthttp.RequestCtx, r *Request) bool {
+func (g *guard) message(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 	body := r.Body
 	switch {
-	case !HasMediaType(r.Hdr.ContentType(), MimeJSON):
-		WriteError(ctx, fasthttp.StatusUnsupportedMediaType, CodeInvalidRequest, RequestID(body, g.cfg.MaxJSONDepth),
+	case !wire.HasMediaType(r.Hdr.ContentType(), wire.MimeJSON):
+		wire.WriteError(ctx, fasthttp.StatusUnsupportedMediaType, wire.CodeInvalidRequest, RequestID(body, g.cfg.MaxJSONDepth),
 			"Unsupported Media Type: Content-Type must be application/json")
 		return false
 	case !jsonDepthOK(body, g.cfg.MaxJSONDepth):
 		// Checked first: gjson's validator recurses once per level.
-		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, "null",
+		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "null",
 			"Invalid Request: JSON nested deeper than "+strconv.Itoa(g.cfg.MaxJSONDepth)+" levels (max_json_depth)")
 		return false
 	case !gjson.ValidBytes(body):
-		WriteError(ctx, fasthttp.StatusBadRequest, CodeParseError, "null", "Parse error: body is not valid JSON")
+		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeParseError, "null", "Parse error: body is not valid JSON")
 		return false
 	}
-	r.Msg = ParseMessage(body)
+	r.Msg = wire.ParseMessage(body)
 	if r.Msg.Dup {
-		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, "null",
+		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "null",
 			"Invalid Request: a member (method, id, params or params.name) appears twice")
 		return false
 	}
@@ -136,14 +143,14 @@ func (g *guard) message(ctx *fasthttp.RequestCtx, r *Request) bool {
 // under a credential that may not use it, are answered alike: 404, as MCP
 // answers an unknown session (2025-03-26+ §Session Management), so that a
 // stranger learns nothing of it.
-func (g *guard) session(ctx *fasthttp.RequestCtx, r *Request, sid []byte) bool {
+func (g *guard) session(ctx *fasthttp.RequestCtx, r *exchange.Request, sid []byte) bool {
 	sess, ok := g.sessions.Lookup(sid, r.Auth)
 	if ok {
-		r.Standing, r.OwnCredential = StandingOf(sess, r.Auth, g.link.JudgesCredentials.Load())
+		r.Standing, r.OwnCredential = heal.StandingOf(sess, r.Auth, g.link.JudgesCredentials.Load())
 		// Only the upstream may accept a credential the session is not
 		// bound to: a GET or a DELETE under it would take the session's
 		// stream or end it without asking the upstream.
-		ok = r.Standing == Bound || (r.Standing == Rotating && !r.Msg.Get && !r.Del)
+		ok = r.Standing == heal.Bound || (r.Standing == heal.Rotating && !r.Msg.Get && !r.Del)
 	}
 	if !ok {
 		sessionNotFound(ctx, r.Msg.IdOrNull())
@@ -158,7 +165,7 @@ func (g *guard) session(ctx *fasthttp.RequestCtx, r *Request, sid []byte) bool {
 // anywhere, within the session's cap (Config.MaxJournal) and the memory
 // budget, or refuses the request: a journal is replayed on every heal, so
 // it must stay small, and it is held for the session's life.
-func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *Request) bool {
+func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 	if !r.Msg.IsRequest() {
 		return true
 	}
@@ -181,7 +188,7 @@ func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *Request) bool {
 	n, ok := r.Sess.ReserveJournal(r.Journal, g.cfg.MaxJournal)
 	if !ok {
 		r.Journal = session.JournalChange{}
-		WriteError(ctx, fasthttp.StatusOK, CodeJournalFull, r.Msg.IdOrNull(), "the session's state (log level and "+
+		wire.WriteError(ctx, fasthttp.StatusOK, wire.CodeJournalFull, r.Msg.IdOrNull(), "the session's state (log level and "+
 			"subscriptions) would pass mcpheal's max_journal of "+strconv.Itoa(g.cfg.MaxJournal)+
 			" bytes, which mcpheal restores after every heal; "+r.Msg.Method+" was not sent")
 		return false
@@ -189,7 +196,7 @@ func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *Request) bool {
 	if !g.mem.Take(int64(n)) {
 		r.Sess.UnreserveJournal(n)
 		r.Journal = session.JournalChange{}
-		WriteFailure(ctx, &r.Msg, Failure{Status: fasthttp.StatusServiceUnavailable, Code: CodeBudget, RetryAfter: 1,
+		exchange.WriteFailure(ctx, &r.Msg, exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeBudget, RetryAfter: 1,
 			Msg: r.Msg.Method + " not sent: mcpheal's memory_budget is reached; retry later"})
 		return false
 	}
@@ -198,7 +205,7 @@ func (g *guard) reserveJournal(ctx *fasthttp.RequestCtx, r *Request) bool {
 }
 
 // settle gives back a journal reservation the request did not use.
-func (g *guard) settle(r *Request) {
+func (g *guard) settle(r *exchange.Request) {
 	if r.Journal != (session.JournalChange{}) {
 		r.Sess.UnreserveJournal(int(r.Reserved))
 		g.mem.Give(r.Reserved)
@@ -212,9 +219,9 @@ func (g *guard) inbound(ctx *fasthttp.RequestCtx) bool {
 	if len(g.cfg.AuthTokens) == 0 {
 		return true
 	}
-	got := ctx.Request.Header.PeekBytes(HdrAuthorization)
+	got := ctx.Request.Header.PeekBytes(wire.HdrAuthorization)
 	const scheme = "Bearer "
-	if len(got) > len(scheme) && strings.EqualFold(B2s(got[:len(scheme)]), scheme) {
+	if len(got) > len(scheme) && strings.EqualFold(wire.B2s(got[:len(scheme)]), scheme) {
 		tok := got[len(scheme):]
 		ok := 0
 		for _, want := range g.cfg.AuthTokens { // no early exit: constant time over the set
@@ -224,7 +231,7 @@ func (g *guard) inbound(ctx *fasthttp.RequestCtx) bool {
 			return true
 		}
 	}
-	WriteError(ctx, fasthttp.StatusUnauthorized, CodeUnauthorized, RequestID(ctx.PostBody(), g.cfg.MaxJSONDepth),
+	wire.WriteError(ctx, fasthttp.StatusUnauthorized, wire.CodeUnauthorized, RequestID(ctx.PostBody(), g.cfg.MaxJSONDepth),
 		"Unauthorized: a valid bearer token is required")
 	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="mcpheal"`)
 	return false
@@ -232,26 +239,26 @@ func (g *guard) inbound(ctx *fasthttp.RequestCtx) bool {
 
 // isStatelessEra reports traffic of MCP 2026-07-28 or later, which has no
 // sessions: a server/discover probe or an explicit new protocol version.
-func isStatelessEra(h *fasthttp.RequestHeader, m *Message) bool {
+func isStatelessEra(h *fasthttp.RequestHeader, m *wire.Message) bool {
 	if m.Method == "server/discover" {
 		return true
 	}
-	v := h.PeekBytes(HdrProtocolVersion)
-	return len(v) == len(StatelessVersion) && B2s(v) >= StatelessVersion
+	v := h.PeekBytes(wire.HdrProtocolVersion)
+	return len(v) == len(wire.StatelessVersion) && wire.B2s(v) >= wire.StatelessVersion
 }
 
 // metaVersionName is the _meta member by which a 2026-07-28 request names
 // its protocol version.
-var metaVersionName = []byte(`"` + MetaVersionKey + `"`)
+var metaVersionName = []byte(`"` + held.MetaVersionKey + `"`)
 
 // sessionNotFound is MCP's answer to an unknown session id (2025-03-26+
 // §Session Management: 404; the agent then starts over with initialize).
 func sessionNotFound(ctx *fasthttp.RequestCtx, id string) {
-	WriteError(ctx, fasthttp.StatusNotFound, CodeSessionNotFound, id, "Session not found")
+	wire.WriteError(ctx, fasthttp.StatusNotFound, wire.CodeSessionNotFound, id, "Session not found")
 }
 
 func tooLarge(ctx *fasthttp.RequestCtx, limit int) {
-	WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, CodeInvalidRequest, "null",
+	wire.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, wire.CodeInvalidRequest, "null",
 		"Request body too large (limit "+strconv.Itoa(limit)+" bytes)")
 }
 
@@ -286,7 +293,7 @@ func RequestID(body []byte, maxDepth int) string {
 	if len(body) == 0 || !jsonDepthOK(body, maxDepth) || !gjson.ValidBytes(body) { // an id from broken JSON is no id
 		return "null"
 	}
-	id := gjson.Get(B2s(body), "id")
+	id := gjson.Get(wire.B2s(body), "id")
 	if !id.Exists() || id.Raw == "" {
 		return "null"
 	}
@@ -337,7 +344,7 @@ func (g hostGuard) AllowHost(h []byte) bool {
 	if len(h) == 0 {
 		return false
 	}
-	name := hostname(B2s(h))
+	name := hostname(wire.B2s(h))
 	return g.hosts[name] || g.hosts[strings.ToLower(name)]
 }
 
@@ -355,5 +362,5 @@ func (g hostGuard) AllowOrigin(o []byte) bool {
 }
 
 func (g hostGuard) allow(ctx *fasthttp.RequestCtx) bool {
-	return g.AllowHost(ctx.Request.Header.Host()) && g.AllowOrigin(ctx.Request.Header.PeekBytes(HdrOrigin))
+	return g.AllowHost(ctx.Request.Header.Host()) && g.AllowOrigin(ctx.Request.Header.PeekBytes(wire.HdrOrigin))
 }

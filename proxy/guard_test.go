@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // TestBadInput: each malformed request gets the proxy's own clear 4xx with a
@@ -16,7 +19,7 @@ import (
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxBody = 64 << 10 })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxBody = 64 << 10 })
 	sid := peerRawInitialize(t, url)
 	before := up.Inits()
 
@@ -54,16 +57,16 @@ func TestBadInput(t *testing.T) {
 		code   int64
 		id     string
 	}{
-		{"malformed JSON", post("application/json", sid, `{"jsonrpc":"2.0","id":1,`, nil), 400, CodeParseError, "null"},
-		{"no session id", post("application/json", "", `{"jsonrpc":"2.0","id":"n-1","method":"tools/list"}`, nil), 400, CodeInvalidRequest, `"n-1"`},
-		{"unknown session id", post("application/json", "0123456789abcdef0123456789abcdef", ping, nil), 404, CodeSessionNotFound, "41"},
-		{"wrong content type", post("text/plain", sid, ping, nil), 415, CodeInvalidRequest, "41"},
-		{"no content type", post("", sid, ping, nil), 415, CodeInvalidRequest, "41"},
-		{"GET without Accept", get(""), 406, CodeInvalidRequest, "null"},
-		{"GET wanting JSON", get("application/json"), 406, CodeInvalidRequest, "null"},
-		{"foreign Host", post("application/json", sid, ping, map[string]string{"Host": "evil.example:8787"}), 403, CodeForbidden, "41"},
-		{"foreign Origin", post("application/json", sid, ping, map[string]string{"Origin": "https://evil.example"}), 403, CodeForbidden, "41"},
-		{"PUT", func() *http.Request { r, _ := http.NewRequest(http.MethodPut, url, nil); return r }(), 405, CodeInvalidRequest, "null"},
+		{"malformed JSON", post("application/json", sid, `{"jsonrpc":"2.0","id":1,`, nil), 400, wire.CodeParseError, "null"},
+		{"no session id", post("application/json", "", `{"jsonrpc":"2.0","id":"n-1","method":"tools/list"}`, nil), 400, wire.CodeInvalidRequest, `"n-1"`},
+		{"unknown session id", post("application/json", "0123456789abcdef0123456789abcdef", ping, nil), 404, wire.CodeSessionNotFound, "41"},
+		{"wrong content type", post("text/plain", sid, ping, nil), 415, wire.CodeInvalidRequest, "41"},
+		{"no content type", post("", sid, ping, nil), 415, wire.CodeInvalidRequest, "41"},
+		{"GET without Accept", get(""), 406, wire.CodeInvalidRequest, "null"},
+		{"GET wanting JSON", get("application/json"), 406, wire.CodeInvalidRequest, "null"},
+		{"foreign Host", post("application/json", sid, ping, map[string]string{"Host": "evil.example:8787"}), 403, wire.CodeForbidden, "41"},
+		{"foreign Origin", post("application/json", sid, ping, map[string]string{"Origin": "https://evil.example"}), 403, wire.CodeForbidden, "41"},
+		{"PUT", func() *http.Request { r, _ := http.NewRequest(http.MethodPut, url, nil); return r }(), 405, wire.CodeInvalidRequest, "null"},
 	}
 	for _, tt := range tests {
 		resp, body := peerRawDo(t, tt.req)
@@ -90,7 +93,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusRequestEntityTooLarge || code != CodeInvalidRequest {
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusRequestEntityTooLarge || code != wire.CodeInvalidRequest {
 		t.Errorf("body over limit: %d %s; want 413 with a JSON-RPC error", resp.StatusCode, body)
 	}
 

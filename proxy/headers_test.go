@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // TestHopByHopHeadersDropped: hop-by-hop headers go no further than the
@@ -117,13 +121,13 @@ func TestHopByHopHeadersDropped(t *testing.T) {
 // of a name that stays (one after the deleted field, repeated) is told.
 func TestRawHeaderNames(t *testing.T) {
 	t.Parallel()
-	names := NewNameSet("Keep-Alive", "TE", "Accept-Encoding")
+	names := wire.NewNameSet("Keep-Alive", "TE", "Accept-Encoding")
 	type want struct {
 		found   uint32
 		reorder bool
 	}
 	many := "TE: 1\r\n"
-	for i := range MaxNames + 1 {
+	for i := range wire.MaxNames + 1 {
 		many += "X-" + strconv.Itoa(i) + ": 1\r\n"
 	}
 	for raw, w := range map[string]want{
@@ -142,7 +146,7 @@ func TestRawHeaderNames(t *testing.T) {
 		"TE: 1\r\nHost: a\r\nX: 1\r\nhost: b\r\n":       {2, false}, // Host is not in the list
 		many: {2, true}, // past maxNames, a repeat is assumed
 	} {
-		if f, r := RawHeaderNames([]byte(raw), names); f != w.found || r != w.reorder {
+		if f, r := wire.RawHeaderNames([]byte(raw), names); f != w.found || r != w.reorder {
 			t.Errorf("rawHeaderNames(%q) = %b, %v; want %b, %v", raw, f, r, w.found, w.reorder)
 		}
 	}
@@ -152,7 +156,7 @@ func TestRawHeaderNames(t *testing.T) {
 // nothing else is folded.
 func TestNameSetBits(t *testing.T) {
 	t.Parallel()
-	names := NewNameSet("Keep-Alive", "TE", "Mcp-Session-Id")
+	names := wire.NewNameSet("Keep-Alive", "TE", "Mcp-Session-Id")
 	for name, want := range map[string]uint32{
 		"Keep-Alive": 1, "KEEP-ALIVE": 1, "keep-alive": 1, "kEEP-aLIVE": 1,
 		"te": 2, "Te": 2, "MCP-SESSION-ID": 4,
@@ -174,7 +178,7 @@ func TestNameSetBits(t *testing.T) {
 // loses its hop-by-hop headers.
 func TestCopyRequestWithoutRawHeaders(t *testing.T) {
 	t.Parallel()
-	l := &Link{Cfg: &Config{}}
+	l := &link.Link{Cfg: &conf.Config{}}
 	var ctx fasthttp.RequestCtx
 	var r fasthttp.Request
 	r.Header.SetMethod(fasthttp.MethodPost)
@@ -220,23 +224,23 @@ func BenchmarkStripHeaders(b *testing.B) {
 	}{
 		{"request/strip", func() {
 			req.Header.CopyTo(&h)
-			StripRequestHeader(&h, ReqDropHeaders)
+			wire.StripRequestHeader(&h, wire.ReqDropHeaders)
 		}},
 		{"request/del-each", func() {
 			req.Header.CopyTo(&h)
 			h.ResetConnectionClose()
-			for _, n := range ReqDropHeaders.Names {
+			for _, n := range wire.ReqDropHeaders.Names {
 				h.Del(n)
 			}
 		}},
 		{"response/strip", func() {
 			resp.Header.CopyTo(&rh)
-			StripResponseHeader(&resp.Header, &rh, true)
+			wire.StripResponseHeader(&resp.Header, &rh, true)
 		}},
 		{"response/del-each", func() {
 			resp.Header.CopyTo(&rh)
 			rh.ResetConnectionClose()
-			for _, n := range RespDropHeaders.Names {
+			for _, n := range wire.RespDropHeaders.Names {
 				rh.Del(n)
 			}
 		}},
@@ -268,7 +272,7 @@ func TestUpcallKeepsFieldOrder(t *testing.T) {
 	}
 	changed := func(t *testing.T) *fasthttp.RequestHeader {
 		h := parsed(t)
-		h.SetBytesK(HdrSessionID, "upstream-id") // as setSessionHeader does
+		h.SetBytesK(wire.HdrSessionID, "upstream-id") // as setSessionHeader does
 		return h
 	}
 	added := func(*testing.T) *fasthttp.RequestHeader {
@@ -278,13 +282,13 @@ func TestUpcallKeepsFieldOrder(t *testing.T) {
 		}
 		return h
 	}
-	l := &Link{Cfg: &Config{}}
+	l := &link.Link{Cfg: &conf.Config{}}
 	for name, agent := range map[string]func(*testing.T) *fasthttp.RequestHeader{
 		"parsed": parsed, "changed": changed, "added": added,
 	} {
 		t.Run(name, func(t *testing.T) {
 			var req fasthttp.Request
-			l.Build(&req, &Upcall{Hdr: agent(t), Method: fasthttp.MethodGet})
+			l.Build(&req, &link.Upcall{Hdr: agent(t), Method: fasthttp.MethodGet})
 			h := &req.Header
 			if got := h.PeekAll("X-A"); len(got) != 2 || string(got[0]) != "1" || string(got[1]) != "2" {
 				t.Errorf("X-A fields %q, want 1 then 2:\n%s", got, h.String())
@@ -304,7 +308,7 @@ func TestUpcallKeepsFieldOrder(t *testing.T) {
 	}
 	// A header with no raw block, stripped of hop-by-hop fields only.
 	h := added(t)
-	StripRequestHeader(h, ReqDropHeaders)
+	wire.StripRequestHeader(h, wire.ReqDropHeaders)
 	if got := h.PeekAll("X-A"); len(got) != 2 || string(got[0]) != "1" || string(got[1]) != "2" || len(h.Peek("Keep-Alive")) > 0 {
 		t.Errorf("stripRequestHeader without a raw block: X-A %q:\n%s", got, h.String())
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -195,7 +197,7 @@ func TestReplayReadOnlyToolCall(t *testing.T) {
 func TestUpstreamDownPastBudget(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.HealTimeout = 300 * time.Millisecond })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.HealTimeout = 300 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	up.Stop()
 	start := time.Now()
@@ -203,7 +205,7 @@ func TestUpstreamDownPastBudget(t *testing.T) {
 	el := time.Since(start)
 	code, _, id := rpcError(t, body)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Retry-After") == "" ||
-		code != CodeUpstreamDown || id != `"d-1"` {
+		code != wire.CodeUpstreamDown || id != `"d-1"` {
 		t.Fatalf("upstream down: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	if el < 200*time.Millisecond || el > 2*time.Second {
@@ -250,7 +252,7 @@ func TestRecipeRefused(t *testing.T) {
 	version, epoch = "2025-03-26", 2 // "restart" with another version
 	mu.Unlock()
 	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
-	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != CodeSessionNotFound || id != "3" {
+	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != wire.CodeSessionNotFound || id != "3" {
 		t.Fatalf("recipe refused: %d %s; want 404 Session not found with id 3", resp.StatusCode, body)
 	}
 	resp, _ = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
@@ -334,7 +336,7 @@ func TestRedeployWaitedOut(t *testing.T) {
 	t.Parallel()
 	const window = 3 * time.Second
 	up := startGoSDK(t, goSDKOpts{})
-	s, url := startProxy(t, up.URL(), func(c *Config) {
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) {
 		c.HealTimeout = window
 		c.Keepalive = -1
 		c.Breaker = upstream.BreakerConfig{Threshold: 3, MinStreak: 200 * time.Millisecond}

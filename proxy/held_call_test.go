@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // Tests of a held call (held_call.go): its input rounds, who may resume
@@ -58,7 +60,7 @@ func TestHeldGathersInputRequests(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{State: true})
 	// A request left unanswered ends with its call (the server's handler
 	// with it) within response_timeout.
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.ResponseTimeout = 5 * time.Second })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.ResponseTimeout = 5 * time.Second })
 	const caps = `{"sampling":{},"elicitation":{},"roots":{}}`
 	call := `"name":"ask","arguments":{},`
 	st, first := heldPostCaps(t, url, "alice", caps, "tools/call", call, 1)
@@ -108,7 +110,7 @@ func TestHeldGathersInputRequests(t *testing.T) {
 func TestHeldAsksAside(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{State: true})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.ResponseTimeout = 5 * time.Second })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.ResponseTimeout = 5 * time.Second })
 	const caps = `{"elicitation":{}}`
 	call := `"name":"ask_aside","arguments":{},`
 	// The held session's GET stream opens in the background: until the Go

@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/route/held"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // Tests of a held session's GET stream and its listens (held_listen.go).
@@ -28,7 +32,7 @@ func TestShutdownEndsHeldListens(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	r, err := NewRouter(addr, []Config{{Upstream: up.URL(), Listen: addr, AdminListen: AdminOff}}, nopLog())
+	r, err := NewRouter(addr, []conf.Config{{Upstream: up.URL(), Listen: addr, AdminListen: conf.AdminOff}}, nopLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,34 +103,34 @@ func TestHeldListensBounded(t *testing.T) {
 		t.Parallel()
 		up := startGoSDK(t, goSDKOpts{State: true})
 		// A closed listen is noticed at its next write: a keepalive.
-		s, url := startProxy(t, up.URL(), func(c *Config) { c.StreamKeepalive = 50 * time.Millisecond })
+		s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.StreamKeepalive = 50 * time.Millisecond })
 		before := s.mem.Used.Load()
 		var open []*http.Response
-		for i := range MaxListens {
+		for i := range held.MaxListens {
 			resp, errBody := openListen(t, url, 100+i)
 			if resp == nil {
 				t.Fatalf("listen %d: %s", i, errBody)
 			}
 			open = append(open, resp)
 		}
-		if _, errBody := openListen(t, url, 999); !strings.Contains(errBody, strconv.Itoa(CodeTooMany)) {
+		if _, errBody := openListen(t, url, 999); !strings.Contains(errBody, strconv.Itoa(wire.CodeTooMany)) {
 			t.Fatalf("listen past maxListens: %q; want -32015", errBody)
 		}
-		held := s.mem.Used.Load() - before
-		if held < MaxListens*ListenCost {
-			t.Errorf("%d bytes counted for %d listens, want at least %d", held, MaxListens, MaxListens*ListenCost)
+		counted := s.mem.Used.Load() - before
+		if counted < held.MaxListens*held.ListenCost {
+			t.Errorf("%d bytes counted for %d listens, want at least %d", counted, held.MaxListens, held.MaxListens*held.ListenCost)
 		}
 		for _, resp := range open {
 			resp.Body.Close()
 		}
-		if !waitFor(5*time.Second, func() bool { return s.mem.Used.Load()-before < ListenCost }) {
-			t.Errorf("budget after the listens closed: %d bytes above the start, want < %d", s.mem.Used.Load()-before, ListenCost)
+		if !waitFor(5*time.Second, func() bool { return s.mem.Used.Load()-before < held.ListenCost }) {
+			t.Errorf("budget after the listens closed: %d bytes above the start, want < %d", s.mem.Used.Load()-before, held.ListenCost)
 		}
 	})
 	t.Run("memory budget", func(t *testing.T) {
 		t.Parallel()
 		up := startGoSDK(t, goSDKOpts{State: true})
-		_, url := startProxy(t, up.URL(), func(c *Config) { c.MemoryBudget = 6 * ListenCost })
+		_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MemoryBudget = 6 * held.ListenCost })
 		refused := ""
 		for i := range 10 {
 			if resp, errBody := openListen(t, url, 200+i); resp == nil {
@@ -134,8 +138,8 @@ func TestHeldListensBounded(t *testing.T) {
 				break
 			}
 		}
-		if !strings.Contains(refused, strconv.Itoa(CodeBudget)) {
-			t.Fatalf("listens past a budget of %d bytes: refusal %q; want -32017", 6*ListenCost, refused)
+		if !strings.Contains(refused, strconv.Itoa(wire.CodeBudget)) {
+			t.Fatalf("listens past a budget of %d bytes: refusal %q; want -32017", 6*held.ListenCost, refused)
 		}
 	})
 }
@@ -184,17 +188,17 @@ func TestHeldRefusalsBounded(t *testing.T) {
 	if st, res := heldPost(t, purl, "", "tools/list", "", 1); st != http.StatusOK {
 		t.Fatalf("tools/list: %d %s", st, res.Raw)
 	}
-	if !waitFor(5*time.Second, func() bool { return inFlight.Load() >= MaxRefusing }) {
-		t.Fatalf("%d refusals in flight, want %d", inFlight.Load(), MaxRefusing)
+	if !waitFor(5*time.Second, func() bool { return inFlight.Load() >= held.MaxRefusing }) {
+		t.Fatalf("%d refusals in flight, want %d", inFlight.Load(), held.MaxRefusing)
 	}
 	if st, res := heldPost(t, purl, "", "tools/list", "", 2); st != http.StatusOK {
 		t.Fatalf("tools/list during the flood: %d %s", st, res.Raw)
 	}
-	if m := most.Load(); m > MaxRefusing {
-		t.Errorf("%d refusals in flight at once, want at most %d", m, MaxRefusing)
+	if m := most.Load(); m > held.MaxRefusing {
+		t.Errorf("%d refusals in flight at once, want at most %d", m, held.MaxRefusing)
 	}
 	close(release)
 	if n := refusals.Load(); n >= flood {
-		t.Errorf("%d refusals for a flood of %d while %d were pending: not bounded", n, flood, MaxRefusing)
+		t.Errorf("%d refusals for a flood of %d while %d were pending: not bounded", n, flood, held.MaxRefusing)
 	}
 }

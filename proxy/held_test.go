@@ -19,6 +19,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tidwall/gjson"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/era"
+	"github.com/mcpheal/mcpheal/proxy/internal/route/held"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -57,7 +61,7 @@ func TestHeldDirectFails(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
 	cs := goSDK2026Client(t, up.URL(), nil)
-	if v := cs.InitializeResult().ProtocolVersion; v == StatelessVersion {
+	if v := cs.InitializeResult().ProtocolVersion; v == wire.StatelessVersion {
 		t.Fatalf("directly, the session-era server spoke %s: this test proves nothing", v)
 	}
 	if up.Inits() != 1 {
@@ -78,8 +82,8 @@ func TestHeldGoSDK(t *testing.T) {
 	s, url := startProxy(t, up.URL(), nil)
 	var n heldCounts
 	cs := goSDK2026Client(t, url, heldClientOpts(&n))
-	if v := cs.InitializeResult().ProtocolVersion; v != StatelessVersion {
-		t.Fatalf("through mcpheal the client speaks %q; want %s", v, StatelessVersion)
+	if v := cs.InitializeResult().ProtocolVersion; v != wire.StatelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s", v, wire.StatelessVersion)
 	}
 	if si := cs.InitializeResult().ServerInfo; si == nil || si.Name != "peer-go-sdk" {
 		t.Fatalf("server/discover's serverInfo %+v; want the upstream's", si)
@@ -297,14 +301,14 @@ func FuzzHeldTranslate(f *testing.F) {
 			return
 		}
 		in := gjson.ParseBytes(b)
-		down := Downgrade(b, `"mcpheal-call-1"`)
+		down := held.Downgrade(b, `"mcpheal-call-1"`)
 		if !gjson.ValidBytes(down) {
 			t.Fatalf("downgrade(%s) = %s: not JSON", b, down)
 		}
 		if d := gjson.ParseBytes(down); d.Get("method").Raw != in.Get("method").Raw && in.Get("method").Exists() {
 			t.Fatalf("downgrade(%s) changed the method: %s", b, down)
 		}
-		up := ModernMessage(b, "42", true)
+		up := held.ModernMessage(b, "42", true)
 		if !gjson.ValidBytes(up) {
 			t.Fatalf("modernMessage(%s) = %s: not JSON", b, up)
 		}
@@ -312,7 +316,7 @@ func FuzzHeldTranslate(f *testing.F) {
 			t.Fatalf("modernMessage(%s) = %s: not the agent's id", b, up)
 		}
 		if in.Get("method").Exists() {
-			if w := WithSubscription(b, `"listen:0"`); !gjson.ValidBytes(w) {
+			if w := held.WithSubscription(b, `"listen:0"`); !gjson.ValidBytes(w) {
 				t.Fatalf("withSubscription(%s) = %s: not JSON", b, w)
 			}
 		}
@@ -548,7 +552,7 @@ func TestHeldPassesChallenges(t *testing.T) {
 func TestHeldMaxInitBody(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxInitBody = 4096; c.MaxBody = 1 << 20 })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxInitBody = 4096; c.MaxBody = 1 << 20 })
 	big := `"x":"` + strings.Repeat("a", 8192) + `"`
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
 		`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{` + big + `}}}}`
@@ -667,7 +671,7 @@ func TestHeldSessionBelongsToCredential(t *testing.T) {
 		{"a token each: a held session each", []string{"alice-token-0123456789", "bob-token-0123456789"},
 			"alice-token-0123456789", "bob-token-0123456789", "[]"},
 	} {
-		_, url := startProxy(t, hs.URL+"/mcp", func(cfg *Config) { cfg.AuthTokens = c.tokens })
+		_, url := startProxy(t, hs.URL+"/mcp", func(cfg *conf.Config) { cfg.AuthTokens = c.tokens })
 		if st, res := heldPost(t, url, c.alice, "tools/call", `"name":"put","arguments":{"v":"alice-value"},`, 1); st != http.StatusOK {
 			t.Fatalf("%s: put: %d %s", c.name, st, res.Raw)
 		}
@@ -688,16 +692,16 @@ func TestHeldOnRealRefusal(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{Versions: []string{"2025-11-25", "2025-06-18", "2025-03-26"}})
 	direct := goSDK2026Client(t, up.URL(), nil)
-	if v := direct.InitializeResult().ProtocolVersion; v == StatelessVersion {
+	if v := direct.InitializeResult().ProtocolVersion; v == wire.StatelessVersion {
 		t.Fatalf("directly the session-era server spoke %s: this test proves nothing", v)
 	}
 	s, url := startProxy(t, up.URL(), nil)
 	cs := goSDK2026Client(t, url, nil)
-	if v := cs.InitializeResult().ProtocolVersion; v != StatelessVersion {
-		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, StatelessVersion)
+	if v := cs.InitializeResult().ProtocolVersion; v != wire.StatelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, wire.StatelessVersion)
 	}
-	if v := s.eras.V.Load(); v != EraLegacy {
-		t.Errorf("era %s, want %s", EraNames[v], EraNames[EraLegacy])
+	if v := s.eras.V.Load(); v != era.EraLegacy {
+		t.Errorf("era %s, want %s", era.EraNames[v], era.EraNames[era.EraLegacy])
 	}
 	callEcho(t, cs, "held on a real refusal")
 	if n := up.ToolCalls("echo"); n != 1 {
@@ -718,8 +722,8 @@ func TestHeldResumesPolledStream(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{EventStore: true, Polls: true})
 	_, url := startProxy(t, up.URL(), nil)
 	cs := goSDK2026Client(t, url, nil)
-	if v := cs.InitializeResult().ProtocolVersion; v != StatelessVersion {
-		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, StatelessVersion)
+	if v := cs.InitializeResult().ProtocolVersion; v != wire.StatelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, wire.StatelessVersion)
 	}
 	discovers := up.Calls("server/discover")
 	gets := func() int {
@@ -788,10 +792,10 @@ func forgetAfter(t *testing.T, upstream string, n int) string {
 func TestHeldReplayFirst(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	_, proxyURL := startProxy(t, forgetAfter(t, up.URL(), 3), func(c *Config) { c.Keepalive = -1 })
+	_, proxyURL := startProxy(t, forgetAfter(t, up.URL(), 3), func(c *conf.Config) { c.Keepalive = -1 })
 	cs := goSDK2026Client(t, proxyURL, nil)
-	if v := cs.InitializeResult().ProtocolVersion; v != StatelessVersion {
-		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, StatelessVersion)
+	if v := cs.InitializeResult().ProtocolVersion; v != wire.StatelessVersion {
+		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, wire.StatelessVersion)
 	}
 	const calls = 7
 	for i := range calls {

@@ -16,6 +16,8 @@ import (
 	"unsafe"
 
 	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -31,7 +33,7 @@ func TestNestedJSONBounded(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	resp, raw := peerRawPost(t, url, "", body)
 	runtime.ReadMemStats(&after)
-	if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != CodeInvalidRequest ||
+	if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != wire.CodeInvalidRequest ||
 		!strings.Contains(string(raw), "max_json_depth") {
 		t.Fatalf("4 MB of '[': %d %s; want 400 naming max_json_depth", resp.StatusCode, raw)
 	}
@@ -51,11 +53,11 @@ func TestNestedJSONBounded(t *testing.T) {
 func TestInitializeBodyCapped(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
-	s, url := startProxy(t, up.URL(), func(c *Config) { c.MaxInitBody = 4 << 10 })
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxInitBody = 4 << 10 })
 	fat := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"` +
 		strings.Repeat("f", 8<<10) + `","version":"1"}}}`
 	resp, raw := peerRawPost(t, url, "", fat)
-	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusRequestEntityTooLarge || code != CodeInvalidRequest ||
+	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusRequestEntityTooLarge || code != wire.CodeInvalidRequest ||
 		!strings.Contains(msg, "max_init_body") {
 		t.Fatalf("8 KiB initialize: %d %s; want 413 naming max_init_body", resp.StatusCode, raw)
 	}
@@ -77,7 +79,7 @@ func TestInitializeBodyCapped(t *testing.T) {
 func TestFloodKeepsSessionsAtWork(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxSessions = 10 })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxSessions = 10 })
 	victim := peerRawInitialize(t, url)
 	if status, _ := callTool(t, url, victim, "lookup"); status != http.StatusOK {
 		t.Fatalf("victim's first call: %d", status)
@@ -87,7 +89,7 @@ func TestFloodKeepsSessionsAtWork(t *testing.T) {
 		resp, raw := peerRawPost(t, url, "",
 			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"junk","version":"1"}}}`)
 		if code, _, _ := rpcError(t, raw); resp.StatusCode == http.StatusOK && code != 0 {
-			if code != CodeTooMany || resp.Header.Get("Retry-After") == "" {
+			if code != wire.CodeTooMany || resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("refused initialize: %s", raw)
 			}
 			refused++
@@ -111,7 +113,7 @@ func TestSessionHeaderTwice(t *testing.T) {
 	req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"lookup"}}`)
 	req.Header.Add("Mcp-Session-Id", "another")
 	resp, raw := peerRawDo(t, req)
-	if code, _, id := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != CodeInvalidRequest || id != "3" {
+	if code, _, id := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != wire.CodeInvalidRequest || id != "3" {
 		t.Fatalf("two session headers: %d %s; want 400 -32600 with id 3", resp.StatusCode, raw)
 	}
 	if n := up.Runs("lookup"); n != 0 {
@@ -139,14 +141,14 @@ func TestUpstreamSessionIDTwice(t *testing.T) {
 func TestOversizedAnswerNotReplayed(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
-	s, url := startProxy(t, up.URL(), func(c *Config) {
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) {
 		c.MaxAnswer = 1 << 20
 		c.ReplayTools = []string{"huge_json"}
 	})
 	sid := peerRawInitialize(t, url)
 	for range 3 {
 		resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
-		if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != CodeTooLarge ||
+		if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != wire.CodeTooLarge ||
 			!strings.Contains(msg, "max_answer") {
 			t.Fatalf("huge_json: %d %s; want 200 -32016 naming max_answer", resp.StatusCode, raw)
 		}
@@ -190,7 +192,7 @@ func TestEndlessSSELineStreams(t *testing.T) {
 func TestSlowAgentLetGo(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
-	s, url := startProxy(t, up.URL(), func(c *Config) {
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) {
 		c.WriteTimeout = 300 * time.Millisecond
 		c.MaxAnswer = 64 << 20
 	})
@@ -274,7 +276,7 @@ func openAuthGet(t *testing.T, url, sid, token string) *http.Response {
 func TestMemoryBudget(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
-	s, url := startProxy(t, up.URL(), func(c *Config) {
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) {
 		c.MemoryBudget = 8 << 20
 		c.MaxAnswer = 64 << 20
 	})
@@ -287,7 +289,7 @@ func TestMemoryBudget(t *testing.T) {
 		switch {
 		case resp.StatusCode == http.StatusOK && code == 0:
 			admitted = append(admitted, resp.Header.Get("Mcp-Session-Id"))
-		case resp.StatusCode == http.StatusOK && code == CodeTooMany:
+		case resp.StatusCode == http.StatusOK && code == wire.CodeTooMany:
 			if !strings.Contains(string(raw), "memory_budget") {
 				t.Fatalf("refused initialize: %s", raw)
 			}
@@ -308,7 +310,7 @@ func TestMemoryBudget(t *testing.T) {
 	}
 	// A 16 MiB answer cannot be buffered under an 8 MiB budget.
 	resp, raw := peerRawPost(t, url, admitted[0], `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
-	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != CodeBudget ||
+	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != wire.CodeBudget ||
 		!strings.Contains(msg, "memory_budget") {
 		t.Fatalf("huge answer at the budget: %d %.200s", resp.StatusCode, raw)
 	}
@@ -328,7 +330,7 @@ func TestMemoryBudget(t *testing.T) {
 // blank line, as a 32 MiB event id.
 func TestCutHeldLineNotCompleted(t *testing.T) {
 	t.Parallel()
-	er := EventRewriter{Gen: 1, Max: 1 << 10}
+	er := wire.EventRewriter{Gen: 1, Max: 1 << 10}
 	_, _, err := er.Stream(nil, []byte("id: "+strings.Repeat("x", 4<<10)))
 	if !errors.Is(err, sse.ErrTooLarge) {
 		t.Fatalf("err = %v, want ErrTooLarge", err)
@@ -352,7 +354,7 @@ func TestLogLinesBounded(t *testing.T) {
 	name := "t" + strings.Repeat("x", 1<<20)
 	relay.CutRequest(`"name":"t`) // the call is cut on its way: mcpheal logs that it did not replay it
 	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+name+`"}}`)
-	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != CodeMaybeExecuted {
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != wire.CodeMaybeExecuted {
 		t.Fatalf("tools/call cut on its way upstream: %d %.200s; want -32011", resp.StatusCode, body)
 	}
 	var named int

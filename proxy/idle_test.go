@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // TestIdleAnswerKeptAlive: a call that sends one event and then nothing for
@@ -29,7 +31,7 @@ func TestIdleAnswerKeptAlive(t *testing.T) {
 				time.Sleep(1200 * time.Millisecond)
 				streamEvents(w, resumeResult+"\n\n")
 			}, nil)
-			_, url := startProxy(t, up, func(c *Config) { c.StreamKeepalive = every })
+			_, url := startProxy(t, up, func(c *conf.Config) { c.StreamKeepalive = every })
 			relay := NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
 			relay.CloseIdle(400 * time.Millisecond)
 			sid := peerRawInitialize(t, relay.URL())

@@ -12,6 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // TestInitializeNotKeptIsDeleted: an initialize whose answer mcpheal cannot
@@ -23,13 +25,13 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name string
-		mod  func(*Config)
+		mod  func(*conf.Config)
 		held bool
 	}{
-		{"max_answer", func(c *Config) { c.MaxAnswer = 1 << 10 }, false},
-		{"memory_budget", func(c *Config) { c.MemoryBudget = 4 << 10 }, false},
-		{"held max_answer", func(c *Config) { c.MaxAnswer = 1 << 10; c.EraBridge = "auto" }, true},
-		{"held memory_budget", func(c *Config) { c.MemoryBudget = 4 << 10; c.EraBridge = "auto" }, true},
+		{"max_answer", func(c *conf.Config) { c.MaxAnswer = 1 << 10 }, false},
+		{"memory_budget", func(c *conf.Config) { c.MemoryBudget = 4 << 10 }, false},
+		{"held max_answer", func(c *conf.Config) { c.MaxAnswer = 1 << 10; c.EraBridge = "auto" }, true},
+		{"held memory_budget", func(c *conf.Config) { c.MemoryBudget = 4 << 10; c.EraBridge = "auto" }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -55,7 +57,7 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"big","version":"1"},"instructions":"%s"}}`, big)
 			}))
 			t.Cleanup(up.Close)
-			_, url := startProxy(t, up.URL+"/mcp", func(cfg *Config) { cfg.EraBridge = "off"; c.mod(cfg); cfg.Keepalive = -1 })
+			_, url := startProxy(t, up.URL+"/mcp", func(cfg *conf.Config) { cfg.EraBridge = "off"; c.mod(cfg); cfg.Keepalive = -1 })
 			for i := range 4 {
 				if c.held {
 					if st, msg := heldPost(t, url, "", "tools/list", "", i+1); st != http.StatusOK || msg.Get("error.code").Int() == 0 {
@@ -114,7 +116,7 @@ func TestChurnDeletesEverySession(t *testing.T) {
 		}
 		return created, deleted
 	}
-	_, url := startProxy(t, up.url, func(c *Config) {
+	_, url := startProxy(t, up.url, func(c *conf.Config) {
 		c.SessionTTL, c.Keepalive, c.EraBridge = 300*time.Millisecond, -1, "off"
 	})
 	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"churn"}}}`

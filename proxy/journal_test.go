@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // journalURI returns a distinct resource URI of exactly n bytes.
@@ -42,7 +44,7 @@ func subscribeBody(id int, method, uri string) string {
 func TestJournalCappedPerSession(t *testing.T) {
 	t.Parallel()
 	up := startLedger(t, false)
-	s, url := startProxy(t, up.url, func(c *Config) { c.Keepalive = -1 })
+	s, url := startProxy(t, up.url, func(c *conf.Config) { c.Keepalive = -1 })
 	before := memSettled(t, s)
 	sid := peerRawInitialize(t, url)
 	base := memSettled(t, s)
@@ -152,7 +154,7 @@ func TestJournalInMemoryBudget(t *testing.T) {
 	t.Parallel()
 	const budget = 48 << 10 // under max_journal: the budget is what refuses
 	up := startLedger(t, false)
-	s, url := startProxy(t, up.url, func(c *Config) {
+	s, url := startProxy(t, up.url, func(c *conf.Config) {
 		c.Keepalive = -1
 		c.MemoryBudget = budget
 	})
@@ -227,7 +229,7 @@ func TestJournalCapHoldsUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	const n, size = 8, 16 << 10
 	up := startLedger(t, false)
-	s, url := startProxy(t, up.url, func(c *Config) { c.Keepalive = -1 })
+	s, url := startProxy(t, up.url, func(c *conf.Config) { c.Keepalive = -1 })
 	sid := peerRawInitialize(t, url)
 	base := memSettled(t, s)
 	release := up.Hold()
@@ -288,7 +290,7 @@ func TestJournalLevelReplacedAtCap(t *testing.T) {
 	t.Parallel()
 	const size = 16 << 10
 	up := startLedger(t, false)
-	s, url := startProxy(t, up.url, func(c *Config) { c.Keepalive = -1 })
+	s, url := startProxy(t, up.url, func(c *conf.Config) { c.Keepalive = -1 })
 	sid := peerRawInitialize(t, url)
 	setLevel := func(level string) (int, gjson.Result) {
 		t.Helper()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // Tests of keepalive (keepalive.go).
@@ -19,7 +21,7 @@ func TestStateKeepalive(t *testing.T) {
 	t.Parallel()
 	const every = 100 * time.Millisecond
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.StreamKeepalive = every })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.StreamKeepalive = every })
 	sid := peerRawInitialize(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
 
@@ -98,7 +99,7 @@ func TestLargeInitializeWithoutStore(t *testing.T) {
 	t.Parallel()
 	up := startLedger(t, false)
 	keys := testKeys(1)
-	mod := func(c *Config) { c.SessionKeys = keys; c.Keepalive = -1 }
+	mod := func(c *conf.Config) { c.SessionKeys = keys; c.Keepalive = -1 }
 	a := startProxyAt(t, "127.0.0.1:0", up.url, mod)
 	addr := a.ln.Addr().String()
 	url := "http://" + addr + "/mcp"

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/era"
+	"github.com/mcpheal/mcpheal/proxy/internal/heal"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -38,7 +41,7 @@ func (s *Server) probeAtStart() {
 		return
 	}
 	v := s.eras.Detect(false, nil)
-	s.log.Info().Str("server", origin).Str("era", EraNames[v]).Msg("upstream reachable")
+	s.log.Info().Str("server", origin).Str("era", era.EraNames[v]).Msg("upstream reachable")
 }
 
 // drain waits until no request is in flight (or timeout), then ends the
@@ -91,7 +94,7 @@ func (s *Server) closeSessions(ctx context.Context) {
 			defer func() { <-sem }()
 			dl, _ := ctx.Deadline()
 			_ = s.link.DeleteNow(up, auth, dl)
-		}(up, RecipeHeader(sess).PeekBytes(HdrAuthorization))
+		}(up, heal.RecipeHeader(sess).PeekBytes(wire.HdrAuthorization))
 	}
 	wg.Wait()
 	s.Close()

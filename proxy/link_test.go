@@ -24,6 +24,11 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // TestResetIdleConnectionRetriedFresh: a middlebox that dropped an idle flow
@@ -90,7 +95,7 @@ func TestBlackholedConnectionNeverReused(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	rl.Blackhole(600 * time.Millisecond)
-	s, url := startProxy(t, rl.URL(), func(c *Config) {
+	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
 		c.MaxIdleConn = 200 * time.Millisecond
 		c.HealTimeout = healTimeout
 	})
@@ -130,7 +135,7 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 	up := startGoSDK(t, goSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	rl.Blackhole(500 * time.Millisecond)
-	s, url := startProxy(t, rl.URL(), func(c *Config) {
+	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
 		c.ResponseTimeout = respTimeout
 		c.HealTimeout = healTimeout
 		// The era check after an outage would take the pooled connection
@@ -159,8 +164,8 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 
 	time.Sleep(700 * time.Millisecond)
 	resp, body = peerRawPost(t, url, sid, echoBody("blackholed"))
-	if code, _, _ := rpcError(t, []byte(rpcAnswer(body).Raw)); resp.StatusCode != http.StatusOK || code != CodeMaybeExecuted {
-		t.Errorf("tools/call into a blackhole: %d %q, want 200 with error %d", resp.StatusCode, body, CodeMaybeExecuted)
+	if code, _, _ := rpcError(t, []byte(rpcAnswer(body).Raw)); resp.StatusCode != http.StatusOK || code != wire.CodeMaybeExecuted {
+		t.Errorf("tools/call into a blackhole: %d %q, want 200 with error %d", resp.StatusCode, body, wire.CodeMaybeExecuted)
 	}
 	if n := up.ToolCalls("echo"); n != 0 {
 		t.Errorf("upstream ran echo %d times, want 0", n)
@@ -205,12 +210,12 @@ func TestStreamedToolsListKeepsConnection(t *testing.T) {
 func TestKeepaliveLeavesGoneSessions(t *testing.T) {
 	CheckGoroutines(t)
 	up := startGoSDK(t, goSDKOpts{SessionTimeout: 600 * time.Millisecond})
-	s, url := startProxy(t, up.URL(), func(c *Config) { c.Keepalive = 900 * time.Millisecond })
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Keepalive = 900 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	first := lastUpstreamID(t, up)
 	rawEcho(t, url, sid, "before")
 
-	PeerWait(t, "a keepalive that finds the session gone", func() bool { return s.count.Keepalive[KeepaliveGone].Load() >= 1 })
+	PeerWait(t, "a keepalive that finds the session gone", func() bool { return s.count.Keepalive[obs.KeepaliveGone].Load() >= 1 })
 	if n := up.Inits(); n != 1 {
 		t.Errorf("upstream initializes before the agent's next call = %d, want 1 (the agent's own)", n)
 	}
@@ -218,10 +223,10 @@ func TestKeepaliveLeavesGoneSessions(t *testing.T) {
 	if n := up.Inits(); n != 2 {
 		t.Errorf("upstream initializes after the agent's next call = %d, want 2 (its heal)", n)
 	}
-	if n := s.count.Heals[ReasonSessionGone][OutcomeOK].Load(); n != 1 {
+	if n := s.count.Heals[obs.ReasonSessionGone][obs.OutcomeOK].Load(); n != 1 {
 		t.Errorf("heals = %d, want 1 (the agent's call)", n)
 	}
-	if n := s.count.Keepalive[KeepaliveFailed].Load(); n != 0 {
+	if n := s.count.Keepalive[obs.KeepaliveFailed].Load(); n != 0 {
 		t.Errorf("failed keepalives = %d, want 0", n)
 	}
 	var probed bool
@@ -248,7 +253,7 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 	// few hundred milliseconds does not expire the session.
 	const timeout = time.Second
 	up := startGoSDK(t, goSDKOpts{SessionTimeout: timeout})
-	s, url := startProxy(t, up.URL(), func(c *Config) { c.Keepalive = 100 * time.Millisecond })
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Keepalive = 100 * time.Millisecond })
 	cs := goSDKClient(t, url)
 	callEcho(t, cs, "first")
 	time.Sleep(3 * timeout)
@@ -263,10 +268,10 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 	if len(ids) != 1 || up.Inits() != 1 {
 		t.Errorf("upstream session ids %v and %d initializes, want one id and 1 initialize", ids, up.Inits())
 	}
-	if n := s.count.Keepalive[KeepaliveOK].Load(); n < 3 {
+	if n := s.count.Keepalive[obs.KeepaliveOK].Load(); n < 3 {
 		t.Errorf("%d keepalive pings answered over %v of quiet, want ≥ 3", n, 3*timeout)
 	}
-	if n := s.count.Keepalive[KeepaliveFailed].Load() + s.count.Keepalive[KeepaliveGone].Load(); n != 0 {
+	if n := s.count.Keepalive[obs.KeepaliveFailed].Load() + s.count.Keepalive[obs.KeepaliveGone].Load(); n != 0 {
 		t.Errorf("%d keepalives failed or healed, want 0", n)
 	}
 	if st := s.Stats(); st.Heals != 0 {
@@ -286,7 +291,7 @@ func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 	const name = "care-upstream"
 	up := startGoSDK(t, goSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
-	s, url := startProxy(t, rl.URL(), func(c *Config) {
+	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
 		c.Name = name
 		c.Keepalive = -1 // no background probe: every upstream attempt is an agent's
 		c.HealTimeout = time.Second
@@ -422,7 +427,7 @@ func TestSessionTTLDeletesUpstream(t *testing.T) {
 	CheckGoroutines(t)
 	const ttl = time.Second
 	up := startGoSDK(t, goSDKOpts{})
-	s, url := startProxy(t, up.URL(), func(c *Config) { c.SessionTTL = ttl })
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.SessionTTL = ttl })
 	sid := peerRawInitialize(t, url)
 	upID := lastUpstreamID(t, up)
 	for range 8 { // 2 s of use, twice the TTL
@@ -620,7 +625,7 @@ func carePost(t testing.TB, hc *http.Client, url, sid, body string) careAnswer {
 // breakerOpen reports whether a is the proxy's fail-fast answer.
 func (a careAnswer) breakerOpen() bool {
 	e := rpcAnswer(a.body)
-	return a.status == http.StatusOK && e.Get("error.code").Int() == CodeUpstreamDown &&
+	return a.status == http.StatusOK && e.Get("error.code").Int() == wire.CodeUpstreamDown &&
 		strings.Contains(e.Get("error.message").Str, "circuit breaker open")
 }
 
@@ -725,7 +730,7 @@ func TestRetryAfter(t *testing.T) {
 		if tc.value != "" {
 			h.Set("Retry-After", tc.value)
 		}
-		if got := RetryAfter(&h, now); got != tc.want {
+		if got := link.RetryAfter(&h, now); got != tc.want {
 			t.Errorf("retryAfter(%q) = %v, want %v", tc.value, got, tc.want)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 )
 
 // Metric descriptions. Every series carries the upstream's name.
@@ -94,7 +95,7 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	for m := range k.Requests {
 		for cl := range k.Requests[m] {
 			if v := k.Requests[m][cl].Load(); v > 0 {
-				counter(descRequests, v, MethodNames[m], classify.Class(cl).String())
+				counter(descRequests, v, obs.MethodNames[m], classify.Class(cl).String())
 			}
 		}
 	}
@@ -103,20 +104,20 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	}
 	for r := range k.Heals {
 		for o := range k.Heals[r] {
-			counter(descHeals, k.Heals[r][o].Load(), ReasonNames[r], OutcomeNames[o])
+			counter(descHeals, k.Heals[r][o].Load(), obs.ReasonNames[r], obs.OutcomeNames[o])
 		}
 	}
 	counter(descReplays, k.Replays.Load(), "done")
 	counter(descReplays, k.ReplaysRefused.Load(), "refused")
-	counter(descResumes, k.Resumes[OutcomeOK].Load(), "upstream", "ok")
-	counter(descResumes, k.Resumes[OutcomeFailed].Load(), "upstream", "failed")
-	counter(descResumes, k.AgentResumes[OutcomeOK].Load(), "agent", "ok")
-	counter(descResumes, k.AgentResumes[OutcomeFailed].Load(), "agent", "failed")
+	counter(descResumes, k.Resumes[obs.OutcomeOK].Load(), "upstream", "ok")
+	counter(descResumes, k.Resumes[obs.OutcomeFailed].Load(), "upstream", "failed")
+	counter(descResumes, k.AgentResumes[obs.OutcomeOK].Load(), "agent", "ok")
+	counter(descResumes, k.AgentResumes[obs.OutcomeFailed].Load(), "agent", "failed")
 	for r := range k.Keepalive {
-		counter(descKeepalive, k.Keepalive[r].Load(), KeepaliveNames[r])
+		counter(descKeepalive, k.Keepalive[r].Load(), obs.KeepaliveNames[r])
 	}
-	counter(descJournal, k.Journal[OutcomeOK].Load(), "ok")
-	counter(descJournal, k.Journal[OutcomeFailed].Load(), "failed")
+	counter(descJournal, k.Journal[obs.OutcomeOK].Load(), "ok")
+	counter(descJournal, k.Journal[obs.OutcomeFailed].Load(), "failed")
 	counter(descInits, k.UpstreamInits.Load())
 	counter(descDown, k.UpstreamDown.Load())
 	counter(descAgentGone, k.AgentGone.Load())

@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // The hot path counts each request by (method, class). These benchmarks are
@@ -13,9 +15,9 @@ import (
 // at scrape time (collector), instead of updating client_golang vectors per
 // request.
 func BenchmarkCountRequest(b *testing.B) {
-	m := &Message{Method: "tools/call", Id: "1"}
+	m := &wire.Message{Method: "tools/call", Id: "1"}
 	b.Run("atomics", func(b *testing.B) {
-		var c Counters
+		var c obs.Counters
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -482,7 +483,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 
 	up := startGoSDK(t, goSDKOpts{})
-	_, base, admin, _ := startRouterAdmin(t, []Config{
+	_, base, admin, _ := startRouterAdmin(t, []conf.Config{
 		{Name: "gosdk", Upstream: up.URL(), Path: "/mcp", Shared: session.NewMemShared()},
 	})
 	scrape := func() map[string]scrapeFamily {

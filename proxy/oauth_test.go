@@ -14,6 +14,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -28,8 +31,8 @@ func TestOwnDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	s := &Server{cfg: Config{Path: "/wp/mcp"}, link: &Link{Up: up}}
-	ch := &Challenges{Link: s.link, Path: s.cfg.Path}
+	s := &Server{cfg: conf.Config{Path: "/wp/mcp"}, link: &link.Link{Up: up}}
+	ch := &exchange.Challenges{Link: s.link, Path: s.cfg.Path}
 	var h fasthttp.RequestHeader
 	h.SetHost("127.0.0.1:8787")
 	for _, c := range []struct{ name, in, want string }{
@@ -87,7 +90,7 @@ func TestOwnMetadataAtCustomLocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRouter(ln.Addr().String(), []Config{{Upstream: base + "/mcp", Listen: ln.Addr().String(), AdminListen: "off"}}, nopLog())
+	r, err := NewRouter(ln.Addr().String(), []conf.Config{{Upstream: base + "/mcp", Listen: ln.Addr().String(), AdminListen: "off"}}, nopLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,13 +142,13 @@ func TestWellKnownGuarded(t *testing.T) {
 	}))
 	t.Cleanup(hs.Close)
 	base = hs.URL
-	serve := func(c Config) (*Server, string) {
+	serve := func(c conf.Config) (*Server, string) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.Upstream, c.Listen, c.AdminListen = base+"/mcp", ln.Addr().String(), "off"
-		r, err := NewRouter(ln.Addr().String(), []Config{c}, nopLog())
+		r, err := NewRouter(ln.Addr().String(), []conf.Config{c}, nopLog())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +170,7 @@ func TestWellKnownGuarded(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 
-	s, own := serve(Config{})
+	s, own := serve(conf.Config{})
 	base0 := s.mem.Used.Load()
 	if st, b := get(own, ""); st != http.StatusOK || !strings.Contains(b, `"resource":"`+own+`/mcp"`) {
 		t.Fatalf("metadata: %d %.200s; want mcpheal's URL as the resource", st, b)
@@ -181,7 +184,7 @@ func TestWellKnownGuarded(t *testing.T) {
 	}
 	PeerWait(t, "the budget to come back", func() bool { return s.mem.Used.Load() == base0 })
 
-	_, guarded := serve(Config{AuthTokens: []string{"inbound-token-0000001"}})
+	_, guarded := serve(conf.Config{AuthTokens: []string{"inbound-token-0000001"}})
 	size.Store(100)
 	if st, b := get(guarded, ""); st != http.StatusNotFound {
 		t.Errorf("metadata of an upstream behind inbound auth: %d %.200s; want 404", st, b)

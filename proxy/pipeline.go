@@ -5,6 +5,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -13,8 +16,8 @@ import (
 // → attempt (attempt.go) → answer (answer.go). A panic is answered 502
 // and never spreads.
 func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
-	r := RequestPool.Get().(*Request)
-	defer PutRequest(r)
+	r := exchange.RequestPool.Get().(*exchange.Request)
+	defer exchange.PutRequest(r)
 	defer s.recoverPanic(ctx, r)
 	defer s.armWrite(ctx.Conn()) // the answer is written after the handler
 	s.inflight.Add(1)
@@ -24,7 +27,7 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 	}
 	defer s.guard.settle(r)
 	if s.trace != nil {
-		s.trace.Start(r)
+		exchange.StartSpan(s.trace, r)
 		defer r.EndSpan()
 	}
 	s.route(ctx, r)
@@ -36,7 +39,7 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 // upstream of the session era only on the session mcpheal holds for it;
 // an agent resuming an answer mcpheal keeps is served from its log; every
 // other request passes through, its session id swapped for the upstream's.
-func (s *Server) route(ctx *fasthttp.RequestCtx, r *Request) {
+func (s *Server) route(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	switch {
 	case r.Del:
 		s.endSession(ctx, r)
@@ -47,7 +50,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *Request) {
 	case r.Msg.Method == "initialize" && r.Sess == nil:
 		s.initialize(ctx, r)
 	case r.Msg.Get && r.Sess != nil:
-		if l, seq := s.answers.Find(r.Sess.ID, r.Hdr.PeekBytes(HdrLastEventID)); l != nil {
+		if l, seq := s.answers.Find(r.Sess.ID, r.Hdr.PeekBytes(wire.HdrLastEventID)); l != nil {
 			s.streams.ServeLog(ctx, r, l, seq) // resuming an answer mcpheal keeps (answerlog.go)
 			return
 		}
@@ -65,7 +68,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *Request) {
 // under it (the exchange's outcome, attempt.run): a session-era agent's
 // request that a server now of 2026-07-28 only refused before running it
 // goes through the bridge.
-func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *Request) {
+func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	ctx.Response.Reset()
 	s.bridge.Serve(ctx, r)
 }
@@ -75,8 +78,8 @@ func (s *Server) reroute(ctx *fasthttp.RequestCtx, r *Request) {
 // heal and replay if the rules allow, or mcpheal's own error. It reports
 // true, with nothing written, when the upstream's era changed under the
 // request (attempt.run): the route stage sends it again.
-func (s *Server) forward(ctx *fasthttp.RequestCtx, r *Request) (reroute bool) {
-	a := NewAttempt(s.env, ctx, r)
+func (s *Server) forward(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute bool) {
+	a := exchange.NewAttempt(s.env, ctx, r)
 	a.Heals = r.Sess != nil
 	s.link.CopyRequest(r.Hdr, r.Body, a.Req)
 	if a.Heals && r.Msg.Method == "" && r.Msg.Id != "" && !r.Msg.Batch && !a.AnswerRoute() {
@@ -99,15 +102,15 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *Request) (reroute bool) {
 // budget, and answers with the session's id. Until the session exists the
 // request is replay-safe, so a down upstream costs latency within the heal
 // budget, not an error.
-func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *Request) {
-	a := NewAttempt(s.env, ctx, r)
+func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+	a := exchange.NewAttempt(s.env, ctx, r)
 	a.Gen = 1 // event ids are the proxy's from the first answer on (docs/streams.md "Streams")
 	s.link.CopyRequest(r.Hdr, r.Body, a.Req)
-	a.Req.Header.DelBytes(HdrSessionID)
+	a.Req.Header.DelBytes(wire.HdrSessionID)
 	s.count.UpstreamInits.Add(1)
 	a.WatchAgent()
 	out := a.Loop()
-	if out.Kind == OutUpstream {
+	if out.Kind == exchange.OutUpstream {
 		out = a.Create()
 	} else {
 		// An answer mcpheal cannot carry (past max_answer or the memory
@@ -125,7 +128,7 @@ func (s *Server) initialize(ctx *fasthttp.RequestCtx, r *Request) {
 // DELETEd with whatever answer (200, 202, 204, 404, 405 are all fine) and
 // the mapping is dropped. The agent gets 200: its session is over either
 // way.
-func (s *Server) endSession(ctx *fasthttp.RequestCtx, r *Request) {
+func (s *Server) endSession(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	if !s.sessions.End(r.Sess, true) {
 		sessionNotFound(ctx, "null") // ended meanwhile
 		return
@@ -134,7 +137,7 @@ func (s *Server) endSession(ctx *fasthttp.RequestCtx, r *Request) {
 	// did: a request racing on another replica then meets a dead one.
 	if up, _ := r.Sess.Current(); up != "" {
 		if err := s.link.DeleteNow(up, r.Auth, time.Now().Add(2*time.Second)); err != nil {
-			s.log.Debug().Str(LogUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
+			s.log.Debug().Str(obs.LogUpstreamID, up.Short()).Err(err).Msg("upstream DELETE failed")
 		}
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
@@ -149,7 +152,7 @@ func (s *Server) fleetEvent(id session.ClientID, e session.Event) {
 	switch {
 	case e.Stream:
 		if s.streams.Set.Evict(id, 0) {
-			s.log.Debug().Str(LogSession, id.Short()).Msg("GET stream handed to another process")
+			s.log.Debug().Str(obs.LogSession, id.Short()).Msg("GET stream handed to another process")
 		}
 	case e.Ended:
 		s.sessions.EndedElsewhere(id)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // Tests of the pass-through route and DELETE (pipeline.go).
@@ -64,7 +66,7 @@ func TestDeleteEndsSession(t *testing.T) {
 		return false
 	})
 	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
-	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != CodeSessionNotFound || id != "2" {
+	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != wire.CodeSessionNotFound || id != "2" {
 		t.Fatalf("after DELETE: %d %s", resp.StatusCode, body)
 	}
 }

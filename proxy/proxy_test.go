@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // testLog sends the proxy's log to t.Log, so a failing test shows what the
@@ -38,20 +40,20 @@ func (l *testLog) String() string {
 
 // startProxy serves a proxy for upstream on a 127.0.0.1 port and returns it
 // with the URL agents use. It shuts down in cleanup.
-func startProxy(t testing.TB, upstream string, mod func(*Config)) (*Server, string) {
+func startProxy(t testing.TB, upstream string, mod func(*conf.Config)) (*Server, string) {
 	t.Helper()
 	s, url, _ := startProxyLog(t, upstream, mod)
 	return s, url
 }
 
 // startProxyLog is startProxy that also returns the proxy's log.
-func startProxyLog(t testing.TB, upstream string, mod func(*Config)) (*Server, string, *testLog) {
+func startProxyLog(t testing.TB, upstream string, mod func(*conf.Config)) (*Server, string, *testLog) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Upstream: upstream, Listen: ln.Addr().String(), HealTimeout: 5 * time.Second}
+	cfg := conf.Config{Upstream: upstream, Listen: ln.Addr().String(), HealTimeout: 5 * time.Second}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -151,7 +153,7 @@ func TestAbandonedStreamClosesUpstream(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
-	s, url := startProxy(t, rl.URL(), func(c *Config) { c.ResumeWindow = 200 * time.Millisecond })
+	s, url := startProxy(t, rl.URL(), func(c *conf.Config) { c.ResumeWindow = 200 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	rawEcho(t, url, sid, "warm")
 	open := rl.Open()

@@ -21,6 +21,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -339,10 +341,10 @@ func TestToolErrorMentioningSessionNotReplayed(t *testing.T) {
 func TestGateway503AfterRunNotReplayed(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.HealTimeout = 2 * time.Second })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.HealTimeout = 2 * time.Second })
 	sid := peerRawInitialize(t, url)
 	status, ans := callTool(t, url, sid, "gw503")
-	if status != http.StatusOK || ans.Get("error.code").Int() != CodeMaybeExecuted {
+	if status != http.StatusOK || ans.Get("error.code").Int() != wire.CodeMaybeExecuted {
 		t.Fatalf("gw503: %d %s; want 200 with -32011", status, ans.Raw)
 	}
 	if n := up.Runs("gw503"); n != 1 {
@@ -388,7 +390,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"},"p\u0061rams":{"name":"crash_tool"}}`,
 	} {
 		resp, raw := peerRawPost(t, url, sid, body)
-		if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != CodeInvalidRequest {
+		if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != wire.CodeInvalidRequest {
 			t.Errorf("%s: %d %s; want 400 -32600", body, resp.StatusCode, raw)
 		}
 	}
@@ -516,14 +518,14 @@ func TestLargeSSEToolsListAcrossHeal(t *testing.T) {
 func TestStaleConnectionToolRunsOnce(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.HealTimeout = time.Second })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.HealTimeout = time.Second })
 	sid := peerRawInitialize(t, url)
 	if status, _ := callTool(t, url, sid, "lookup"); status != http.StatusOK {
 		t.Fatalf("warm-up call: %d", status)
 	}
 	time.Sleep(1200 * time.Millisecond) // past upstream's stale threshold (1 s)
 	status, ans := callTool(t, url, sid, "crash_tool")
-	if status != http.StatusOK || ans.Get("error.code").Int() != CodeMaybeExecuted {
+	if status != http.StatusOK || ans.Get("error.code").Int() != wire.CodeMaybeExecuted {
 		t.Fatalf("crash_tool: %d %s; want 200 with -32011", status, ans.Raw)
 	}
 	if n := up.Runs("crash_tool"); n != 1 {
@@ -548,7 +550,7 @@ func TestStreamCutBeforeAnswer(t *testing.T) {
 		t.Fatalf("progress_crash: %d %q; want the progress notification relayed", resp.StatusCode, raw)
 	}
 	ans := rpcAnswer(raw)
-	if ans.Get("error.code").Int() != CodeMaybeExecuted || ans.Get("id").Raw != "7" {
+	if ans.Get("error.code").Int() != wire.CodeMaybeExecuted || ans.Get("id").Raw != "7" {
 		t.Fatalf("answer %s (stream %q); want -32011 for id 7", ans.Raw, raw)
 	}
 	if n := up.Runs("progress_crash"); n != 1 {

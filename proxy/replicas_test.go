@@ -25,6 +25,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/heal"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/session/redisstore"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
@@ -106,7 +108,7 @@ func startFleet(t *testing.T, n int, up string, shared session.Shared) *replicaS
 }
 
 func (f *replicaSet) start(addr string) *proxyProcess {
-	return startProxyAt(f.t, addr, f.up, func(c *Config) {
+	return startProxyAt(f.t, addr, f.up, func(c *conf.Config) {
 		c.SessionKeys = f.keys
 		c.Shared = f.shared
 	})
@@ -619,14 +621,14 @@ func TestFleetLeaseHolderDied(t *testing.T) {
 	f := startFleet(t, 2, up.URL(), sh)
 	cs := goSDKClient(t, f.url())
 	callEcho(t, cs, "before")
-	if ok, _ := sh.Lead(context.Background(), session.ClientID(cs.ID()), 1, LeaseTTL); !ok {
+	if ok, _ := sh.Lead(context.Background(), session.ClientID(cs.ID()), 1, heal.LeaseTTL); !ok {
 		t.Fatal("could not take the lease")
 	}
 	up.Restart()
 	start := time.Now()
 	callEcho(t, cs, "after the dead leader's lease")
-	if d := time.Since(start); d < LeaseTTL-500*time.Millisecond || d > LeaseTTL+2*time.Second {
-		t.Errorf("the call took %v; want about leaseTTL (%v)", d, LeaseTTL)
+	if d := time.Since(start); d < heal.LeaseTTL-500*time.Millisecond || d > heal.LeaseTTL+2*time.Second {
+		t.Errorf("the call took %v; want about leaseTTL (%v)", d, heal.LeaseTTL)
 	}
 	if n := up.Inits(); n != 2 {
 		t.Errorf("%d upstream initializes, want 2", n)
@@ -691,7 +693,7 @@ func TestFleetHeldSession(t *testing.T) {
 		for _, sess := range f.procs[0].s.sessions.Store.Sessions() {
 			held = sess.ID
 		}
-		if held == "" || held[0] != HeldPrefix {
+		if held == "" || held[0] != heal.HeldPrefix {
 			t.Fatalf("replica 0 holds %q, want a held session", held)
 		}
 		req, _ := http.NewRequest(http.MethodPost, f.replica(0), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))

@@ -14,8 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpheal/mcpheal/session"
 	"github.com/rs/zerolog"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/heal"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
+	"github.com/mcpheal/mcpheal/session"
 )
 
 // testKeys returns a key ring string of n fresh keys.
@@ -69,7 +73,7 @@ func (l *trackingListener) cutAll() {
 	}
 }
 
-func startProxyAt(t testing.TB, addr, upstream string, mod func(*Config)) *proxyProcess {
+func startProxyAt(t testing.TB, addr, upstream string, mod func(*conf.Config)) *proxyProcess {
 	t.Helper()
 	var ln net.Listener
 	var err error
@@ -82,7 +86,7 @@ func startProxyAt(t testing.TB, addr, upstream string, mod func(*Config)) *proxy
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Upstream: upstream, Listen: ln.Addr().String(), HealTimeout: 5 * time.Second, AdminListen: "off"}
+	cfg := conf.Config{Upstream: upstream, Listen: ln.Addr().String(), HealTimeout: 5 * time.Second, AdminListen: "off"}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -125,13 +129,13 @@ func TestRestartHealsFromID(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
 	keys := testKeys(1)
-	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *Config) { c.SessionKeys = keys })
+	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *conf.Config) { c.SessionKeys = keys })
 	addr := a.ln.Addr().String()
 	cs := goSDKClient(t, "http://"+addr+"/mcp")
 	callEcho(t, cs, "before")
 	inits := up.Inits()
 	a.kill()
-	b := startProxyAt(t, addr, up.URL(), func(c *Config) { c.SessionKeys = keys })
+	b := startProxyAt(t, addr, up.URL(), func(c *conf.Config) { c.SessionKeys = keys })
 	callEcho(t, cs, "after the restart")
 	if n := up.Inits() - inits; n != 1 {
 		t.Fatalf("%d upstream initializes after the restart, want 1", n)
@@ -153,13 +157,13 @@ func TestRestartHealsFromID(t *testing.T) {
 func TestRestartWithoutTheKey(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *Config) { c.SessionKeys = testKeys(1) })
+	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *conf.Config) { c.SessionKeys = testKeys(1) })
 	addr := a.ln.Addr().String()
 	sid := peerRawInitialize(t, "http://"+addr+"/mcp")
 	a.kill()
-	startProxyAt(t, addr, up.URL(), func(c *Config) { c.SessionKeys = testKeys(1) })
+	startProxyAt(t, addr, up.URL(), func(c *conf.Config) { c.SessionKeys = testKeys(1) })
 	resp, body := peerRawPost(t, "http://"+addr+"/mcp", sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
-	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != CodeSessionNotFound {
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != wire.CodeSessionNotFound {
 		t.Fatalf("foreign-key id: %d %s; want 404 -32001", resp.StatusCode, body)
 	}
 }
@@ -170,11 +174,11 @@ func TestRotatedRingOpensOldIDs(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
 	old := testKeys(1)
-	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *Config) { c.SessionKeys = old })
+	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *conf.Config) { c.SessionKeys = old })
 	addr := a.ln.Addr().String()
 	sid := peerRawInitialize(t, "http://"+addr+"/mcp")
 	a.kill()
-	startProxyAt(t, addr, up.URL(), func(c *Config) { c.SessionKeys = testKeys(2) + "," + old })
+	startProxyAt(t, addr, up.URL(), func(c *conf.Config) { c.SessionKeys = testKeys(2) + "," + old })
 	resp, body := peerRawPost(t, "http://"+addr+"/mcp", sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	if resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
 		t.Fatalf("old id under the rotated ring: %d %s", resp.StatusCode, body)
@@ -188,7 +192,7 @@ func TestSealedIDRefusals(t *testing.T) {
 	t.Parallel()
 	up := startAuthServer(t, map[string]string{"victim-token-0001": "alice", "attacker-token-01": "mallory"})
 	keys := testKeys(1)
-	a := startProxyAt(t, "127.0.0.1:0", up.url, func(c *Config) { c.SessionKeys = keys })
+	a := startProxyAt(t, "127.0.0.1:0", up.url, func(c *conf.Config) { c.SessionKeys = keys })
 	addr := a.ln.Addr().String()
 	url := "http://" + addr + "/mcp"
 	sid := authInit(t, url, "victim-token-0001")
@@ -212,7 +216,7 @@ func TestSealedIDRefusals(t *testing.T) {
 		"another upstream's": {foreignID(t, keys), "victim-token-0001"},
 	} {
 		resp, body := authPost(t, url, c.sid, c.token, echoCall)
-		if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != CodeSessionNotFound {
+		if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != wire.CodeSessionNotFound {
 			t.Errorf("%s: %d %s; want 404 -32001", name, resp.StatusCode, body)
 		}
 	}
@@ -227,11 +231,11 @@ func TestSealedIDRefusals(t *testing.T) {
 // foreignID returns an id sealed with keys for another upstream's name.
 func foreignID(t *testing.T, keys string) string {
 	t.Helper()
-	ring, err := NewRing(keys)
+	ring, err := heal.NewRing(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := &Sessions{Cfg: &Config{Name: "another", SessionMaxAge: time.Hour}, Ring: ring}
+	ss := &heal.Sessions{Cfg: &conf.Config{Name: "another", SessionMaxAge: time.Hour}, Ring: ring}
 	id, _ := ss.Seal(nil, "2025-11-25", []byte(`{}`))
 	return string(id)
 }
@@ -239,7 +243,7 @@ func foreignID(t *testing.T, keys string) string {
 func TestNewRingRefusesBadKeys(t *testing.T) {
 	t.Parallel()
 	for _, keys := range []string{"1", "0:abc", "1:" + base64.StdEncoding.EncodeToString([]byte("short"))} {
-		if _, err := New(Config{Upstream: "http://127.0.0.1:1/mcp", SessionKeys: keys}, zerolog.Nop()); err == nil {
+		if _, err := New(conf.Config{Upstream: "http://127.0.0.1:1/mcp", SessionKeys: keys}, zerolog.Nop()); err == nil {
 			t.Errorf("New with session keys %q: no error", keys)
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 )
 
 // resumeStub is a stub upstream whose tools/call answer stream is cut by
@@ -145,7 +147,7 @@ func TestResumeServerPolling(t *testing.T) {
 	if waited < 45*time.Millisecond {
 		t.Errorf("resumed %v after the stream closed; the server asked for retry: 50 ms", waited)
 	}
-	if ok, failed := s.count.Resumes[OutcomeOK].Load(), s.count.Resumes[OutcomeFailed].Load(); ok != 1 || failed != 0 {
+	if ok, failed := s.count.Resumes[obs.OutcomeOK].Load(), s.count.Resumes[obs.OutcomeFailed].Load(); ok != 1 || failed != 0 {
 		t.Errorf("mcpheal_stream_resumes_total: ok %d, failed %d; want 1 and 0", ok, failed)
 	}
 }
@@ -209,7 +211,7 @@ func TestResumeRefused(t *testing.T) {
 	if n, g := st.posts.Load(), st.gets.Load(); n != 1 || g != 1 {
 		t.Errorf("the upstream got the call %d times and %d GETs, want 1 and 1", n, g)
 	}
-	if ok, failed := s.count.Resumes[OutcomeOK].Load(), s.count.Resumes[OutcomeFailed].Load(); ok != 0 || failed != 1 {
+	if ok, failed := s.count.Resumes[obs.OutcomeOK].Load(), s.count.Resumes[obs.OutcomeFailed].Load(); ok != 0 || failed != 1 {
 		t.Errorf("mcpheal_stream_resumes_total: ok %d, failed %d; want 0 and 1", ok, failed)
 	}
 }
@@ -281,7 +283,7 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 			// The client runs its notification handler apart from the call's
 			// answer: the last step may be handled just after it.
 			PeerWait(t, "the client to get 3 progress notifications", func() bool { return steps.Load() == 3 })
-			if ok := s.count.Resumes[OutcomeOK].Load(); ok < 1 {
+			if ok := s.count.Resumes[obs.OutcomeOK].Load(); ok < 1 {
 				t.Errorf("mcpheal_stream_resumes_total{outcome=ok} = %d, want at least 1", ok)
 			}
 		})

@@ -18,6 +18,9 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -51,7 +54,7 @@ type routeTable struct {
 	// retired servers keep answering the sessions they hold after a reload
 	// changed their upstream's settings (new sessions use the new server).
 	retired map[string][]*Server
-	configs map[string]Config // by name
+	configs map[string]conf.Config // by name
 	// adminGuard is the admin listener's DNS-rebinding check.
 	adminGuard hostGuard
 	// notFound answers a path this listener does not serve.
@@ -62,14 +65,14 @@ type routeTable struct {
 // listening on listen, with the admin listener at their AdminListen (unset
 // on all of them: the default; set on several: the same value). It listens
 // on nothing yet: see Serve, ServeAdmin and ListenAndServe.
-func NewRouter(listen string, ups []Config, log zerolog.Logger) (*Router, error) {
-	r := &Router{listen: OrStr(listen, "127.0.0.1:8787"), log: log, reg: prometheus.NewRegistry()}
+func NewRouter(listen string, ups []conf.Config, log zerolog.Logger) (*Router, error) {
+	r := &Router{listen: conf.OrStr(listen, "127.0.0.1:8787"), log: log, reg: prometheus.NewRegistry()}
 	for _, c := range ups {
 		if c.AdminListen != "" && r.admin != "" && c.AdminListen != r.admin {
 			return nil, fmt.Errorf("upstreams disagree on the admin listen address (%s, %s): there is one per process",
 				r.admin, c.AdminListen)
 		}
-		r.admin = OrStr(r.admin, c.AdminListen)
+		r.admin = conf.OrStr(r.admin, c.AdminListen)
 	}
 	r.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
 	r.reg.MustRegister(collector{r})
@@ -100,11 +103,11 @@ func NewRouter(listen string, ups []Config, log zerolog.Logger) (*Router, error)
 
 // build makes the table for ups, reusing the servers of old whose config is
 // unchanged. It registers new servers' metrics.
-func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
+func (r *Router) build(ups []conf.Config, old *routeTable) (*routeTable, error) {
 	if len(ups) == 0 {
 		return nil, errors.New("no upstreams configured")
 	}
-	t := &routeTable{byPath: map[string]*Server{}, retired: map[string][]*Server{}, configs: map[string]Config{}}
+	t := &routeTable{byPath: map[string]*Server{}, retired: map[string][]*Server{}, configs: map[string]conf.Config{}}
 	var created []*Server
 	fail := func(err error) (*routeTable, error) {
 		for _, s := range created {
@@ -131,7 +134,7 @@ func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
 		}
 		s := old.byPath[c.Path]
 		if s == nil || !reflect.DeepEqual(old.configs[c.Name], c) {
-			ns, err := New(c, r.log.With().Str(LogUpstream, c.Name).Logger())
+			ns, err := New(c, r.log.With().Str(obs.LogUpstream, c.Name).Logger())
 			if err != nil {
 				return fail(err)
 			}
@@ -150,7 +153,7 @@ func (r *Router) build(ups []Config, old *routeTable) (*routeTable, error) {
 // /<name>/mcp where mcpheal serves one upstream at /mcp) is told which. A
 // listener whose upstreams check inbound tokens names none: its paths are
 // for the agents that hold one.
-func notFoundText(configs map[string]Config) string {
+func notFoundText(configs map[string]conf.Config) string {
 	var paths []string
 	for _, c := range configs {
 		if len(c.AuthTokens) > 0 {
@@ -170,7 +173,7 @@ func reserved(path string) bool {
 // taking requests and are closed once their in-flight requests are done,
 // changed ones serve new sessions with the new settings while the old server
 // keeps its existing sessions until they end.
-func (r *Router) Reload(ups []Config) error {
+func (r *Router) Reload(ups []conf.Config) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -229,14 +232,14 @@ func (t *routeTable) names() []string {
 func (r *Router) Handler(ctx *fasthttp.RequestCtx) {
 	t := r.routes.Load()
 	path := ctx.Path()
-	if s := t.byPath[B2s(path)]; s != nil {
+	if s := t.byPath[wire.B2s(path)]; s != nil {
 		if len(t.retired) > 0 {
-			s = t.owner(s, B2s(path), ctx.Request.Header.PeekBytes(HdrSessionID))
+			s = t.owner(s, wire.B2s(path), ctx.Request.Header.PeekBytes(wire.HdrSessionID))
 		}
 		s.ServeMCP(ctx)
 		return
 	}
-	if p := B2s(path); strings.HasPrefix(p, "/.well-known/oauth-") {
+	if p := wire.B2s(path); strings.HasPrefix(p, "/.well-known/oauth-") {
 		r.wellKnown(ctx, t, p)
 		return
 	}
@@ -261,7 +264,7 @@ func (r *Router) AdminHandler(ctx *fasthttp.RequestCtx) {
 	t := r.routes.Load()
 	host := ctx.Request.Header.Host()
 	hostOK := t.adminGuard.AllowHost(host) || isIPHost(host)
-	if !hostOK || !t.adminGuard.AllowOrigin(ctx.Request.Header.PeekBytes(HdrOrigin)) {
+	if !hostOK || !t.adminGuard.AllowOrigin(ctx.Request.Header.PeekBytes(wire.HdrOrigin)) {
 		ctx.Error("forbidden: Host or Origin not allowed\n", fasthttp.StatusForbidden)
 		return
 	}
@@ -290,7 +293,7 @@ func (r *Router) newAdminGuard(t *routeTable) hostGuard {
 		extra = append(extra, c.AllowedHosts...)
 	}
 	listen := r.admin
-	if listen == AdminOff {
+	if listen == conf.AdminOff {
 		listen = ""
 	}
 	return NewHostGuard(listen, extra)
@@ -300,7 +303,7 @@ func (r *Router) newAdminGuard(t *routeTable) hostGuard {
 // port). DNS rebinding needs a name, so an address is safe to accept: it is
 // how Prometheus and the kubelet reach a pod.
 func isIPHost(h []byte) bool {
-	return len(h) > 0 && net.ParseIP(hostname(B2s(h))) != nil
+	return len(h) > 0 && net.ParseIP(hostname(wire.B2s(h))) != nil
 }
 
 // wellKnown routes OAuth discovery to the upstream whose path ends it
@@ -335,7 +338,7 @@ func (t *routeTable) owner(s *Server, path string, sid []byte) *Server {
 		return s
 	}
 	for _, old := range t.retired[path] {
-		if old.sessions.Store.Has(session.ClientID(B2s(sid))) {
+		if old.sessions.Store.Has(session.ClientID(wire.B2s(sid))) {
 			return old
 		}
 	}
@@ -395,7 +398,7 @@ func (r *Router) ServeAdmin(ln net.Listener) error {
 
 // AdminAddr is the admin listener's address, or "" when it is off.
 func (r *Router) AdminAddr() string {
-	if r.admin == AdminOff {
+	if r.admin == conf.AdminOff {
 		return ""
 	}
 	return r.admin

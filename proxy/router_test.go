@@ -11,11 +11,13 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // startRouter serves ups on a 127.0.0.1 port and returns the router and its
 // base URL.
-func startRouter(t *testing.T, ups []Config) (*Router, string) {
+func startRouter(t *testing.T, ups []conf.Config) (*Router, string) {
 	t.Helper()
 	r, base, _, _ := startRouterAdmin(t, ups)
 	return r, base
@@ -23,7 +25,7 @@ func startRouter(t *testing.T, ups []Config) (*Router, string) {
 
 // startRouterAdmin is startRouter that also serves the admin listener on
 // another 127.0.0.1 port, and returns its base URL and the router's log.
-func startRouterAdmin(t *testing.T, ups []Config) (r *Router, base, admin string, logs *testLog) {
+func startRouterAdmin(t *testing.T, ups []conf.Config) (r *Router, base, admin string, logs *testLog) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -73,7 +75,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestRouterTwoUpstreams(t *testing.T) {
 	t.Parallel()
 	a, b := startGoSDK(t, goSDKOpts{}), startMCPGo(t, true)
-	_, base := startRouter(t, []Config{
+	_, base := startRouter(t, []conf.Config{
 		{Name: "a", Upstream: a.URL(), Path: "/a/mcp"},
 		{Name: "b", Upstream: b.URL(), Path: "/b/mcp"},
 	})
@@ -92,7 +94,7 @@ func TestRouterTwoUpstreams(t *testing.T) {
 func TestReadyz(t *testing.T) {
 	t.Parallel()
 	a, b := startGoSDK(t, goSDKOpts{}), startGoSDK(t, goSDKOpts{})
-	_, base, admin, _ := startRouterAdmin(t, []Config{{Name: "alpha", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "beta", Upstream: b.URL(), Path: "/b/mcp"}})
+	_, base, admin, _ := startRouterAdmin(t, []conf.Config{{Name: "alpha", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "beta", Upstream: b.URL(), Path: "/b/mcp"}})
 	if code, body := get(t, admin+"/readyz"); code != 200 {
 		t.Fatalf("readyz: %d %q", code, body)
 	}
@@ -113,7 +115,7 @@ func TestReadyz(t *testing.T) {
 func TestMetricsAfterHeal(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	_, base, admin, _ := startRouterAdmin(t, []Config{{Name: "gosdk", Upstream: up.URL(), Path: "/mcp"}})
+	_, base, admin, _ := startRouterAdmin(t, []conf.Config{{Name: "gosdk", Upstream: up.URL(), Path: "/mcp"}})
 	sid := peerRawInitialize(t, base+"/mcp")
 	call := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"m"}}}`
 	peerRawPost(t, base+"/mcp", sid, call)
@@ -183,12 +185,12 @@ func TestMetricsAfterHeal(t *testing.T) {
 func TestRouterReload(t *testing.T) {
 	t.Parallel()
 	a, b := startGoSDK(t, goSDKOpts{}), startGoSDK(t, goSDKOpts{})
-	r, base := startRouter(t, []Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp"}})
+	r, base := startRouter(t, []conf.Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp"}})
 	sid := peerRawInitialize(t, base+"/a/mcp")
-	if err := r.Reload([]Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "a", Upstream: b.URL(), Path: "/x/mcp"}}); err == nil {
+	if err := r.Reload([]conf.Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "a", Upstream: b.URL(), Path: "/x/mcp"}}); err == nil {
 		t.Fatal("duplicate names accepted")
 	}
-	if err := r.Reload([]Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp", HealTimeout: 3 * time.Second},
+	if err := r.Reload([]conf.Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp", HealTimeout: 3 * time.Second},
 		{Name: "b", Upstream: b.URL(), Path: "/b/mcp"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +199,7 @@ func TestRouterReload(t *testing.T) {
 		t.Fatalf("session of a changed upstream after reload: %d %q", resp.StatusCode, body)
 	}
 	peerRawInitialize(t, base+"/b/mcp")
-	if err := r.Reload([]Config{{Name: "b", Upstream: b.URL(), Path: "/b/mcp"}}); err != nil {
+	if err := r.Reload([]conf.Config{{Name: "b", Upstream: b.URL(), Path: "/b/mcp"}}); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := peerRawPost(t, base+"/a/mcp", sid, ping); resp.StatusCode != 404 {
@@ -226,7 +228,7 @@ func TestShutdownWithRequestInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRouter(ln.Addr().String(), []Config{{Name: "a", Upstream: up.URL(), Path: "/mcp"}}, nopLog())
+	r, err := NewRouter(ln.Addr().String(), []conf.Config{{Name: "a", Upstream: up.URL(), Path: "/mcp"}}, nopLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,11 +268,11 @@ func TestAdminFor(t *testing.T) {
 		{"127.0.0.1:0", "127.0.0.1:0"},
 		{"127.0.0.1:65535", "127.0.0.1:0"},
 	} {
-		if got := AdminFor(c.listen); got != c.want {
+		if got := conf.AdminFor(c.listen); got != c.want {
 			t.Errorf("AdminFor(%q) = %q, want %q", c.listen, got, c.want)
 		}
 	}
-	if d := Defaults(); d.AdminListen != "127.0.0.1:8788" {
+	if d := conf.Defaults(); d.AdminListen != "127.0.0.1:8788" {
 		t.Errorf("Defaults().AdminListen = %q, want 127.0.0.1:8788", d.AdminListen)
 	}
 }

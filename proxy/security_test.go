@@ -25,6 +25,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"golang.org/x/oauth2/clientcredentials"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/upstream"
 	"github.com/mcpheal/mcpheal/upstream/login"
 )
@@ -190,7 +192,7 @@ func TestOwnedOAuthCredential(t *testing.T) {
 	up := startAuthServer(t, map[string]string{"owned-token-0001": "svc"})
 	creds := upstream.ClientCredentials(&clientcredentials.Config{ClientID: "mcpheal", ClientSecret: "client-secret-xyz", TokenURL: te.url})
 	t.Cleanup(creds.Close)
-	_, url := startProxy(t, up.url, func(c *Config) { c.Credentials = creds })
+	_, url := startProxy(t, up.url, func(c *conf.Config) { c.Credentials = creds })
 	sid := authInit(t, url, "agent-own-token-1")
 	for range 3 {
 		if resp, body := authPost(t, url, sid, "agent-own-token-1", echoCall); resp.StatusCode != 200 {
@@ -254,7 +256,7 @@ func TestLoginRefreshedMidHeal(t *testing.T) {
 	t.Cleanup(creds.Close)
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	_, url, logs := startProxyLog(t, up.url, func(c *Config) { c.Credentials = creds; c.Tracer = tp })
+	_, url, logs := startProxyLog(t, up.url, func(c *conf.Config) { c.Credentials = creds; c.Tracer = tp })
 	sid := authInit(t, url, "")
 	if resp, body := authPost(t, url, sid, "", echoCall); resp.StatusCode != 200 || refreshes.Load() != 0 {
 		t.Fatalf("call with the file's token: %d %q, %d refreshes", resp.StatusCode, body, refreshes.Load())
@@ -317,9 +319,9 @@ func TestLoginMissingNamesTheWayOut(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "login.json")
 	creds := upstream.LoginCredentials(file)
 	t.Cleanup(creds.Close)
-	_, url := startProxy(t, up.url, func(c *Config) { c.Credentials = creds })
+	_, url := startProxy(t, up.url, func(c *conf.Config) { c.Credentials = creds })
 	resp, body := authPost(t, url, "", "", secInitBody)
-	if code, msg, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != CodeCredential ||
+	if code, msg, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != wire.CodeCredential ||
 		!strings.Contains(msg, "mcpheal login -token-file "+file) {
 		t.Fatalf("without a login: %d %s", resp.StatusCode, body)
 	}
@@ -342,10 +344,10 @@ func TestLoginMissingNamesTheWayOut(t *testing.T) {
 func TestInboundAuth(t *testing.T) {
 	t.Parallel()
 	up := startDialect(t, dialectWP200)
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.AuthTokens = []string{"inbound-token-0123456789"} })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.AuthTokens = []string{"inbound-token-0123456789"} })
 	for _, tok := range []string{"", "wrong-token-000000000000"} {
 		resp, body := authPost(t, url, "", tok, secInitBody)
-		if code, _, id := rpcError(t, body); resp.StatusCode != 401 || code != CodeUnauthorized || id != "1" ||
+		if code, _, id := rpcError(t, body); resp.StatusCode != 401 || code != wire.CodeUnauthorized || id != "1" ||
 			!strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 			t.Fatalf("token %q: %d %v %s", tok, resp.StatusCode, resp.Header, body)
 		}
@@ -365,10 +367,10 @@ func TestInboundAuth(t *testing.T) {
 // explicit opt-in.
 func TestListenRequiresAuth(t *testing.T) {
 	t.Parallel()
-	if _, err := New(Config{Upstream: "http://127.0.0.1:1/mcp", Listen: "0.0.0.0:8787"}, nopLog()); err == nil {
+	if _, err := New(conf.Config{Upstream: "http://127.0.0.1:1/mcp", Listen: "0.0.0.0:8787"}, nopLog()); err == nil {
 		t.Fatal("non-loopback listen without auth accepted")
 	}
-	for _, c := range []Config{
+	for _, c := range []conf.Config{
 		{Upstream: "http://127.0.0.1:1/mcp", Listen: "0.0.0.0:8787", InsecureListen: true},
 		{Upstream: "http://127.0.0.1:1/mcp", Listen: "0.0.0.0:8787", AuthTokens: []string{"inbound-token-0123456789"}},
 		{Upstream: "http://127.0.0.1:1/mcp", Listen: "localhost:8787"},
@@ -386,7 +388,7 @@ func TestListenRequiresAuth(t *testing.T) {
 func TestSlowloris(t *testing.T) {
 	t.Parallel()
 	up := startDialect(t, dialectWP200)
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.ReadTimeout = 300 * time.Millisecond })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.ReadTimeout = 300 * time.Millisecond })
 	c, err := net.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +431,7 @@ func TestSlowloris(t *testing.T) {
 func TestIdleNewConnectionTimesOut408(t *testing.T) {
 	t.Parallel()
 	up := startDialect(t, dialectWP200)
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.ReadTimeout = 300 * time.Millisecond })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.ReadTimeout = 300 * time.Millisecond })
 	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
 	cases := []struct {
 		name, send string
@@ -472,7 +474,7 @@ func TestIdleNewConnectionTimesOut408(t *testing.T) {
 func TestHeaderTooLarge(t *testing.T) {
 	t.Parallel()
 	up := startDialect(t, dialectWP200)
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxHeaderBytes = 4096 })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxHeaderBytes = 4096 })
 	// A raw connection: the proxy answers as soon as the head overflows, and
 	// a client still writing would race that answer.
 	c, err := net.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
@@ -496,11 +498,11 @@ func TestHeaderTooLarge(t *testing.T) {
 func TestSessionAndStreamCaps(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.MaxSessionsPerCredential = 2; c.MaxStreams = 1 })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxSessionsPerCredential = 2; c.MaxStreams = 1 })
 	sid := authInit(t, url, "cap-token-00000001")
 	authInit(t, url, "cap-token-00000001")
 	resp, body := authPost(t, url, "", "cap-token-00000001", secInitBody)
-	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != CodeTooMany || resp.Header.Get("Retry-After") == "" {
+	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != wire.CodeTooMany || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("third session: %d %q, want 200 -32015 with Retry-After", resp.StatusCode, body)
 	}
 	if resp, _ := authPost(t, url, "", "cap-token-00000002", secInitBody); resp.StatusCode != 200 {
@@ -551,7 +553,7 @@ func TestWellKnownForwarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRouter(ln.Addr().String(), []Config{{Name: "a", Upstream: hs.URL + "/mcp", Path: "/mcp"}}, nopLog())
+	r, err := NewRouter(ln.Addr().String(), []conf.Config{{Name: "a", Upstream: hs.URL + "/mcp", Path: "/mcp"}}, nopLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +583,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 	creds := upstream.ClientCredentials(&clientcredentials.Config{ClientID: "mcpheal", ClientSecret: "client-secret-xyz", TokenURL: te.url})
 	t.Cleanup(creds.Close)
-	r, err := NewRouter(ln.Addr().String(), []Config{
+	r, err := NewRouter(ln.Addr().String(), []conf.Config{
 		{Name: "pass", Upstream: up.url, Path: "/mcp"},
 		{Name: "owned", Upstream: up.url, Path: "/owned/mcp", Credentials: creds},
 		{Name: "inbound", Upstream: up.url, Path: "/in/mcp", AuthTokens: []string{"inbound-secret-0123456789"}},

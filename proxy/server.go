@@ -14,6 +14,16 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/era"
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/heal"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/route/bridge"
+	"github.com/mcpheal/mcpheal/proxy/internal/route/held"
+	"github.com/mcpheal/mcpheal/proxy/internal/route/stream"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
 )
@@ -23,29 +33,29 @@ import (
 // guard (guard.go), sessions and fleet (sessions.go, fleet.go), the
 // upstream link (link.go), the healer (heal.go), the bridge (bridge.go).
 type Server struct {
-	cfg         Config
+	cfg         conf.Config
 	log         zerolog.Logger
-	count       Counters
-	mem         Budget // Config.MemoryBudget
+	count       obs.Counters
+	mem         wire.Budget // Config.MemoryBudget
 	replayTools map[string]bool
 
 	guard    *guard
-	trace    *Tracing // nil: tracing off
-	link     *Link
-	sessions *Sessions
-	healer   *Healer
-	eras     *EraState
-	bridge   *Bridge
-	held     *Held
-	env      *Env         // what the exchange, the routes and agents' streams use of the stages
-	streams  *StreamRoute // agents' GET streams
-	answers  AnswerLogs   // answers agents may resume (answerlog.go)
-	inflight atomic.Int64 // ServeMCP calls running
+	trace    *obs.Tracing // nil: tracing off
+	link     *link.Link
+	sessions *heal.Sessions
+	healer   *heal.Healer
+	eras     *era.EraState
+	bridge   *bridge.Bridge
+	held     *held.Held
+	env      *exchange.Env       // what the exchange, the routes and agents' streams use of the stages
+	streams  *stream.StreamRoute // agents' GET streams
+	answers  exchange.AnswerLogs // answers agents may resume (answerlog.go)
+	inflight atomic.Int64        // ServeMCP calls running
 
 	srvOnce sync.Once
 	srv     *fasthttp.Server // only when served alone (Serve)
 
-	bg       BgGroup       // background work: DELETEs, keepalive, pumps
+	bg       wire.BgGroup  // background work: DELETEs, keepalive, pumps
 	done     chan struct{} // closed by Close: stops backoff waits and keepalive
 	doneOnce sync.Once
 
@@ -55,27 +65,27 @@ type Server struct {
 }
 
 // New returns a Server for cfg. It does not listen yet.
-func New(cfg Config, log zerolog.Logger) (*Server, error) {
+func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 	if err := cfg.Normalize(); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	ring, err := NewRing(cfg.SessionKeys)
+	ring, err := heal.NewRing(cfg.SessionKeys)
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, replayTools: make(map[string]bool), done: make(chan struct{}), streams: &StreamRoute{}}
+	s := &Server{cfg: cfg, log: log, replayTools: make(map[string]bool), done: make(chan struct{}), streams: &stream.StreamRoute{}}
 	for _, t := range cfg.ReplayTools {
 		s.replayTools[t] = true
 	}
 	s.mem.Limit = int64(cfg.MemoryBudget)
 	s.count.Init(cfg.Name)
-	if s.link, err = NewLink(&s.cfg, &s.log, &s.count, &s.bg, s.done); err != nil {
+	if s.link, err = link.NewLink(&s.cfg, &s.log, &s.count, &s.bg, s.done); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
 	host, port, _ := net.SplitHostPort(s.link.Up.Host())
-	s.trace = NewTracing(&s.cfg, host, port)
+	s.trace = obs.NewTracing(&s.cfg, host, port)
 	s.link.Trace = s.trace
-	s.sessions = &Sessions{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Link: s.link, Ring: ring,
+	s.sessions = &heal.Sessions{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Link: s.link, Ring: ring,
 		Dead: session.NewTombstones(cfg.SessionMaxAge), Fleet: s.newFleet(), OnRelease: s.released}
 	s.sessions.Store, err = session.NewStore(session.StoreConfig{
 		MaxSessions:      cfg.MaxSessions,
@@ -88,17 +98,17 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("session store: %w", err)
 	}
 	s.guard = &guard{cfg: &s.cfg, hosts: NewHostGuard(cfg.Listen, cfg.AllowedHosts), mem: &s.mem, link: s.link, sessions: s.sessions}
-	s.healer = &Healer{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Link: s.link, Sessions: s.sessions,
+	s.healer = &heal.Healer{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Link: s.link, Sessions: s.sessions,
 		Streams: &s.streams.Set, Bg: &s.bg, Trace: s.trace}
-	s.eras = &EraState{Cfg: &s.cfg, Log: &s.log, Link: s.link, Mem: &s.mem, Bg: &s.bg}
+	s.eras = &era.EraState{Cfg: &s.cfg, Log: &s.log, Link: s.link, Mem: &s.mem, Bg: &s.bg}
 	s.link.OnRecover = s.eras.Recheck
-	s.env = &Env{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Bg: &s.bg, Done: s.done,
+	s.env = &exchange.Env{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Bg: &s.bg, Done: s.done,
 		Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
-		Answers: &s.answers, ReplayTools: s.replayTools, Challenges: &Challenges{Link: s.link, Path: s.cfg.Path}}
+		Answers: &s.answers, ReplayTools: s.replayTools, Challenges: &exchange.Challenges{Link: s.link, Path: s.cfg.Path}}
 	s.streams.Env = s.env
-	s.bridge = &Bridge{S: s.env}
-	s.held = &Held{S: s.env, Streams: &s.streams.Set, Scope: HeldScope(s.cfg.Listen), ByKey: make(map[HeldKey]*HeldEntry),
-		Hubs: make(map[*session.Session]*HeldHub)}
+	s.bridge = &bridge.Bridge{S: s.env}
+	s.held = &held.Held{S: s.env, Streams: &s.streams.Set, Scope: held.HeldScope(s.cfg.Listen), ByKey: make(map[held.HeldKey]*held.HeldEntry),
+		Hubs: make(map[*session.Session]*held.HeldHub)}
 	s.guard.eras, s.guard.held = s.eras, s.held
 	if f := s.sessions.Fleet; f != nil && f.Watcher != nil && s.bg.Add(1) {
 		go func() {
@@ -113,11 +123,11 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 }
 
 // newFleet returns the fleet of Config.Shared, or nil.
-func (s *Server) newFleet() *Fleet {
+func (s *Server) newFleet() *heal.Fleet {
 	if s.cfg.Shared == nil {
 		return nil
 	}
-	f := &Fleet{Cfg: &s.cfg, Log: &s.log, Shared: s.cfg.Shared, Sleep: s.link.Sleep}
+	f := &heal.Fleet{Cfg: &s.cfg, Log: &s.log, Shared: s.cfg.Shared, Sleep: s.link.Sleep}
 	f.Stats.Init(s.cfg.Name)
 	if w, ok := s.cfg.Shared.(session.Watcher); ok {
 		f.Watcher = w
@@ -133,7 +143,7 @@ type listenerLimits struct {
 	readTimeout        time.Duration
 }
 
-func (l *listenerLimits) add(c *Config) {
+func (l *listenerLimits) add(c *conf.Config) {
 	l.maxBody = max(l.maxBody, c.MaxBody)
 	if l.maxHeader == 0 || c.MaxHeaderBytes < l.maxHeader {
 		l.maxHeader = c.MaxHeaderBytes
@@ -231,21 +241,21 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; charset=utf-8")
 		ctx.SetBodyString("ok\n")
 	default:
-		ctx.Error(notFoundText(map[string]Config{s.cfg.Name: s.cfg}), fasthttp.StatusNotFound)
+		ctx.Error(notFoundText(map[string]conf.Config{s.cfg.Name: s.cfg}), fasthttp.StatusNotFound)
 	}
 }
 
 // recoverPanic turns a bug into a 502 for this request only (fasthttp does
 // not recover handler panics).
-func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx, r *Request) {
+func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	if p := recover(); p != nil {
 		s.count.Panics.Add(1)
 		s.log.Error().Interface("panic", p).Msg("handler panicked")
-		var m Message
+		var m wire.Message
 		if r != nil {
 			m = r.Msg // known once the guard parsed the message
 		}
-		WriteFailure(ctx, &m, Failure{Status: fasthttp.StatusBadGateway, Code: CodeProxyError, Msg: "mcpheal internal error"})
+		exchange.WriteFailure(ctx, &m, exchange.Failure{Status: fasthttp.StatusBadGateway, Code: wire.CodeProxyError, Msg: "mcpheal internal error"})
 	}
 }
 
@@ -258,7 +268,7 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 		}
 		var small *fasthttp.ErrSmallBuffer
 		if errors.As(err, &small) {
-			WriteError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, CodeInvalidRequest, "null",
+			wire.WriteError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, wire.CodeInvalidRequest, "null",
 				"Request header fields too large")
 			return
 		}
@@ -270,11 +280,11 @@ func serveError(maxBody int) func(*fasthttp.RequestCtx, error) {
 			// unused connection as the server closing it (Go's net/http
 			// drops it without a word); a 400 "malformed" there was logged
 			// by Go clients as an unsolicited response.
-			WriteError(ctx, fasthttp.StatusRequestTimeout, CodeInvalidRequest, "null",
+			wire.WriteError(ctx, fasthttp.StatusRequestTimeout, wire.CodeInvalidRequest, "null",
 				"Request Timeout: no whole request within read_timeout")
 			return
 		}
-		WriteError(ctx, fasthttp.StatusBadRequest, CodeInvalidRequest, "null", "Bad Request: malformed HTTP request")
+		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "null", "Bad Request: malformed HTTP request")
 	}
 }
 
@@ -316,4 +326,4 @@ func safeError(err error) string {
 // agent that stops reading its answer (or never started) loses its
 // connection instead of pinning the answer in memory. Streams re-arm before
 // each write; fasthttp writes a buffered answer right after the handler.
-func (s *Server) armWrite(c net.Conn) { ArmWrite(c, s.cfg.WriteTimeout) }
+func (s *Server) armWrite(c net.Conn) { wire.ArmWrite(c, s.cfg.WriteTimeout) }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // deadUpstream is an MCP endpoint URL on which nothing listens, and its
@@ -64,7 +66,7 @@ func TestOpsEndpointsOffAgentListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	const token = "ops-inbound-token-0123456789"
-	r, err := NewRouter(ln.Addr().String(), []Config{
+	r, err := NewRouter(ln.Addr().String(), []conf.Config{
 		{Name: "secret-upstream-name", Upstream: down, Path: "/mcp", AuthTokens: []string{token}},
 	}, nopLog())
 	if err != nil {
@@ -104,7 +106,7 @@ func TestAdminListener(t *testing.T) {
 	t.Parallel()
 	down, downAddr := deadUpstream(t)
 	up := startGoSDK(t, goSDKOpts{})
-	_, _, admin, _ := startRouterAdmin(t, []Config{
+	_, _, admin, _ := startRouterAdmin(t, []conf.Config{
 		{Name: "alive", Upstream: up.URL(), Path: "/a/mcp", AllowedHosts: []string{"mcpheal.internal"}},
 		{Name: "down", Upstream: down, Path: "/d/mcp", AuthTokens: []string{"admin-test-token-0123456789"}},
 	})
@@ -159,18 +161,18 @@ func TestAdminListenConfig(t *testing.T) {
 	const u = "http://127.0.0.1:1/mcp"
 	cases := []struct {
 		name   string
-		ups    []Config
+		ups    []conf.Config
 		want   string // AdminAddr
 		errHas string
 	}{
-		{"default", []Config{{Name: "a", Upstream: u, Path: "/a"}}, "127.0.0.1:8788", ""},
-		{"off", []Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "off"}}, "", ""},
-		{"set on one", []Config{{Name: "a", Upstream: u, Path: "/a"}, {Name: "b", Upstream: u, Path: "/b", AdminListen: "127.0.0.1:9999"}},
+		{"default", []conf.Config{{Name: "a", Upstream: u, Path: "/a"}}, "127.0.0.1:8788", ""},
+		{"off", []conf.Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "off"}}, "", ""},
+		{"set on one", []conf.Config{{Name: "a", Upstream: u, Path: "/a"}, {Name: "b", Upstream: u, Path: "/b", AdminListen: "127.0.0.1:9999"}},
 			"127.0.0.1:9999", ""},
-		{"disagree", []Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "127.0.0.1:9998"},
+		{"disagree", []conf.Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "127.0.0.1:9998"},
 			{Name: "b", Upstream: u, Path: "/b", AdminListen: "127.0.0.1:9999"}}, "", "disagree"},
-		{"not host:port", []Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "8788"}}, "", "want host:port"},
-		{"agent address", []Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "127.0.0.1:8787"}}, "", "agent listen"},
+		{"not host:port", []conf.Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "8788"}}, "", "want host:port"},
+		{"agent address", []conf.Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "127.0.0.1:8787"}}, "", "agent listen"},
 	}
 	for _, c := range cases {
 		r, err := NewRouter("127.0.0.1:8787", c.ups, nopLog())
@@ -189,7 +191,7 @@ func TestAdminListenConfig(t *testing.T) {
 		if got := r.AdminAddr(); got != c.want {
 			t.Errorf("%s: AdminAddr() = %q, want %q", c.name, got, c.want)
 		}
-		if err := r.Reload([]Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "127.0.0.1:7777"}}); err != nil {
+		if err := r.Reload([]conf.Config{{Name: "a", Upstream: u, Path: "/a", AdminListen: "127.0.0.1:7777"}}); err != nil {
 			t.Errorf("%s: reload: %v", c.name, err)
 		} else if got := r.AdminAddr(); got != c.want {
 			t.Errorf("%s: after a reload AdminAddr() = %q, want %q (a listener cannot move)", c.name, got, c.want)

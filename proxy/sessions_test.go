@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // TestSessionMaxAgeEndsLiveSession: with a max age of 2 s, a session pinged
@@ -27,7 +29,7 @@ func TestSessionMaxAgeEndsLiveSession(t *testing.T) {
 	ping := `{"jsonrpc":"2.0","id":2,"method":"ping"}`
 	start := func(t *testing.T) (*ledger, *Server, string, int64) {
 		up := startLedger(t, false)
-		s, url := startProxy(t, up.url, func(c *Config) {
+		s, url := startProxy(t, up.url, func(c *conf.Config) {
 			c.SessionMaxAge = maxAge
 			c.Keepalive = -1
 		})
@@ -103,7 +105,7 @@ func TestSessionMaxAgeStopsKeepalive(t *testing.T) {
 	t.Parallel()
 	const maxAge = 2 * time.Second
 	up := startLedger(t, false)
-	s, url := startProxy(t, up.url, func(c *Config) {
+	s, url := startProxy(t, up.url, func(c *conf.Config) {
 		c.SessionMaxAge = maxAge
 		c.Keepalive = 200 * time.Millisecond
 	})
@@ -145,7 +147,7 @@ func TestSessionMaxAgeEndsStream(t *testing.T) {
 	t.Parallel()
 	const maxAge = 2 * time.Second
 	up := startLedger(t, false)
-	s, url := startProxy(t, up.url, func(c *Config) {
+	s, url := startProxy(t, up.url, func(c *conf.Config) {
 		c.SessionMaxAge = maxAge
 		c.Keepalive = -1
 		c.StreamKeepalive = 200 * time.Millisecond

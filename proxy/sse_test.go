@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // findResponse returns the data of the first complete event of an SSE body
@@ -24,7 +25,7 @@ func findResponse(b []byte) []byte {
 		if !ok {
 			return nil
 		}
-		if d := sse.Data(nil, ev); IsResponse(d) {
+		if d := sse.Data(nil, ev); wire.IsResponse(d) {
 			return d
 		}
 	}
@@ -47,8 +48,8 @@ func TestPeekFirst(t *testing.T) {
 			t.Parallel()
 			// One byte per Read: events straddle reads.
 			r := iotest.OneByteReader(strings.NewReader(tt.in))
-			er := EventRewriter{Gen: 1}
-			out, first, whole, ok := PeekFirst(r, &er, nil, make([]byte, 4096))
+			er := wire.EventRewriter{Gen: 1}
+			out, first, whole, ok := wire.PeekFirst(r, &er, nil, make([]byte, 4096))
 			if !ok || !whole {
 				t.Fatalf("peekFirst(%q): ok %v whole %v", tt.in, ok, whole)
 			}
@@ -56,7 +57,7 @@ func TestPeekFirst(t *testing.T) {
 			if w := strings.TrimSuffix(tt.want, "\n"); string(out) != tt.want && string(out) != w {
 				t.Fatalf("peekFirst(%q) = %q, want %q", tt.in, out, tt.want)
 			}
-			if !strings.HasSuffix(string(out), string(first)) || !HasData(first) {
+			if !strings.HasSuffix(string(out), string(first)) || !wire.HasData(first) {
 				t.Fatalf("first event %q is not the last of %q", first, tt.want)
 			}
 		})
@@ -68,12 +69,12 @@ func TestPeekFirst(t *testing.T) {
 func TestPeekFirstNoAnswer(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{"", "id: 1\ndata: \n\n", ": keepalive\n\n", "data: {\"partial"} {
-		if _, _, _, ok := PeekFirst(strings.NewReader(in), &EventRewriter{}, nil, make([]byte, 64)); ok {
+		if _, _, _, ok := wire.PeekFirst(strings.NewReader(in), &wire.EventRewriter{}, nil, make([]byte, 64)); ok {
 			t.Errorf("peekFirst(%q) found an answer", in)
 		}
 	}
 	r := io.MultiReader(strings.NewReader("data: {"), iotest.ErrReader(io.ErrUnexpectedEOF))
-	if _, _, _, ok := PeekFirst(r, &EventRewriter{}, nil, make([]byte, 64)); ok {
+	if _, _, _, ok := wire.PeekFirst(r, &wire.EventRewriter{}, nil, make([]byte, 64)); ok {
 		t.Fatal("a cut stream gave an answer")
 	}
 }
@@ -82,10 +83,10 @@ func TestPeekFirstNoAnswer(t *testing.T) {
 // and stays in the framer whole, to be relayed as it completes.
 func TestPeekFirstLarge(t *testing.T) {
 	t.Parallel()
-	in := "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"" + strings.Repeat("a", 2*PeekLimit) + "\"}}\n\n"
-	er := EventRewriter{Gen: 1}
-	out, first, whole, ok := PeekFirst(strings.NewReader(in), &er, nil, make([]byte, 16<<10))
-	if !ok || whole || len(out) != 0 || !strings.HasPrefix(in, string(first)) || len(first) <= PeekLimit {
+	in := "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":\"" + strings.Repeat("a", 2*wire.PeekLimit) + "\"}}\n\n"
+	er := wire.EventRewriter{Gen: 1}
+	out, first, whole, ok := wire.PeekFirst(strings.NewReader(in), &er, nil, make([]byte, 16<<10))
+	if !ok || whole || len(out) != 0 || !strings.HasPrefix(in, string(first)) || len(first) <= wire.PeekLimit {
 		t.Fatalf("peekFirst: ok %v whole %v out %d first %d", ok, whole, len(out), len(first))
 	}
 }
@@ -121,7 +122,7 @@ func TestIsResponse(t *testing.T) {
 		`"result"`:                                                        false,
 		``:                                                                false,
 	} {
-		if got := IsResponse([]byte(in)); got != want {
+		if got := wire.IsResponse([]byte(in)); got != want {
 			t.Errorf("isResponse(%s) = %v, want %v", in, got, want)
 		}
 	}
@@ -137,7 +138,7 @@ func FuzzIsResponse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got := IsResponse(b)
+		got := wire.IsResponse(b)
 		if !gjson.ValidBytes(b) {
 			return
 		}

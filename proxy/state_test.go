@@ -26,6 +26,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tidwall/gjson"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -176,7 +178,7 @@ func TestStateLastEventIDGenerations(t *testing.T) {
 	t.Parallel()
 	up := startGoSDK(t, goSDKOpts{EventStore: true})
 	// A short keepalive finds a closed agent stream quickly.
-	s, url := startProxy(t, up.URL(), func(c *Config) { c.StreamKeepalive = 20 * time.Millisecond })
+	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.StreamKeepalive = 20 * time.Millisecond })
 	sid := peerRawInitialize(t, url)
 	get := func(last string) {
 		t.Helper()
@@ -284,7 +286,7 @@ func TestStateResumeCallStream(t *testing.T) {
 			if n := up.ToolCalls("slow"); n != 1 {
 				t.Errorf("the upstream ran the tool %d times, want 1", n)
 			}
-			if ok := s.count.AgentResumes[OutcomeOK].Load(); ok < 1 {
+			if ok := s.count.AgentResumes[obs.OutcomeOK].Load(); ok < 1 {
 				t.Errorf("no agent resume was served from mcpheal's log")
 			}
 			if w := tap.snapshot(); w.firstEnded {

@@ -1,5 +1,9 @@
 package proxy
 
+import (
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+)
+
 import "github.com/mcpheal/mcpheal/classify"
 
 // Stats is a snapshot of one upstream's counters.
@@ -40,8 +44,8 @@ func (s *Server) Stats() Stats {
 		}
 	}
 	for r := range c.Heals {
-		st.Heals += c.Heals[r][OutcomeOK].Load()
-		st.HealFailures += c.Heals[r][OutcomeFailed].Load() + c.Heals[r][OutcomeRefused].Load()
+		st.Heals += c.Heals[r][obs.OutcomeOK].Load()
+		st.HealFailures += c.Heals[r][obs.OutcomeFailed].Load() + c.Heals[r][obs.OutcomeRefused].Load()
 	}
 	for i := range c.Classes {
 		if v := c.Classes[i].Load(); v > 0 {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 )
 
 // startStub serves a stub upstream until the test ends and returns its MCP
@@ -119,7 +121,7 @@ func TestGetStreamKeepaliveBetweenEvents(t *testing.T) {
 		_ = rc.Flush()
 		<-r.Context().Done()
 	}, nil)
-	_, url := startProxy(t, up, func(c *Config) { c.StreamKeepalive = 50 * time.Millisecond })
+	_, url := startProxy(t, up, func(c *conf.Config) { c.StreamKeepalive = 50 * time.Millisecond })
 	resp := agentGet(t, url, peerRawInitialize(t, url))
 	br := bufio.NewReader(resp.Body)
 	var got strings.Builder
@@ -148,7 +150,7 @@ func TestGetStreamEventTooLarge(t *testing.T) {
 			strings.Repeat("x", 256<<10)+"\"}}\n\n")
 		<-r.Context().Done()
 	}, nil)
-	_, url := startProxy(t, up, func(c *Config) { c.MaxSSELine = 64 << 10 })
+	_, url := startProxy(t, up, func(c *conf.Config) { c.MaxSSELine = 64 << 10 })
 	resp := agentGet(t, url, peerRawInitialize(t, url))
 	n, _ := io.Copy(io.Discard, resp.Body) // ends when mcpheal ends the stream
 	if n >= 256<<10 {
@@ -199,7 +201,7 @@ func TestStreamed503Judged(t *testing.T) {
 		_ = http.NewResponseController(w).Flush()
 		<-r.Context().Done()
 	})
-	_, url := startProxy(t, up, func(c *Config) { c.HealTimeout = time.Second })
+	_, url := startProxy(t, up, func(c *conf.Config) { c.HealTimeout = time.Second })
 	sid := peerRawInitialize(t, url)
 	start := time.Now()
 	resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)

@@ -20,6 +20,8 @@ import (
 
 	"golang.org/x/oauth2/clientcredentials"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -85,7 +87,7 @@ func startRefusedProxy(t *testing.T, te *answeringTokenEndpoint, up string) (str
 	t.Helper()
 	creds := upstream.ClientCredentials(&clientcredentials.Config{ClientID: "mcpheal", ClientSecret: tokenRefusalSecret, TokenURL: te.url})
 	t.Cleanup(creds.Close)
-	_, url, logs := startProxyLog(t, up, func(c *Config) { c.Credentials = creds })
+	_, url, logs := startProxyLog(t, up, func(c *conf.Config) { c.Credentials = creds })
 	return url, logs
 }
 
@@ -110,7 +112,7 @@ func TestTokenEndpointRefusesClient(t *testing.T) {
 			t.Fatalf("%s: %d %s after %v, %d token requests; want 200 -32018", what, resp.StatusCode, body, took, te.calls.Load())
 		}
 		code, msg, id := rpcError(t, body)
-		if code != CodeCredential || id != "1" || !strings.Contains(msg, "401 invalid_client") {
+		if code != wire.CodeCredential || id != "1" || !strings.Contains(msg, "401 invalid_client") {
 			t.Fatalf("%s: %s; want -32018 saying the token endpoint answered 401 invalid_client", what, body)
 		}
 		if strings.Contains(msg, "circuit breaker") || strings.Contains(string(body), tokenRefusalSecret) {
@@ -172,7 +174,7 @@ func TestTokenEndpointDown(t *testing.T) {
 		t.Fatalf("initialize: %d %s after %v, %d token requests; want 200 -32018", resp.StatusCode, body, took, te.calls.Load())
 	}
 	code, msg, _ := rpcError(t, body)
-	if code != CodeCredential || strings.Contains(msg, "circuit breaker") {
+	if code != wire.CodeCredential || strings.Contains(msg, "circuit breaker") {
 		t.Fatalf("initialize: %s; want -32018", body)
 	}
 	if resp.Header.Get("Retry-After") == "" {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 	"github.com/mcpheal/mcpheal/session/seal"
 )
@@ -100,7 +101,7 @@ func TestDeletedIDOtherSpellings(t *testing.T) {
 	t.Run("alone", func(t *testing.T) {
 		t.Parallel()
 		up := startLedger(t, false)
-		_, url := startProxy(t, up.url, func(c *Config) { c.Keepalive = -1 })
+		_, url := startProxy(t, up.url, func(c *conf.Config) { c.Keepalive = -1 })
 		sid := spelledSession(t, url)
 		if status := agentDelete(t, url, sid); status != http.StatusOK {
 			t.Fatalf("DELETE: %d", status)
@@ -143,7 +144,7 @@ func TestDeletedIDSurvivesDeleteFlood(t *testing.T) {
 	up := startLedger(t, false)
 	keys := testKeys(1)
 	const host = "127.0.0.1:8787"
-	s, err := New(Config{Upstream: up.url, Listen: host, SessionKeys: keys, Keepalive: -1, AdminListen: "off",
+	s, err := New(conf.Config{Upstream: up.url, Listen: host, SessionKeys: keys, Keepalive: -1, AdminListen: "off",
 		HealTimeout: 5 * time.Second}, nopLog())
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/telemetry"
 )
 
@@ -112,7 +114,7 @@ func TestTraceOfAHeal(t *testing.T) {
 		t.Fatalf("telemetry.New = %v, %v", tp, err)
 	}
 	up := startGoSDK(t, goSDKOpts{})
-	_, url, logs := startProxyLog(t, up.URL(), func(c *Config) { c.Tracer = tp })
+	_, url, logs := startProxyLog(t, up.URL(), func(c *conf.Config) { c.Tracer = tp })
 	sid := peerRawInitialize(t, url)
 	up.ExpireSessions()
 	before := len(up.Requests())
@@ -223,7 +225,7 @@ func TestTraceFromMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.Tracer = tp })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Tracer = tp })
 	sid := peerRawInitialize(t, url)
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
 	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"traceparent":"00-`+
@@ -266,7 +268,7 @@ func TestTraceOfBridgeRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := startModern(t)
-	_, url := startProxy(t, up.url, func(c *Config) { c.Tracer = tp })
+	_, url := startProxy(t, up.url, func(c *conf.Config) { c.Tracer = tp })
 	cs, err := legacyClient(t, url, &mcp.ClientOptions{
 		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "ok"}}, nil
@@ -322,7 +324,7 @@ func TestSpanCopiesBounded(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	up := startGoSDK(t, goSDKOpts{})
-	_, url := startProxy(t, up.URL(), func(c *Config) { c.Tracer = tp; c.MaxBody = 8 << 20 })
+	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Tracer = tp; c.MaxBody = 8 << 20 })
 	sid := peerRawInitialize(t, url)
 	huge := strings.Repeat("é", 1<<19) // 1 MiB, two bytes a rune
 	peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":"`+huge+`","method":"tools/call","params":{"name":"`+huge+`","arguments":{}}}`)
@@ -332,14 +334,14 @@ func TestSpanCopiesBounded(t *testing.T) {
 		t.Fatalf("%d spans", len(ended))
 	}
 	for _, sp := range ended {
-		if n := len(sp.Name()); n > 2*MaxSpanText+8 {
+		if n := len(sp.Name()); n > 2*obs.MaxSpanText+8 {
 			t.Errorf("span name of %d bytes", n)
 		}
 		if !utf8.ValidString(sp.Name()) {
 			t.Errorf("span name cut inside a rune: %q", sp.Name())
 		}
 		for _, kv := range sp.Attributes() {
-			if n := len(kv.Value.Emit()); n > MaxSpanText+8 {
+			if n := len(kv.Value.Emit()); n > obs.MaxSpanText+8 {
 				t.Errorf("span %.40q: attribute %s of %d bytes", sp.Name(), kv.Key, n)
 			}
 		}

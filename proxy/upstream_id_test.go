@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 // bigIDUpstream is an MCP server on net/http whose initialize names the
@@ -145,7 +148,7 @@ func (u *bigIDUpstream) deleted(size int) bool {
 func capLines(logs *testLog) []string {
 	var out []string
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		if strings.Contains(line, fmt.Sprint(MaxUpstreamID)) {
+		if strings.Contains(line, fmt.Sprint(link.MaxUpstreamID)) {
 			out = append(out, line)
 		}
 	}
@@ -198,8 +201,8 @@ func TestUpstreamSessionIDTooLong(t *testing.T) {
 					c.name, resp.StatusCode, body, took, up.inits.Load())
 			}
 			code, msg, id := rpcError(t, body)
-			if code != CodeUpstreamInvalid || id != "1" || !strings.Contains(msg, "Mcp-Session-Id") || !strings.Contains(msg, fmt.Sprint(MaxUpstreamID)) {
-				t.Fatalf("initialize with a %s upstream id: %s; want -32020 naming the %d-byte cap on Mcp-Session-Id", c.name, body, MaxUpstreamID)
+			if code != wire.CodeUpstreamInvalid || id != "1" || !strings.Contains(msg, "Mcp-Session-Id") || !strings.Contains(msg, fmt.Sprint(link.MaxUpstreamID)) {
+				t.Fatalf("initialize with a %s upstream id: %s; want -32020 naming the %d-byte cap on Mcp-Session-Id", c.name, body, link.MaxUpstreamID)
 			}
 			if took > time.Second {
 				t.Errorf("the agent waited %v for the refusal; want it at once", took)
@@ -264,7 +267,7 @@ func TestHealMeetsTooLongSessionID(t *testing.T) {
 				t.Fatalf("ping when the heal meets a %s upstream id: %d %.300q after %v, %d upstream initializes; want 404",
 					c.name, resp.StatusCode, body, took, up.inits.Load()-inits)
 			}
-			if code, _, _ := rpcError(t, body); code != CodeSessionNotFound {
+			if code, _, _ := rpcError(t, body); code != wire.CodeSessionNotFound {
 				t.Fatalf("ping when the heal meets a %s upstream id: %s; want -32001", c.name, body)
 			}
 			if took > time.Second {

@@ -8,9 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcpheal/mcpheal/upstream"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
+	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // ownMetadata rewrites the upstream's protected resource metadata for the
@@ -27,9 +30,9 @@ func (s *Server) ownMetadata(h *fasthttp.RequestHeader, body []byte) []byte {
 	if !ok || rest != "" && rest[0] != '/' {
 		return body // another resource: nothing of mcpheal's
 	}
-	own := OwnOrigin(h) + rest
+	own := exchange.OwnOrigin(h) + rest
 	if rest == s.link.Up.Path() {
-		own = OwnOrigin(h) + s.cfg.Path // the upstream's URL: mcpheal's of it
+		own = exchange.OwnOrigin(h) + s.cfg.Path // the upstream's URL: mcpheal's of it
 	}
 	v, _ := json.Marshal(own)
 	var b bytes.Buffer
@@ -58,7 +61,7 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	defer s.recoverPanic(ctx, nil)
 	switch {
 	case !s.guard.hosts.allow(ctx):
-		WriteError(ctx, fasthttp.StatusForbidden, CodeForbidden, "null", "Forbidden: Host or Origin not allowed")
+		wire.WriteError(ctx, fasthttp.StatusForbidden, wire.CodeForbidden, "null", "Forbidden: Host or Origin not allowed")
 		return
 	case s.link.OwnsAuthorization():
 		ctx.Error("not found: mcpheal holds this upstream's credential; there is nothing to log in to\n", fasthttp.StatusNotFound)
@@ -72,22 +75,22 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	resp.SetMaxBody(maxMetadata)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Set("Accept", "application/json")
-	isPRM := strings.HasPrefix(path, PrmPath)
-	if p := s.env.Challenges.Prm.Load(); p != nil && path == PrmPath+s.link.Up.Path() {
+	isPRM := strings.HasPrefix(path, exchange.PrmPath)
+	if p := s.env.Challenges.Prm.Load(); p != nil && path == exchange.PrmPath+s.link.Up.Path() {
 		path = *p // the server named another location in its challenge
 	}
 	var tl *upstream.TooLargeError
 	switch err := s.link.Up.DoPath(req, resp, path, time.Now().Add(10*time.Second)); {
 	case errors.As(err, &tl):
-		WriteError(ctx, fasthttp.StatusBadGateway, CodeTooLarge, "null", "the upstream's OAuth metadata is larger than "+
+		wire.WriteError(ctx, fasthttp.StatusBadGateway, wire.CodeTooLarge, "null", "the upstream's OAuth metadata is larger than "+
 			strconv.Itoa(maxMetadata)+" bytes")
 		return
 	case errors.Is(err, upstream.ErrOverBudget):
-		WriteError(ctx, fasthttp.StatusServiceUnavailable, CodeBudget, "null", "mcpheal's memory_budget is reached; retry later")
+		wire.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeBudget, "null", "mcpheal's memory_budget is reached; retry later")
 		ctx.Response.Header.Set("Retry-After", "1")
 		return
 	case err != nil:
-		WriteError(ctx, fasthttp.StatusBadGateway, CodeUpstreamDown, "null", "upstream unreachable: "+s.link.Up.Origin())
+		wire.WriteError(ctx, fasthttp.StatusBadGateway, wire.CodeUpstreamDown, "null", "upstream unreachable: "+s.link.Up.Origin())
 		return
 	}
 	if resp.IsStream() {
@@ -99,7 +102,7 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 		body = s.ownMetadata(&ctx.Request.Header, body) // mcpheal is the resource the agent reached (oauth.go)
 	}
 	if !s.mem.Take(int64(len(body))) {
-		WriteError(ctx, fasthttp.StatusServiceUnavailable, CodeBudget, "null", "mcpheal's memory_budget is reached; retry later")
+		wire.WriteError(ctx, fasthttp.StatusServiceUnavailable, wire.CodeBudget, "null", "mcpheal's memory_budget is reached; retry later")
 		ctx.Response.Header.Set("Retry-After", "1")
 		return
 	}
@@ -107,5 +110,5 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	ctx.Response.Header.SetContentTypeBytes(resp.Header.ContentType())
 	// A copy, counted until the agent has read it: resp goes back now.
 	b := append([]byte(nil), body...)
-	ctx.Response.SetBodyStream(&BudgetBody{B: b, Mem: &s.mem, N: int64(len(b))}, len(b))
+	ctx.Response.SetBodyStream(&exchange.BudgetBody{B: b, Mem: &s.mem, N: int64(len(b))}, len(b))
 }

@@ -1,0 +1,84 @@
+package exchange
+
+import (
+	"bufio"
+	"net"
+	"time"
+
+	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
+)
+
+// agentStream writes an SSE answer that stays open to its agent: a GET
+// stream (getstream.go, or the bridge's listen) or a bridged call's rounds
+// (bridge.go). It writes whole events only, framed by the one SSE writer
+// (sse.AppendEvent), each flushed at once, each write bounded by
+// write_timeout and counted. (A POST's relayed SSE answer is the
+// upstream's own events, rewritten line by line: sseBody.)
+type AgentStream struct {
+	S    *Env
+	W    *bufio.Writer
+	Conn net.Conn
+	buf  []byte
+}
+
+// keepaliveComment keeps an idle stream's connection alive: proxies and
+// runtimes in between cut streams idle for minutes (Node's 300 s request
+// timeout), and every MCP client's SSE parser ignores comments.
+var KeepaliveComment = sse.AppendComment(nil, "keepalive")
+
+// write writes b, whole events, and flushes; false once the agent is gone.
+func (st *AgentStream) Write(b []byte) bool {
+	wire.ArmWrite(st.Conn, st.S.Cfg.WriteTimeout)
+	if _, err := st.W.Write(b); err != nil || st.W.Flush() != nil {
+		return false
+	}
+	st.S.Count.BytesOut.Add(uint64(len(b)))
+	return true
+}
+
+// event writes one JSON-RPC message as a message event.
+func (st *AgentStream) Event(msg []byte) bool {
+	st.buf = sse.AppendEvent(st.buf[:0], "message", msg)
+	return st.Write(st.buf)
+}
+
+// pump writes the events that arrive on out, and a keepalive comment
+// every StreamKeepalive, until quit closes, the server closes, or the
+// agent goes away. When done closes (the producer ended), what it queued
+// goes out, then the stream ends. head writes a comment at once, so that
+// the answer's head reaches the agent before any event (the Go SDK's
+// client waits for it).
+func (st *AgentStream) Pump(out <-chan []byte, done, quit <-chan struct{}, head bool) {
+	t := time.NewTicker(st.S.Cfg.StreamKeepalive)
+	defer t.Stop()
+	if head && !st.Write(KeepaliveComment) {
+		return
+	}
+	for {
+		var b []byte
+		select {
+		case b = <-out:
+		case <-done:
+			for {
+				select {
+				case b = <-out:
+					if !st.Write(b) {
+						return
+					}
+				default:
+					return
+				}
+			}
+		case <-t.C:
+			b = KeepaliveComment
+		case <-quit:
+			return
+		case <-st.S.Done:
+			return
+		}
+		if !st.Write(b) {
+			return
+		}
+	}
+}

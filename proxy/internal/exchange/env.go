@@ -1,0 +1,32 @@
+package exchange
+
+import (
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/era"
+	"github.com/mcpheal/mcpheal/proxy/internal/heal"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
+)
+
+import "github.com/rs/zerolog"
+
+// env is what an exchange (attempt.go) and the routes above it use of the
+// stages below: the front door makes one per upstream and hands it down,
+// and nothing below calls back up.
+type Env struct {
+	Cfg         *conf.Config
+	Log         *zerolog.Logger
+	Count       *obs.Counters
+	Mem         *wire.Budget
+	Bg          *wire.BgGroup
+	Done        <-chan struct{}
+	Link        *link.Link
+	Sessions    *heal.Sessions
+	Healer      *heal.Healer
+	Eras        *era.EraState
+	Trace       *obs.Tracing
+	Answers     *AnswerLogs     // answers agents may resume (answerlog.go)
+	ReplayTools map[string]bool // Config.ReplayTools
+	Challenges  *Challenges     // the upstream's OAuth challenges, as the agent gets them
+}

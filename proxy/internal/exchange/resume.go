@@ -1,0 +1,204 @@
+package exchange
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// Resuming an answer stream upstream (docs/streams.md "Streams"). A session-era
+// server may end a POST's event stream before its response, on purpose
+// (MCP 2025-11-25 SSE polling: a priming event with an id and retry:, then
+// the connection closed) or not (a load balancer's idle timeout, a reset):
+// either way, once an event id has passed, the rest of the answer can be
+// fetched with GET and Last-Event-ID on the same upstream session. mcpheal
+// does that itself, and the agent gets one uninterrupted stream, whatever
+// its SDK does with a closed stream. Resumption never sends the request
+// again: it asks for the events of the one exchange that was made, so the
+// replay rules do not change. Where it is impossible (no event id, the
+// session died, the server has no GET or refuses) the answer ends as
+// before, with mcpheal's error.
+
+// maxResumes bounds the resumptions of one answer stream that bring no new
+// event id: a server that closes every stream at once would otherwise be
+// asked for ever (the Go SDK's client counts the same way).
+const maxResumes = 5
+
+// upstreamStream is an attempt's upstream answer stream as every relay
+// reads it (peekFirst, finish, sseBody): the upstream response's body,
+// resumed when it ends or breaks before its response.
+type upstreamStream Attempt
+
+// Read reads the answer stream. An error that ends it is held back while
+// the bytes read with it are relayed, so that resumption is decided on
+// everything that came (a response among them needs none).
+func (us *upstreamStream) Read(p []byte) (int, error) {
+	a := (*Attempt)(us)
+	for {
+		err := a.rerr
+		if err == nil {
+			if a.quiet && a.Resp.TakeWake() {
+				return 0, wire.ErrQuiet // the route has something for its agent (held_call.go inject)
+			}
+			if a.quiet && !a.quietArmed && a.Resp.Buffered() == 0 {
+				a.quietArmed = a.Resp.SetReadDeadline(time.Now().Add(a.S.Cfg.StreamKeepalive)) == nil
+			}
+			var n int
+			n, err = a.Resp.Read(p)
+			switch {
+			case err == nil:
+				return n, nil
+			case a.quiet && (a.quietArmed || a.Resp.Woken()) && upstream.IsTimeout(err):
+				// IsTimeout last: it allocates, and a short answer's peek
+				// ends with io.EOF.
+				if n > 0 {
+					return n, nil // the deadline has passed, or a wake: the next read says so
+				}
+				a.Resp.TakeWake()
+				return 0, wire.ErrQuiet
+			case n > 0:
+				a.rerr = err
+				return n, nil
+			}
+		}
+		a.rerr = err // what every later read returns, unless resumed
+		if !us.resumable() || !us.resume(err) {
+			return 0, err
+		}
+		a.rerr = nil
+	}
+}
+
+// resumable reports whether the answer stream may be resumed upstream: a
+// request's answer on a session mcpheal holds, whose response has not
+// passed, after an event id, and nobody has given up on it.
+func (us *upstreamStream) resumable() bool {
+	a := (*Attempt)(us)
+	return a.Heals && a.resumeWhy == "" && !a.Msg.Get && !a.Msg.Batch && a.Msg.IsRequest() &&
+		!a.Rw.Answered && a.Rw.LastID != "" && !a.AgentGone()
+}
+
+// resume reopens the answer stream after cause ended it: it waits the
+// server's retry: interval, then asks for the events after the last one
+// that ended, on the same upstream session, within the heal budget. It
+// reports false when the stream cannot be resumed (a.resumeWhy says why,
+// for the agent's error).
+func (us *upstreamStream) resume(cause error) bool {
+	a := (*Attempt)(us)
+	id := a.Rw.LastID
+	if id != a.resumedAt {
+		// Progress since the last resumption (or the first): a new budget.
+		a.resumedAt, a.resumes = id, 0
+		a.resumeBy = time.Now().Add(a.S.Cfg.HealTimeout)
+	}
+	clean := errors.Is(cause, io.EOF)
+	wait := upstream.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
+	delay := time.Duration(a.Rw.RetryMs) * time.Millisecond
+	for {
+		a.resumes++
+		if a.resumes > maxResumes {
+			return us.noResume("the upstream ended it " + strconv.Itoa(maxResumes) + " times without a new event")
+		}
+		left := time.Until(a.resumeBy)
+		if delay >= left {
+			return us.noResume("the heal budget ran out before the upstream's retry interval")
+		}
+		if delay > 0 && !wire.SleepUnless(delay, nil, a.S.Done) {
+			return us.noResume("mcpheal is shutting down")
+		}
+		cls, status := us.reopen(id)
+		ev := a.S.Log.Debug()
+		if !clean {
+			ev = a.S.Log.Warn() // a break, not the server's own polling
+		}
+		ev.Str(obs.LogMethod, obs.LogText(a.Msg.Method)).Str(obs.LogTool, obs.LogText(a.Msg.Tool)).Str(obs.LogSession, a.Sess.ID.Short()).
+			AnErr("cut", cause).Int("retry_ms", a.Rw.RetryMs).Stringer(obs.LogClass, cls).Int("status", status).
+			Msg("answer stream ended before its response; asked the upstream for the rest with Last-Event-ID")
+		switch cls {
+		case classify.OK:
+			a.S.Count.Resumes[obs.OutcomeOK].Add(1)
+			a.Rw.Resumed()
+			a.quietArmed = false // a peek's deadline was the old connection's
+			return true
+		case classify.TransportDead, classify.Timeout:
+			if a.AgentGone() {
+				return us.noResume("the agent went away")
+			}
+			delay = wait.Next() // the upstream may be restarting: try again within the budget
+			continue
+		case classify.SessionGone:
+			return us.noResume("the upstream session ended (" + strconv.Itoa(status) + ")")
+		}
+		return us.noResume("the upstream refused to resume it (" + strconv.Itoa(status) + ")")
+	}
+}
+
+// noResume records why the answer stream cannot be resumed, counts it and
+// reports false.
+func (us *upstreamStream) noResume(why string) bool {
+	a := (*Attempt)(us)
+	a.S.Count.Resumes[obs.OutcomeFailed].Add(1)
+	a.resumeWhy = why
+	a.S.Log.Warn().Str(obs.LogMethod, obs.LogText(a.Msg.Method)).Str(obs.LogTool, obs.LogText(a.Msg.Tool)).Str("why", why).
+		Msg("answer stream not resumed")
+	return false
+}
+
+// reopen sends the GET that resumes the answer stream after the event
+// lastID, into a.resp, with the headers the request went with (its
+// credential, the operator's). It returns the class of the answer, OK only
+// for an event stream.
+func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
+	a := (*Attempt)(us)
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	a.S.Link.Build(req, &link.Upcall{Hdr: &a.Req.Header, Method: fasthttp.MethodGet, Session: a.up,
+		Version: a.Sess.Recipe.ProtocolVersion, LastEventID: lastID})
+	if a.head == nil {
+		// The agent's answer keeps the head of the stream it began with.
+		a.head = new(fasthttp.ResponseHeader)
+		a.Resp.Header.CopyTo(a.head)
+	}
+	a.Resp.Close()
+	a.Resp.Response.Reset()
+	// Its head is due within the heal budget, like every try of a heal.
+	err := a.S.Link.Do(req, a.Resp, a.resumeBy)
+	if err != nil {
+		cls := link.FailClass(err)
+		a.S.Link.RecordHealth(cls)
+		return cls, 0
+	}
+	status, body := a.Resp.StatusCode(), []byte(nil)
+	if !a.Resp.IsStream() {
+		body = a.Resp.Body() // a stream is judged on its head: its events are the answer's
+	}
+	cls := classify.Classify(status, a.Resp.Header.ContentType(), body)
+	a.S.Link.RecordHealth(cls)
+	if cls == classify.OK && (!a.Resp.IsStream() || status != fasthttp.StatusOK) {
+		cls = classify.Protocol // an answer, but not the stream asked for
+	}
+	return cls, status
+}
+
+// ended says how the upstream's answer stream ended before its
+// response, and why mcpheal could not resume it (resume.go).
+func (us *upstreamStream) ended() string {
+	a := (*Attempt)(us)
+	const ended = "the upstream's event stream ended before its answer"
+	switch {
+	case a.resumeWhy != "":
+		return ended + " (it could not be resumed: " + a.resumeWhy + ")"
+	case a.Heals && a.Rw.LastID == "":
+		return ended + " (no event id to resume it from)"
+	}
+	return ended
+}

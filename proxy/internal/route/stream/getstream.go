@@ -1,0 +1,393 @@
+package stream
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
+	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/upstream"
+)
+
+// getStream is an agent's standalone SSE stream (GET), held open across
+// upstream deaths (docs/streams.md "Streams and session state across a heal"):
+//
+//	agent ◀── writer: events, ": keepalive" every StreamKeepalive ──┐
+//	                                                              events
+//	upstream GET ──▶ pump: read, rewrite ids ─────────────────────┘
+//	     ▲              │ stream ended / cut
+//	     └── reopen ◀───┘ same generation: Last-Event-ID, honouring retry:
+//	                      session gone: heal, then the new session's GET
+//
+// The pump owns the upstream side, the writer the agent side; the writer
+// stops the pump when the agent goes away.
+type GetStream struct {
+	S    *exchange.Env
+	Set  *StreamSet // the streams of the upstream, this one among them
+	conn net.Conn   // the agent's connection: each write is bounded by WriteTimeout
+	Sess *session.Session
+	Hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
+	Out  chan []byte             // rewritten events, pump → writer
+	Quit chan struct{}           // closed by stop
+	Done chan struct{}           // closed when the pump has ended
+	once sync.Once
+	// resume: the agent's GET carried a Last-Event-ID of the live
+	// generation, so it resumes one upstream stream (most often a call's):
+	// it ends with that stream, is not moved across heals, and does not
+	// take the place of the standalone stream.
+	resume bool
+
+	mu   sync.Mutex // protects resp, gen
+	resp *upstream.Response
+	gen  uint64
+}
+
+// streamRoute is the route of an agent's GET: its standalone stream
+// (serve), or the resumption of an answer mcpheal keeps (serveLog). It
+// holds the streams open, which a heal moves to the new upstream session.
+type StreamRoute struct {
+	Env *exchange.Env
+	Set StreamSet
+}
+
+// serve opens the upstream GET for the agent's stream. If that first
+// open fails the agent gets the upstream's answer (405: the server has no GET
+// stream; 409: one is already open) or the proxy's own; once open, the stream
+// outlives upstream sessions.
+func (sr *StreamRoute) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute bool) {
+	s, sess := sr.Env, r.Sess
+	g := &GetStream{S: s, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader),
+		Out: make(chan []byte, 16), Quit: make(chan struct{}), Done: make(chan struct{})}
+	r.Hdr.CopyTo(g.Hdr)
+	wire.StripRequestHeader(g.Hdr, s.Link.RequestDrops())
+	s.Link.SetOperatorHeaders(g.Hdr)
+	_, gen := sess.Current()
+	agentLast := r.Hdr.PeekBytes(wire.HdrLastEventID)
+	last := wire.UpstreamEventID(agentLast, gen)
+	if len(agentLast) > 0 && last == "" {
+		s.Count.Request(&wire.Message{Get: true}, classify.OK)
+		exchange.EndResumption(ctx)
+		return false
+	}
+	g.resume = last != ""
+	// An agent opening another GET has usually abandoned its previous one
+	// (the proxy notices a departed agent only on its next write), and most
+	// servers allow one GET per session (409 otherwise): the newest wins. A
+	// GET resuming another upstream stream evicts only if the upstream
+	// refuses it.
+	evicted := !g.resume && sr.Set.Evict(sess.ID, s.Cfg.MaxStreams-1)
+	if !g.resume {
+		s.Sessions.Fleet.ClaimStream(sess) // and in the other processes of the fleet
+	}
+
+	a := exchange.NewAttempt(s, ctx, r)
+	defer a.Release()
+	a.Heals = true
+	g.Hdr.CopyTo(&a.Req.Header)
+	setLastEventID(a.Req, last)
+	ok, reroute := a.Run()
+	// The stream replaced here closes at once; one another process of the
+	// fleet holds closes when that process hears the claim, which may take
+	// longer under load: up to 2 s.
+	until := time.Now().Add(2 * time.Second)
+	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && time.Now().Before(until); try++ {
+		if !evicted && !sr.Set.Evict(sess.ID, 0) && s.Sessions.Fleet == nil {
+			break // the conflicting GET is not the proxy's
+		}
+		evicted = true
+		// The upstream has not yet seen the replaced stream's connection close.
+		if !s.Link.Sleep(min(time.Duration(try)*20*time.Millisecond, 200*time.Millisecond)) {
+			break
+		}
+		a.S.Mem.Give(a.Charged) // the refusal buffered for the agent is replaced
+		a.Charged = 0
+		a.Next()
+		ok, reroute = a.Run()
+	}
+	if !ok {
+		return reroute // run answered the agent itself (an error, or the upstream's refusal), or the era changed
+	}
+	a.Unwatch()
+	g.resp, g.gen = a.Resp, a.Gen
+	a.Resp = nil // the stream's now
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	sr.Set.Add(sess.ID, g)
+	if s.Bg.Add(1) {
+		go g.Pump()
+	} else { // closing: the stream ends at once
+		close(g.Done)
+		upstream.ReleaseResponse(g.resp)
+	}
+	g.conn = ctx.Conn()
+	ctx.SetBodyStreamWriter(g.write)
+	return false
+}
+
+// write relays events and keepalive comments to the agent until it goes
+// away or the stream is stopped.
+func (g *GetStream) write(w *bufio.Writer) {
+	defer g.Set.Remove(g.Sess.ID, g)
+	defer g.Stop()
+	out := exchange.AgentStream{S: g.S, W: w, Conn: g.conn}
+	out.Pump(g.Out, g.Done, g.Quit, true)
+}
+
+// pump reads the upstream GET stream, and when it ends opens the next one:
+// in the same session with Last-Event-ID, or after healing the session.
+func (g *GetStream) Pump() {
+	defer g.S.Bg.Done()
+	defer close(g.Done) // g.out stays open: an inject racing the end must not panic
+	defer func() {
+		if p := recover(); p != nil {
+			g.S.Count.Panics.Add(1)
+			g.S.Log.Error().Interface("panic", p).Msg("stream pump panicked")
+		}
+	}()
+	buf := make([]byte, 16<<10)
+	for {
+		g.mu.Lock()
+		resp, gen := g.resp, g.gen
+		g.mu.Unlock()
+		// Whole events only: the writer's keepalive comments and injected
+		// events then always fall between two events, and an event cut
+		// with its stream is dropped, never spliced onto the next stream.
+		er := wire.EventRewriter{Gen: gen, Fr: sse.Framer{Max: g.S.Cfg.MaxSSELine}}
+		for {
+			n, err := resp.Read(buf)
+			er.Fr.Feed(buf[:n])
+			var out []byte
+			var ferr error
+			for {
+				ev, ok, e := er.Next()
+				if e != nil || !ok {
+					ferr = e
+					break
+				}
+				out = er.Event(out, ev)
+			}
+			if len(out) > 0 && !g.send(out) {
+				break
+			}
+			if ferr != nil {
+				// An event past max_sse_line: reopening would bring it
+				// back. The agent's stream ends; its SDK decides.
+				g.S.Log.Warn().Str(obs.LogSession, g.Sess.ID.Short()).Int("limit", g.S.Cfg.MaxSSELine).
+					Msg("GET stream event too large; stream ended")
+				g.mu.Lock()
+				g.resp = nil
+				g.mu.Unlock()
+				upstream.ReleaseResponse(resp)
+				return
+			}
+			if err != nil {
+				break // ended or cut: reopen
+			}
+		}
+		g.mu.Lock()
+		g.resp = nil
+		g.mu.Unlock()
+		upstream.ReleaseResponse(resp)
+		if g.resume || !g.Reopen(er.LastID, er.RetryMs) {
+			return
+		}
+	}
+}
+
+// send queues an event for the agent; false once the stream is stopped.
+func (g *GetStream) send(ev []byte) bool {
+	select {
+	case g.Out <- ev:
+		return true
+	case <-g.Quit:
+		return false
+	}
+}
+
+// reopen opens the next upstream GET. It waits the server's retry: interval
+// (or a backoff while the upstream is down), heals a session found gone, and
+// gives up only when the stream is stopped, the session ended, or the
+// upstream says it has no GET stream.
+func (g *GetStream) Reopen(lastID string, retryMs int) bool {
+	delay := time.Duration(retryMs) * time.Millisecond
+	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	g.mu.Lock()
+	prevGen := g.gen
+	g.mu.Unlock()
+	for {
+		select {
+		case <-g.Quit:
+			return false
+		default:
+		}
+		if delay > 0 && !wire.SleepUnless(delay, g.Quit, g.S.Done) {
+			return false
+		}
+		delay = wait.Next()
+		if g.Sess.Removed() {
+			return false
+		}
+		up, gen := g.Sess.Current()
+		if gen != prevGen {
+			lastID = "" // event ids do not cross generations
+		}
+		resp, cls := g.open(up, lastID)
+		switch {
+		case resp != nil:
+			g.mu.Lock()
+			g.resp, g.gen = resp, gen
+			g.mu.Unlock()
+			return true
+		case cls == classify.SessionGone && up == "":
+			// A server without sessions has none to lose: its 404 says
+			// it has no GET stream, and a heal would only ask again.
+			return false
+		case cls == classify.SessionGone:
+			if !g.heal(gen) {
+				continue // budget spent; keep trying while the agent listens
+			}
+			delay = 0
+			wait.Reset()
+		case cls == classify.Protocol || cls == classify.Auth:
+			return false // 405, 409, 401…: the agent's SDK decides
+		}
+	}
+}
+
+// open sends one upstream GET; it returns the stream, or the class of the
+// failure.
+func (g *GetStream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
+	if ok, _ := g.S.Link.Breaker.Allow(); !ok {
+		return nil, classify.TransportDead
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	g.S.Link.Build(req, &link.Upcall{Hdr: g.Hdr, Method: fasthttp.MethodGet, Session: up, Version: g.Sess.Recipe.ProtocolVersion, LastEventID: lastID})
+	resp := upstream.AcquireResponse()
+	err := g.S.Link.Do(req, resp, time.Now().Add(g.S.Cfg.ResponseTimeout))
+	cls := classify.TransportDead
+	switch {
+	case err != nil:
+	case resp.IsStream(): // a quiet stream: judge its head only
+		cls = classify.Classify(resp.StatusCode(), resp.Header.ContentType(), nil)
+	default:
+		cls = classify.Classify(resp.StatusCode(), resp.Header.ContentType(), resp.Body())
+	}
+	g.S.Link.RecordHealth(cls)
+	if cls == classify.OK && resp.IsStream() {
+		return resp, cls
+	}
+	upstream.ReleaseResponse(resp)
+	return nil, cls
+}
+
+// heal re-creates the session under the agent's credential, as a request
+// would.
+func (g *GetStream) heal(seen uint64) bool {
+	ctx, cancel := contextWithTimeout(g.S.Cfg.HealTimeout, g.Quit)
+	defer cancel()
+	_, _, err := g.S.Healer.Heal(ctx, g.Sess, seen, obs.ReasonSessionGone, g.Hdr)
+	return err == nil
+}
+
+// reconnectBefore cuts the upstream stream if it belongs to a generation
+// older than gen; the pump then reopens on the new session.
+func (g *GetStream) reconnectBefore(gen uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.resp != nil && g.gen < gen {
+		g.resp.Interrupt()
+	}
+}
+
+// stop ends the stream: the pump and the writer return.
+func (g *GetStream) Stop() {
+	g.once.Do(func() {
+		close(g.Quit)
+		g.mu.Lock()
+		if g.resp != nil {
+			g.resp.Interrupt()
+		}
+		g.mu.Unlock()
+	})
+}
+
+// contextWithTimeout is a context that ends after d or when quit closes.
+func contextWithTimeout(d time.Duration, quit <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() { // ends with ctx, at the latest after d
+		select {
+		case <-quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func setLastEventID(req *fasthttp.Request, id string) {
+	if id == "" {
+		req.Header.DelBytes(wire.HdrLastEventID)
+		return
+	}
+	req.Header.SetBytesK(wire.HdrLastEventID, id)
+}
+
+// serveLog answers an agent's GET whose Last-Event-ID names event seq of
+// the answer logged in l: the events after it, then the rest as it comes,
+// with keepalive comments while none does, until the answer ends.
+func (sr *StreamRoute) ServeLog(ctx *fasthttp.RequestCtx, r *exchange.Request, l *exchange.AnswerLog, seq int) {
+	s := sr.Env
+	s.Count.Request(&r.Msg, classify.OK)
+	if !l.Attach() {
+		s.Count.AgentResumes[obs.OutcomeFailed].Add(1)
+		exchange.EndResumption(ctx)
+		return
+	}
+	s.Count.AgentResumes[obs.OutcomeOK].Add(1)
+	ctx.Response.Header.SetContentTypeBytes(wire.MimeEventStream)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(r.Sess.ID))
+	conn := ctx.Conn()
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer l.Detach()
+		t := time.NewTicker(s.Cfg.StreamKeepalive)
+		defer t.Stop()
+		out := exchange.AgentStream{S: s, W: w, Conn: conn}
+		var evs []byte
+		for {
+			var wake <-chan struct{}
+			var end, lost bool
+			evs, seq, wake, end, lost = l.Since(evs[:0], seq)
+			if lost {
+				s.Log.Warn().Str(obs.LogSession, r.Sess.ID.Short()).Int("resume_buffer", s.Cfg.ResumeBuffer).
+					Msg("agent resumed an answer from further back than mcpheal kept; its stream ends")
+			}
+			if len(evs) > 0 && !out.Write(evs) {
+				return
+			}
+			if end {
+				return
+			}
+			select {
+			case <-wake:
+			case <-t.C:
+				if !out.Write(exchange.KeepaliveComment) {
+					return
+				}
+			case <-s.Done:
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,114 @@
+package stream
+
+import (
+	"sync"
+	"time"
+
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// streamSet tracks the agents' standalone GET streams per session, so that
+// session events reach them: ending a session stops its streams (an
+// upstream such as the Go SDK finishes a session's DELETE only after its GET
+// stream ended), a heal moves them to the new upstream session, and the
+// proxy can tell the agent that the tool list changed.
+type StreamSet struct {
+	mu sync.Mutex // protects m
+	m  map[session.ClientID][]*GetStream
+}
+
+func (ss *StreamSet) Add(id session.ClientID, g *GetStream) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.m == nil {
+		ss.m = make(map[session.ClientID][]*GetStream)
+	}
+	ss.m[id] = append(ss.m[id], g)
+}
+
+func (ss *StreamSet) Remove(id session.ClientID, g *GetStream) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	list := ss.m[id]
+	for i, x := range list {
+		if x == g {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(ss.m, id)
+	} else {
+		ss.m[id] = list
+	}
+}
+
+func (ss *StreamSet) each(id session.ClientID, f func(*GetStream)) {
+	ss.mu.Lock()
+	list := append([]*GetStream(nil), ss.m[id]...)
+	ss.mu.Unlock()
+	for _, g := range list {
+		f(g)
+	}
+}
+
+// stop ends the session's streams for good.
+func (ss *StreamSet) Stop(id session.ClientID) { ss.each(id, (*GetStream).Stop) }
+
+// healed moves the session's streams to generation gen.
+func (ss *StreamSet) Healed(id session.ClientID, gen uint64) {
+	ss.each(id, func(g *GetStream) { g.reconnectBefore(gen) })
+}
+
+// inject sends one event to the session's streams (dropped if none is open).
+func (ss *StreamSet) Inject(id session.ClientID, event []byte) {
+	ss.each(id, func(g *GetStream) { g.send(event) })
+}
+
+// stopAll ends every stream (shutdown).
+func (ss *StreamSet) StopAll() {
+	ss.mu.Lock()
+	var all []*GetStream
+	for _, list := range ss.m {
+		all = append(all, list...)
+	}
+	ss.mu.Unlock()
+	for _, g := range all {
+		g.Stop()
+	}
+}
+
+// evict stops the session's oldest streams until at most keep remain, and
+// waits (briefly) until their upstream streams are closed. It reports
+// whether it stopped any.
+func (ss *StreamSet) Evict(id session.ClientID, keep int) bool {
+	ss.mu.Lock()
+	var list, old []*GetStream
+	for _, g := range ss.m[id] {
+		if !g.resume { // a resumed stream is another upstream stream
+			list = append(list, g)
+		}
+	}
+	if n := len(list) - max(keep, 0); n > 0 {
+		old = append(old, list[:n]...)
+	}
+	ss.mu.Unlock()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for _, g := range old {
+		g.Stop()
+		select {
+		case <-g.Done:
+		case <-t.C:
+			return true
+		}
+	}
+	return len(old) > 0
+}
+
+// count returns how many streams the session holds open.
+func (ss *StreamSet) Count(id session.ClientID) int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.m[id])
+}
