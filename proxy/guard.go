@@ -36,8 +36,8 @@ type guard struct {
 	mem      *wire.Budget
 	link     *link.Link
 	sessions *heal.Sessions
-	eras     *era.EraState
-	held     *held.Held
+	eras     *era.State
+	held     *held.Route
 }
 
 // check runs every check on one agent request and fills r, or answers the
@@ -101,7 +101,7 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 		// No session id: the session mcpheal holds for the agent's
 		// credential and client, if there is one yet (held.go).
 		r.OnHeldRoute = true
-		r.Sess = g.held.Lookup(held.HeldKeyOf(r.Auth, body))
+		r.Sess = g.held.Lookup(held.KeyOf(r.Auth, body))
 		return true
 	case r.Msg.Method == "initialize" || (r.Stateless && !r.Del):
 		return true

@@ -16,18 +16,18 @@ func TestParseMessage(t *testing.T) {
 		want    wire.Message
 		request bool
 	}{
-		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`, wire.Message{Method: "tools/call", Id: "1", Tool: "echo"}, true},
-		{`{"jsonrpc":"2.0","id":"a-1","method":"ping"}`, wire.Message{Method: "ping", Id: `"a-1"`}, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`, wire.Message{Method: "tools/call", ID: "1", Tool: "echo"}, true},
+		{`{"jsonrpc":"2.0","id":"a-1","method":"ping"}`, wire.Message{Method: "ping", ID: `"a-1"`}, true},
 		{`{"jsonrpc":"2.0","method":"notifications/initialized"}`, wire.Message{Method: "notifications/initialized"}, false},
 		{`{"jsonrpc":"2.0","id":null,"method":"x"}`, wire.Message{Method: "x"}, false},
-		{`{"jsonrpc":"2.0","id":7,"result":{}}`, wire.Message{Id: "7"}, false},
+		{`{"jsonrpc":"2.0","id":7,"result":{}}`, wire.Message{ID: "7"}, false},
 		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, wire.Message{Batch: true}, false},
 		// Routed members are read as Go servers read them: escapes decoded,
 		// case folded, the last one kept, and a second one flagged.
-		{`{"jsonrpc":"2.0","id":1,"m\u0065thod":"ping"}`, wire.Message{Method: "ping", Id: "1"}, true},
-		{`{"jsonrpc":"2.0","ID":1,"Method":"tools/call","Params":{"Name":"echo"}}`, wire.Message{Method: "tools/call", Id: "1", Tool: "echo"}, true},
-		{`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"x"}}`, wire.Message{Method: "tools/call", Id: "1", Tool: "x", Dup: true}, true},
-		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","NAME":"b"}}`, wire.Message{Method: "tools/call", Id: "1", Tool: "b", Dup: true}, true},
+		{`{"jsonrpc":"2.0","id":1,"m\u0065thod":"ping"}`, wire.Message{Method: "ping", ID: "1"}, true},
+		{`{"jsonrpc":"2.0","ID":1,"Method":"tools/call","Params":{"Name":"echo"}}`, wire.Message{Method: "tools/call", ID: "1", Tool: "echo"}, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"x"}}`, wire.Message{Method: "tools/call", ID: "1", Tool: "x", Dup: true}, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","NAME":"b"}}`, wire.Message{Method: "tools/call", ID: "1", Tool: "b", Dup: true}, true},
 	}
 	for _, tt := range tests {
 		got := wire.ParseMessage([]byte(tt.in))

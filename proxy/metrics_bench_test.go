@@ -15,7 +15,7 @@ import (
 // at scrape time (collector), instead of updating client_golang vectors per
 // request.
 func BenchmarkCountRequest(b *testing.B) {
-	m := &wire.Message{Method: "tools/call", Id: "1"}
+	m := &wire.Message{Method: "tools/call", ID: "1"}
 	b.Run("atomics", func(b *testing.B) {
 		var c obs.Counters
 		b.ReportAllocs()

@@ -82,7 +82,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute
 	a := exchange.NewAttempt(s.env, ctx, r)
 	a.Heals = r.Sess != nil
 	s.link.CopyRequest(r.Hdr, r.Body, a.Req)
-	if a.Heals && r.Msg.Method == "" && r.Msg.Id != "" && !r.Msg.Batch && !a.AnswerRoute() {
+	if a.Heals && r.Msg.Method == "" && r.Msg.ID != "" && !r.Msg.Batch && !a.AnswerRoute() {
 		// The agent's answer to a server→client request of an upstream
 		// session that is gone: the new session never asked it.
 		ctx.SetStatusCode(fasthttp.StatusAccepted)

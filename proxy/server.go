@@ -44,11 +44,11 @@ type Server struct {
 	link     *link.Link
 	sessions *heal.Sessions
 	healer   *heal.Healer
-	eras     *era.EraState
-	bridge   *bridge.Bridge
-	held     *held.Held
+	eras     *era.State
+	bridge   *bridge.Route
+	held     *held.Route
 	env      *exchange.Env       // what the exchange, the routes and agents' streams use of the stages
-	streams  *stream.StreamRoute // agents' GET streams
+	streams  *stream.Route // agents' GET streams
 	answers  exchange.AnswerLogs // answers agents may resume (answerlog.go)
 	inflight atomic.Int64        // ServeMCP calls running
 
@@ -73,7 +73,7 @@ func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, replayTools: make(map[string]bool), done: make(chan struct{}), streams: &stream.StreamRoute{}}
+	s := &Server{cfg: cfg, log: log, replayTools: make(map[string]bool), done: make(chan struct{}), streams: &stream.Route{}}
 	for _, t := range cfg.ReplayTools {
 		s.replayTools[t] = true
 	}
@@ -100,15 +100,15 @@ func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 	s.guard = &guard{cfg: &s.cfg, hosts: NewHostGuard(cfg.Listen, cfg.AllowedHosts), mem: &s.mem, link: s.link, sessions: s.sessions}
 	s.healer = &heal.Healer{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Link: s.link, Sessions: s.sessions,
 		Streams: &s.streams.Set, Bg: &s.bg, Trace: s.trace}
-	s.eras = &era.EraState{Cfg: &s.cfg, Log: &s.log, Link: s.link, Mem: &s.mem, Bg: &s.bg}
+	s.eras = &era.State{Cfg: &s.cfg, Log: &s.log, Link: s.link, Mem: &s.mem, Bg: &s.bg}
 	s.link.OnRecover = s.eras.Recheck
 	s.env = &exchange.Env{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Bg: &s.bg, Done: s.done,
 		Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
 		Answers: &s.answers, ReplayTools: s.replayTools, Challenges: &exchange.Challenges{Link: s.link, Path: s.cfg.Path}}
 	s.streams.Env = s.env
-	s.bridge = &bridge.Bridge{S: s.env}
-	s.held = &held.Held{S: s.env, Streams: &s.streams.Set, Scope: held.HeldScope(s.cfg.Listen), ByKey: make(map[held.HeldKey]*held.HeldEntry),
-		Hubs: make(map[*session.Session]*held.HeldHub)}
+	s.bridge = &bridge.Route{S: s.env}
+	s.held = &held.Route{S: s.env, Streams: &s.streams.Set, Scope: held.Scope(s.cfg.Listen), ByKey: make(map[held.Key]*held.Entry),
+		Hubs: make(map[*session.Session]*held.Hub)}
 	s.guard.eras, s.guard.held = s.eras, s.held
 	if f := s.sessions.Fleet; f != nil && f.Watcher != nil && s.bg.Add(1) {
 		go func() {

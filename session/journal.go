@@ -171,16 +171,16 @@ func (s *Session) DueTools(notify bool) {
 	if notify {
 		v = 2
 	}
-	s.toolsDue.Store(v)
+	s.ToolsPending.Store(v)
 }
 
 // TakeDueTools reports, once, whether the tools are due to be listed, and
 // whether the agent is to be told of a change.
 func (s *Session) TakeDueTools() (due, notify bool) {
-	if s.toolsDue.Load() == 0 {
+	if s.ToolsPending.Load() == 0 {
 		return false, false
 	}
-	v := s.toolsDue.Swap(0)
+	v := s.ToolsPending.Swap(0)
 	return v != 0, v == 2
 }
 

@@ -104,10 +104,11 @@ type Session struct {
 	journalGone  bool
 	tools        [32]byte // hash of the last tools/list result the agent saw
 	toolsSeen    bool
-	// toolsDue: the tools are to be listed after the next request that
-	// reaches the upstream (DueTools); 2 also tells the agent when they
-	// changed.
-	toolsDue atomic.Int32
+	// ToolsPending, when not 0, is the tools to be listed after the next
+	// request that reaches the upstream (DueTools); 2 also tells the agent
+	// when they changed. The exchange reads it on every request, with no
+	// call; TakeDueTools takes it.
+	ToolsPending atomic.Int32
 }
 
 // healCall is one re-init in flight; its result fields are written once,

@@ -42,14 +42,18 @@ func main() {
 	files := map[string]bool{}
 	lines := map[string]bool{}
 	funcs := map[string]bool{}
+	whole := measure{files: map[string]bool{}, lines: map[string]bool{}, funcs: map[string]bool{}}
 	bodies := map[string]*ast.File{}
 	fset := token.NewFileSet()
 	only := map[string]bool{} // files with a block that ran only in the heal
 	for b, n := range heal {
+		rel := strings.TrimPrefix(strings.TrimPrefix(b.file, module), "/")
+		if n > 0 && b.stmts > 0 {
+			whole.add(fset, bodies, root, rel, b)
+		}
 		if n <= base[b] || b.stmts == 0 {
 			continue
 		}
-		rel := strings.TrimPrefix(strings.TrimPrefix(b.file, module), "/")
 		if base[b] == 0 {
 			only[rel] = true
 		}
@@ -73,6 +77,7 @@ func main() {
 	}
 	fmt.Printf("a heal runs %d files, %d functions, %d lines more often than a call without one; %d files hold code only a heal runs\n",
 		len(files), len(funcs), len(lines), len(only))
+	fmt.Printf("the whole healing request runs %d files, %d functions, %d lines\n", len(whole.files), len(whole.funcs), len(whole.lines))
 	for _, d := range slices.Sorted(maps.Keys(byDir)) {
 		fmt.Printf("  %-24s %d files\n", d+"/", byDir[d])
 	}
@@ -89,7 +94,34 @@ func main() {
 		if only[f] {
 			mark = "*"
 		}
-		fmt.Printf("%s %-28s %s\n", mark, f, strings.Join(names, " "))
+		n := 0
+		for l := range lines {
+			if strings.HasPrefix(l, f+":") {
+				n++
+			}
+		}
+		fmt.Printf("%s %-28s %3d lines: %s\n", mark, f, n, strings.Join(names, " "))
+	}
+}
+
+// measure is what a set of blocks spans: files, functions, lines.
+type measure struct{ files, lines, funcs map[string]bool }
+
+// add counts block b of the file rel (relative to root) in m.
+func (m *measure) add(fset *token.FileSet, bodies map[string]*ast.File, root, rel string, b block) {
+	m.files[rel] = true
+	for l := b.startLine; l <= b.endLine; l++ {
+		m.lines[rel+":"+strconv.Itoa(l)] = true
+	}
+	f, ok := bodies[rel]
+	if !ok {
+		var err error
+		f, err = parser.ParseFile(fset, filepath.Join(root, rel), nil, 0)
+		check(err)
+		bodies[rel] = f
+	}
+	if name := enclosing(fset, f, b.startLine); name != "" {
+		m.funcs[rel+":"+name] = true
 	}
 }
 

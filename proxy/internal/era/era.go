@@ -40,7 +40,7 @@ type Discovery struct {
 }
 
 // eraState caches the upstream's era.
-type EraState struct {
+type State struct {
 	Cfg  *conf.Config
 	Log  *zerolog.Logger
 	Link *link.Link
@@ -77,10 +77,10 @@ const eraProbeTimeout = 5 * time.Second
 // era. A probe that gets no answer, or is refused, leaves it unknown, and
 // the request passes through as it would directly (a session-era agent
 // meets the outage there).
-func (e *EraState) era(auth []byte) int { return e.Detect(true, auth) }
+func (e *State) era(auth []byte) int { return e.Detect(true, auth) }
 
 // detect is era; log says whether to log the era it detects.
-func (e *EraState) Detect(log bool, auth []byte) int {
+func (e *State) Detect(log bool, auth []byte) int {
 	if e.Cfg.EraBridge == "off" {
 		return eraBoth // as if: nothing is bridged
 	}
@@ -108,7 +108,7 @@ func (e *EraState) Detect(log bool, auth []byte) int {
 
 // keep holds what server/discover said, counted in the memory budget
 // (its instructions may be large; each bridged initialize carries them).
-func (e *EraState) keep(d *Discovery) {
+func (e *State) keep(d *Discovery) {
 	if d == nil {
 		return
 	}
@@ -127,7 +127,7 @@ var EraNames = [...]string{"unknown", "session era only", "2026-07-28 only", "bo
 
 // forgetEra makes the next request ask again: the upstream restarted (a
 // deploy may change its era) or answered as the other era does.
-func (e *EraState) Forget() {
+func (e *State) Forget() {
 	if e.V.Swap(eraUnknown) != eraUnknown {
 		e.Log.Info().Msg("upstream protocol era to be detected again")
 	}
@@ -136,7 +136,7 @@ func (e *EraState) Forget() {
 // recheckEra asks the era again in the background after an outage (the
 // upstream may have been redeployed as another era); requests go on with
 // the era known so far until it answers.
-func (e *EraState) Recheck() {
+func (e *State) Recheck() {
 	e.unanswered.Store(0) // unknown still: the next request asks
 	if e.Cfg.EraBridge == "off" || e.V.Load() == eraUnknown || !e.rechecking.CompareAndSwap(false, true) {
 		return
@@ -164,7 +164,7 @@ func (e *EraState) Recheck() {
 // bridged reports whether legacy agents of this upstream go through the
 // bridge: when it speaks 2026-07-28 only, or (era_bridge prefer-2026) both
 // eras.
-func (e *EraState) Bridged(auth []byte) bool {
+func (e *State) Bridged(auth []byte) bool {
 	switch e.Cfg.EraBridge {
 	case conf.EraBridge2026:
 		return false
@@ -177,14 +177,14 @@ func (e *EraState) Bridged(auth []byte) bool {
 
 // heldRoute reports whether 2026-07-28 agents of this upstream go through
 // the held route (held.go).
-func (e *EraState) HeldRoute(auth []byte) bool {
+func (e *State) HeldRoute(auth []byte) bool {
 	return e.Cfg.EraBridge != conf.EraBridgeLegacy && e.era(auth) == EraLegacy
 }
 
 // ask probes without the agent's credential first (the upstream's 401
 // then tells that it judges credentials itself), then with it, skipping
 // a credential refused within probeHoldOff. e.mu is held.
-func (e *EraState) ask(auth []byte) (int, *Discovery) {
+func (e *State) ask(auth []byte) (int, *Discovery) {
 	now := time.Now()
 	for k, at := range e.refused {
 		if now.Sub(at) >= probeHoldOff {
@@ -218,7 +218,7 @@ const maxRefused = 1024
 // (400 "Server not initialized", a missing session id): eraLegacy. A 401,
 // a 403 or a -32022 is no answer: eraUnknown, and that credential is not
 // sent again for probeHoldOff. e.mu is held.
-func (e *EraState) probe(auth []byte) (_ int, d *Discovery, refused bool) {
+func (e *State) probe(auth []byte) (_ int, d *Discovery, refused bool) {
 	var hdr *fasthttp.RequestHeader
 	if len(auth) > 0 {
 		hdr = &fasthttp.RequestHeader{}
@@ -333,7 +333,7 @@ const eraProbeClient = "mcpheal-era-probe"
 // when the initialize got no answer in time (a server slow to initialize
 // is asked again by the next request, not taken for one of 2026-07-28
 // alone). e.mu is held.
-func (e *EraState) servesSessions(auth []byte) int {
+func (e *State) servesSessions(auth []byte) int {
 	var hdr *fasthttp.RequestHeader
 	if len(auth) > 0 {
 		hdr = &fasthttp.RequestHeader{}

@@ -702,7 +702,7 @@ func (b *sseBody) left(err error) error {
 	a.draining = true // Close starts drain: fasthttp is done with the attempt then
 	// The message's members are views into the agent's request, which
 	// fasthttp reuses once the answer is done: drain keeps copies.
-	a.Msg.Id, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.Id), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
+	a.Msg.ID, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.ID), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
 	return err
 }
 
@@ -803,7 +803,7 @@ func (b *jsonBody) Close() error {
 func WriteJSONAnswer(ctx *fasthttp.RequestCtx, status int, body []byte, sess *session.Session, mem *wire.Budget) bool {
 	if !mem.Take(int64(len(body))) {
 		// body answers a request: its id is the request's.
-		req := wire.Message{Id: gjson.GetBytes(body, "id").Raw, Method: "request"}
+		req := wire.Message{ID: gjson.GetBytes(body, "id").Raw, Method: "request"}
 		WriteFailure(ctx, &req, Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeBudget,
 			Msg: "answer not relayed: mcpheal's memory_budget is reached; retry later", RetryAfter: 1})
 		return false

@@ -112,7 +112,9 @@ type tryAnswer struct {
 // reset starts the answer over for another exchange: what it learnt of
 // the last stream is that stream's; its buffers stay.
 func (t *tryAnswer) reset() {
-	t.Rw.Meter.Release()
+	if t.Rw.Meter.Charged != 0 {
+		t.Rw.Meter.Release()
+	}
 	t.Rw.Fr.Reset(64 << 10)
 	*t = tryAnswer{Rw: wire.EventRewriter{Fr: t.Rw.Fr, Held: t.Rw.Held[:0], IdBuf: t.Rw.IdBuf[:0]}, Buf: t.Buf, Out: t.Out[:0]}
 }
@@ -217,8 +219,10 @@ func (a *Attempt) Loop() Outcome {
 			continue
 		}
 		err := a.send()
-		if err == nil {
-			a.sent()
+		if err == nil && a.Sess != nil && a.Sess.ToolsPending.Load() != 0 {
+			// The request reached the upstream: what was put off until it
+			// went first (Session.DueTools) goes now.
+			a.S.Healer.ToolsDue(a.Sess)
 		}
 		f := a.judge(err)
 		if a.xspan != nil {
@@ -296,15 +300,6 @@ func (a *Attempt) send() error {
 		return a.S.Link.Do(a.Req, a.Resp, deadline)
 	}
 	return a.S.Link.DoOnce(a.Req, a.Resp, deadline)
-}
-
-// sent runs once an exchange of the request has reached the upstream and
-// its answer began: what was put off until the agent's request went first
-// (Session.DueTools) goes now.
-func (a *Attempt) sent() {
-	if a.Sess != nil {
-		a.S.Healer.ToolsDue(a.Sess)
-	}
 }
 
 // judge turns one exchange into the facts decide needs: the class of the

@@ -13,12 +13,12 @@ import "github.com/mcpheal/mcpheal/classify"
 // heal": ids of later generations were renumbered). It reports false when
 // that session is gone.
 func (a *Attempt) AnswerRoute() bool {
-	if wire.AnswerGen(a.Msg.Id) > a.Gen {
+	if wire.AnswerGen(a.Msg.ID) > a.Gen {
 		// Asked by a generation another process healed into.
 		a.Gen = a.S.Sessions.Fleet.Follow(a.Sess)
 		a.up, a.Gen = a.Sess.Current()
 	}
-	restored, live := wire.AnswerRoute(a.R.Body, a.Msg.Id, a.Gen)
+	restored, live := wire.AnswerRoute(a.R.Body, a.Msg.ID, a.Gen)
 	if restored != nil {
 		a.Req.SetBodyRaw(restored)
 	}

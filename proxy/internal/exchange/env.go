@@ -24,7 +24,7 @@ type Env struct {
 	Link        *link.Link
 	Sessions    *heal.Sessions
 	Healer      *heal.Healer
-	Eras        *era.EraState
+	Eras        *era.State
 	Trace       *obs.Tracing
 	Answers     *AnswerLogs     // answers agents may resume (answerlog.go)
 	ReplayTools map[string]bool // Config.ReplayTools

@@ -38,22 +38,22 @@ func StartSpan(tr *obs.Tracing, r *Request) {
 	// The message's members are views into the agent's body, which
 	// fasthttp reuses once the handler returns; a span keeps its strings
 	// until it is exported: they are copied.
-	m := wire.Message{Method: obs.SpanText(r.Msg.Method), Id: obs.SpanText(r.Msg.Id), Tool: obs.SpanText(r.Msg.Tool), Get: r.Msg.Get}
+	m := wire.Message{Method: obs.SpanText(r.Msg.Method), ID: obs.SpanText(r.Msg.ID), Tool: obs.SpanText(r.Msg.Tool), Get: r.Msg.Get}
 	name, method := m.Method, m.Method
 	switch {
 	case m.Get:
 		name, method = "GET stream", "GET"
 	case r.Del:
 		name, method = "DELETE session", "DELETE"
-	case m.Method == "" && m.Id != "":
+	case m.Method == "" && m.ID != "":
 		name = "response"
 	case m.Tool != "":
 		name += " " + m.Tool
 	}
 	attrs := []attribute.KeyValue{tr.Upstream, attribute.String("mcp.method.name", method),
 		attribute.String("network.protocol.name", "http")}
-	if m.Id != "" {
-		attrs = append(attrs, attribute.String("jsonrpc.request.id", m.Id))
+	if m.ID != "" {
+		attrs = append(attrs, attribute.String("jsonrpc.request.id", m.ID))
 	}
 	if m.Tool != "" {
 		attrs = append(attrs, attribute.String("gen_ai.tool.name", m.Tool), attribute.String("gen_ai.operation.name", "execute_tool"))

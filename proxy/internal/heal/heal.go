@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
@@ -35,7 +36,7 @@ type Healer struct {
 	Mem      *wire.Budget
 	Link     *link.Link
 	Sessions *Sessions
-	Streams  streamNotes
+	Streams  StreamNotes
 	Bg       *wire.BgGroup
 	Trace    *obs.Tracing // nil: tracing off
 
@@ -47,7 +48,7 @@ type Healer struct {
 // generation gen (a stream moves to the new upstream session), and an
 // event for them (tools/list_changed after a heal). It is given to the
 // healer from above: nothing here calls up.
-type streamNotes interface {
+type StreamNotes interface {
 	Healed(id session.ClientID, gen uint64)
 	Inject(id session.ClientID, event []byte)
 }
@@ -65,8 +66,11 @@ func (h *Healer) Heal(ctx context.Context, sess *session.Session, seen uint64, r
 	start := time.Now()
 	age := sess.UpstreamAge()
 	budget := time.Until(deadlineOf(ctx, start.Add(h.Cfg.HealTimeout)))
-	ctx, sp := h.Trace.Child(ctx, "mcpheal heal", attribute.String("mcpheal.heal.reason", obs.ReasonNames[reason]),
-		attribute.String("mcp.session.id", sess.ID.Short()), attribute.Int64("mcpheal.heal.from_generation", int64(seen)))
+	var sp trace.Span // tracing off: no span, and nothing built for one
+	if h.Trace != nil {
+		ctx, sp = h.Trace.Child(ctx, "mcpheal heal", attribute.String("mcpheal.heal.reason", obs.ReasonNames[reason]),
+			attribute.String("mcp.session.id", sess.ID.Short()), attribute.Int64("mcpheal.heal.from_generation", int64(seen)))
+	}
 	dead, _ := sess.Current()
 	up, gen, err := sess.Heal(ctx, seen, budget, h.reinit(sess, hdr, dead, seen))
 	outcome := "joined" // another request's heal served this one
@@ -103,8 +107,8 @@ func (h *Healer) Heal(ctx context.Context, sess *session.Session, seen uint64, r
 	}
 	if ev != nil {
 		ev.Str(obs.LogSession, sess.ID.Short()).Str(obs.LogReason, obs.ReasonNames[reason]).Dur(obs.LogDuration, time.Since(start))
-		if id := obs.TraceID(ctx); id != "" {
-			ev.Str("trace_id", id)
+		if sp != nil {
+			ev.Str("trace_id", obs.TraceID(ctx))
 		}
 	}
 	if sp != nil {
@@ -176,7 +180,9 @@ func (h *Healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 	auth := hdr.PeekBytes(wire.HdrAuthorization)
 	return func(ctx context.Context) (session.UpstreamID, uint64, error) {
 		up, gen, grew, err := h.Sessions.Fleet.adopt(ctx, sess, seen)
-		h.Mem.Charge(int64(grew))
+		if grew != 0 {
+			h.Mem.Charge(int64(grew))
+		}
 		switch {
 		case err == nil:
 			sess.NoteAdopted(gen)

@@ -28,7 +28,7 @@ func methodIndex(m *wire.Message) int {
 		return 0
 	case m.Method == "":
 		return 16
-	case m.Id == "":
+	case m.ID == "":
 		return 15
 	}
 	switch m.Method { // compiled to a binary search

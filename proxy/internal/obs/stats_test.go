@@ -9,14 +9,14 @@ import "testing"
 func TestMethodIndex(t *testing.T) {
 	t.Parallel()
 	for i, name := range MethodNames[1:15] {
-		if got := methodIndex(&wire.Message{Method: name, Id: "1"}); got != i+1 {
+		if got := methodIndex(&wire.Message{Method: name, ID: "1"}); got != i+1 {
 			t.Errorf("methodIndex(%s) = %d, want %d", name, got, i+1)
 		}
 	}
 	for m, want := range map[*wire.Message]string{
-		{Method: "x/y", Id: "1"}:              "other",
+		{Method: "x/y", ID: "1"}:              "other",
 		{Method: "notifications/initialized"}: "notification",
-		{Id: "3"}:                             "response",
+		{ID: "3"}:                             "response",
 		{Get: true}:                           "GET",
 		{Batch: true}:                         "other",
 	} {

@@ -45,8 +45,10 @@ var ErrHoldBudget = errors.New("memory_budget reached holding an event")
 // hold them outside memory_budget. Its zero value (no budget) counts
 // nothing; it is not safe for concurrent use.
 type holdMeter struct {
-	Mem     *Budget
-	charged int64
+	Mem *Budget
+	// Charged is what is counted now; read by a reset that releases only
+	// what is held (most streams hold nothing past FreeHold).
+	Charged int64
 }
 
 // hold makes the charge n bytes, or nothing for n ≤ freeHold, taking or
@@ -60,7 +62,7 @@ func (m *holdMeter) Hold(n int) bool {
 	if n > FreeHold {
 		want = int64(n)
 	}
-	switch d := want - m.charged; {
+	switch d := want - m.Charged; {
 	case d > 0:
 		if !m.Mem.Take(d) {
 			return false
@@ -68,7 +70,7 @@ func (m *holdMeter) Hold(n int) bool {
 	case d < 0:
 		m.Mem.Give(-d)
 	}
-	m.charged = want
+	m.Charged = want
 	return true
 }
 

@@ -86,7 +86,7 @@ func TestAnswerRoute(t *testing.T) {
 	}
 	for _, tt := range tests {
 		m := ParseMessage([]byte(tt.body))
-		got, ok := AnswerRoute([]byte(tt.body), m.Id, tt.gen)
+		got, ok := AnswerRoute([]byte(tt.body), m.ID, tt.gen)
 		if ok != tt.ok || ok && string(got) != tt.want {
 			t.Errorf("answerRoute(%s, gen %d) = %s, %v; want %s, %v", tt.body, tt.gen, got, ok, tt.want, tt.ok)
 		}
@@ -95,7 +95,7 @@ func TestAnswerRoute(t *testing.T) {
 	nv, _ := namespaceRequestID([]byte(`{"id":"x\u00e9","method":"m"}`), 7)
 	resp := bytes.Replace(nv, []byte(`"method":"m"`), []byte(`"result":{}`), 1)
 	m := ParseMessage(resp)
-	back, ok := AnswerRoute(resp, m.Id, 7)
+	back, ok := AnswerRoute(resp, m.ID, 7)
 	if !ok || string(back) != `{"id":"xé","result":{}}` {
 		t.Fatalf("round trip = %s, %v", back, ok)
 	}

@@ -58,7 +58,7 @@ const (
 // views into the request body, valid until the handler returns.
 type Message struct {
 	Method string // "" for a JSON-RPC response or a batch
-	Id     string // raw JSON id ("1", "\"a\"", ""); "" for a notification
+	ID     string // raw JSON id ("1", "\"a\"", ""); "" for a notification
 	Tool   string // params.name of a tools/call
 	Batch  bool
 	Get    bool // the agent's standalone GET stream, not a POST
@@ -67,14 +67,14 @@ type Message struct {
 
 // idOrNull returns the id for an error answer.
 func (m *Message) IdOrNull() string {
-	if m.Id == "" {
+	if m.ID == "" {
 		return "null"
 	}
-	return m.Id
+	return m.ID
 }
 
 // isRequest reports whether the message expects a response.
-func (m *Message) IsRequest() bool { return m.Id != "" && m.Method != "" }
+func (m *Message) IsRequest() bool { return m.ID != "" && m.Method != "" }
 
 // parseMessage reads the fields of body the proxy routes on. body must be
 // valid JSON. A member the proxy routes on that appears twice (method, id,
@@ -98,9 +98,9 @@ func ParseMessage(body []byte) (m Message) {
 		case strings.EqualFold(k.Str, "method"):
 			bit, m.Method = 1, v.Str
 		case strings.EqualFold(k.Str, "id"):
-			bit, m.Id = 2, ""
+			bit, m.ID = 2, ""
 			if v.Type != gjson.Null {
-				m.Id = v.Raw
+				m.ID = v.Raw
 			}
 		case strings.EqualFold(k.Str, "params"):
 			bit, params = 4, v

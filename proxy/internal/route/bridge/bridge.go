@@ -44,7 +44,7 @@ import (
 //     agent's answers go into the retry's inputResponses;
 //   - notifications/cancelled ends the upstream request;
 //   - what cannot be translated gets a JSON-RPC error that names it.
-type Bridge struct {
+type Route struct {
 	S       *exchange.Env
 	inputs  sync.Map // raw JSON id of a request sent to an agent → *pendingInput
 	calls   sync.Map // callKey → *bridgeCall, for notifications/cancelled
@@ -68,7 +68,7 @@ func callKey(id session.ClientID, rawID string) string { return string(id) + "\x
 // A request under a credential the session is not bound to (a possible
 // rotation) may only go upstream, which judges it: nothing local happens
 // for it (binding.go).
-func (b *Bridge) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+func (b *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	m := &r.Msg
 	switch {
 	case r.Sess == nil:
@@ -100,7 +100,7 @@ func answeredHere(method string) bool {
 
 // local answers what the bridge handles itself: the status, and the JSON
 // body (nil for none).
-func (b *Bridge) local(r *exchange.Request) (int, []byte) {
+func (b *Route) local(r *exchange.Request) (int, []byte) {
 	m := &r.Msg
 	switch {
 	case r.Standing != heal.Bound:
@@ -109,10 +109,10 @@ func (b *Bridge) local(r *exchange.Request) (int, []byte) {
 	case m.Batch:
 		return fasthttp.StatusBadRequest, wire.AppendError(nil, wire.CodeInvalidRequest, "null",
 			"JSON-RPC batches are not supported: the upstream speaks MCP 2026-07-28, which has none")
-	case m.Method == "" && m.Id != "":
+	case m.Method == "" && m.ID != "":
 		b.input(r)
 		return fasthttp.StatusAccepted, nil
-	case m.Id == "": // a notification
+	case m.ID == "": // a notification
 		if m.Method == "notifications/cancelled" {
 			b.cancel(r.Sess, gjson.GetBytes(r.Body, "params.requestId").Raw)
 		}
@@ -120,14 +120,14 @@ func (b *Bridge) local(r *exchange.Request) (int, []byte) {
 		// no place for them.
 		return fasthttp.StatusAccepted, nil
 	case m.Method == "initialize":
-		return fasthttp.StatusBadRequest, wire.AppendError(nil, wire.CodeInvalidRequest, m.Id, "Invalid Request: the session is already initialized")
+		return fasthttp.StatusBadRequest, wire.AppendError(nil, wire.CodeInvalidRequest, m.ID, "Invalid Request: the session is already initialized")
 	case m.Method != "ping":
 		if body, ok := b.journal(r); !ok {
 			return fasthttp.StatusOK, body
 		}
 	}
 	b.S.Count.Request(m, classify.OK)
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.Id...)
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.ID...)
 	return fasthttp.StatusOK, append(out, `,"result":{}}`...)
 }
 
@@ -135,7 +135,7 @@ func (b *Bridge) local(r *exchange.Request) (int, []byte) {
 // from what server/discover said, and creates its session. The answer
 // carries the server's instructions, which may be large: it is counted in
 // the memory budget until written.
-func (b *Bridge) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+func (b *Route) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	s, m := b.S, &r.Msg
 	d := s.Eras.Info.Load()
 	if d == nil {
@@ -147,7 +147,7 @@ func (b *Bridge) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	if !wire.Contains(wire.LegacyVersions, version) {
 		version = wire.LegacyVersions[0]
 	}
-	size := 128 + len(m.Id) + len(d.Capabilities) + len(d.ServerInfo) + len(d.Instructions)
+	size := 128 + len(m.ID) + len(d.Capabilities) + len(d.ServerInfo) + len(d.Instructions)
 	if !s.Mem.Take(int64(size)) {
 		exchange.WriteFailure(ctx, m, exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeBudget, RetryAfter: 1,
 			Msg: "initialize not answered: mcpheal's memory_budget is reached; retry later"})
@@ -162,7 +162,7 @@ func (b *Bridge) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 		return
 	}
 	out := append(body.B, `{"jsonrpc":"2.0","id":`...)
-	out = append(out, m.Id...)
+	out = append(out, m.ID...)
 	out = append(out, `,"result":{"protocolVersion":`...)
 	out = strconv.AppendQuote(out, version)
 	out = append(out, `,"capabilities":`...)
@@ -186,13 +186,13 @@ func (b *Bridge) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 // memory the guard reserved: 2026-07-28 carries them on every request and
 // on the listen instead. It returns the error answer of one that lacks its
 // params (ok false).
-func (b *Bridge) journal(r *exchange.Request) (errBody []byte, ok bool) {
+func (b *Route) journal(r *exchange.Request) (errBody []byte, ok bool) {
 	switch {
 	case r.Journal == (session.JournalChange{}) && r.Msg.Method == "logging/setLevel",
 		r.Journal.Level != "" && !gjson.Get(r.Journal.Level, "level").Exists():
-		return wire.AppendError(nil, -32602, r.Msg.Id, "Invalid params: level is required"), false
+		return wire.AppendError(nil, -32602, r.Msg.ID, "Invalid params: level is required"), false
 	case r.Journal == (session.JournalChange{}):
-		return wire.AppendError(nil, -32602, r.Msg.Id, "Invalid params: uri is required"), false
+		return wire.AppendError(nil, -32602, r.Msg.ID, "Invalid params: uri is required"), false
 	}
 	b.S.Sessions.Journal(r.Sess, r.Journal, r.Reserved)
 	r.Journal, r.Reserved = session.JournalChange{}, 0
@@ -204,8 +204,8 @@ func (b *Bridge) journal(r *exchange.Request) (errBody []byte, ok bool) {
 
 // input takes an agent's answer to a request the bridge sent it, for the
 // session that was asked only.
-func (b *Bridge) input(r *exchange.Request) {
-	if v, ok := b.inputs.Load(r.Msg.Id); ok {
+func (b *Route) input(r *exchange.Request) {
+	if v, ok := b.inputs.Load(r.Msg.ID); ok {
 		if p := v.(*pendingInput); p.sess == r.Sess {
 			select {
 			case p.answer <- append([]byte(nil), r.Body...):
@@ -220,7 +220,7 @@ func (b *Bridge) input(r *exchange.Request) {
 func inputID() string { return `"mcpheal-input-` + rand.Text() + `"` }
 
 // cancel ends the upstream request of the agent's call rawID.
-func (b *Bridge) cancel(sess *session.Session, rawID string) {
+func (b *Route) cancel(sess *session.Session, rawID string) {
 	if v, ok := b.calls.Load(callKey(sess.ID, rawID)); ok {
 		v.(*bridgeCall).cancel()
 	}
@@ -229,7 +229,7 @@ func (b *Bridge) cancel(sess *session.Session, rawID string) {
 // bridgeCall is one bridged call: its rounds upstream, each an exchange of
 // the attempt loop, and its answer.
 type bridgeCall struct {
-	b    *Bridge
+	b    *Route
 	a    *exchange.Attempt
 	key  string
 	hdr  *fasthttp.RequestHeader // the agent's, for the rounds after the handler returned
@@ -245,15 +245,15 @@ type bridgeCall struct {
 // answers the agent, InputRequiredResult rounds included. The answer is an
 // event stream (progress, log messages and requests to the agent go on it
 // as they come), or JSON when the upstream answered JSON at once.
-func (b *Bridge) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+func (b *Route) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	s := b.S
 	a := exchange.NewAttempt(s, ctx, r)
-	c := &bridgeCall{b: b, a: a, key: callKey(r.Sess.ID, r.Msg.Id), hdr: new(fasthttp.RequestHeader),
+	c := &bridgeCall{b: b, a: a, key: callKey(r.Sess.ID, r.Msg.ID), hdr: new(fasthttp.RequestHeader),
 		body: append([]byte(nil), r.Body...)}
 	r.Hdr.CopyTo(c.hdr)
-	a.Msg.Id, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.Id), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
+	a.Msg.ID, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.ID), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
 	b.calls.Store(c.key, c)
-	c.prepare(a.Msg.Id, nil, "")
+	c.prepare(a.Msg.ID, nil, "")
 	a.WatchAgent()
 	out := c.round(1)
 	if out.Kind != exchange.OutUpstream || (!a.Resp.IsStream() && !isInputRequired(a.Resp.Body())) {
@@ -383,7 +383,7 @@ func (c *bridgeCall) round(n int) exchange.Outcome {
 
 // fail ends the call's stream with mcpheal's error.
 func (c *bridgeCall) fail(f exchange.Failure) {
-	c.st.Event(wire.AppendError(nil, f.Code, c.a.Msg.Id, f.Msg))
+	c.st.Event(wire.AppendError(nil, f.Code, c.a.Msg.ID, f.Msg))
 }
 
 // relayRound passes a round's notifications to the agent and returns its
@@ -422,7 +422,7 @@ func (c *bridgeCall) relayRound() ([]byte, bool) {
 // -32002 again; a session-era server's refusal makes the era be asked
 // again.
 func (c *bridgeCall) legacyAnswer(status int, msg []byte) ([]byte, int) {
-	mid := c.a.Msg.Id
+	mid := c.a.Msg.ID
 	if era.ModernRefused(status, msg) {
 		c.a.S.Eras.Forget()
 	}

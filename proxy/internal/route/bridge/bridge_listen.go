@@ -58,7 +58,7 @@ func (l *listenState) set(resp *upstream.Response) {
 
 // listen serves a bridged agent's GET stream. The newest stream of a
 // session wins, as for a session-era upstream.
-func (b *Bridge) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+func (b *Route) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	s, sess := b.S, r.Sess
 	l := &listenState{quit: make(chan struct{})}
 	if old, loaded := b.listens.Swap(sess.ID, l); loaded {
@@ -85,14 +85,14 @@ func (b *Bridge) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 
 // listenChanged reopens the session's listen after its subscriptions
 // changed.
-func (b *Bridge) listenChanged(id session.ClientID) {
+func (b *Route) listenChanged(id session.ClientID) {
 	if v, ok := b.listens.Load(id); ok {
 		v.(*listenState).reopen()
 	}
 }
 
 // stopListens ends every bridged GET stream (shutdown).
-func (b *Bridge) StopListens() {
+func (b *Route) StopListens() {
 	b.listens.Range(func(k, v any) bool {
 		b.listens.Delete(k)
 		v.(*listenState).stop()
@@ -101,7 +101,7 @@ func (b *Bridge) StopListens() {
 }
 
 // stopListen ends the session's bridged GET stream.
-func (b *Bridge) StopListen(id session.ClientID) {
+func (b *Route) StopListen(id session.ClientID) {
 	if v, ok := b.listens.LoadAndDelete(id); ok {
 		v.(*listenState).stop()
 	}
@@ -109,7 +109,7 @@ func (b *Bridge) StopListen(id session.ClientID) {
 
 // listenPump keeps one upstream listen open for the agent's stream and
 // hands its notifications, framed as events, to the writer.
-func (b *Bridge) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out chan<- []byte) {
+func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out chan<- []byte) {
 	s := b.S
 	defer s.Bg.Done()
 	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
@@ -141,7 +141,7 @@ func (b *Bridge) listenPump(sess *session.Session, l *listenState, hdr *fasthttp
 
 // listenOnce opens one upstream listen and relays it until it ends. It
 // reports false when the listen could not be opened.
-func (b *Bridge) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, body []byte, out chan<- []byte) bool {
+func (b *Route) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, body []byte, out chan<- []byte) bool {
 	s := b.S
 	req := fasthttp.AcquireRequest()
 	s.Link.Build(req, &link.Upcall{Hdr: hdr, Body: wire.Envelope(body, s.Link.UpcallID("listen"), sess, nil, ""), Version: wire.StatelessVersion,

@@ -57,16 +57,16 @@ import (
 // ended and DELETEd upstream when idle for session_ttl. Its id, a digest
 // of its key, never leaves mcpheal; with a fleet's store, a restarted
 // process takes it over (adopt).
-type Held struct {
+type Route struct {
 	S       *exchange.Env
-	Streams *stream.StreamSet // the held sessions' GET streams among the upstream's
+	Streams *stream.Set // the held sessions' GET streams among the upstream's
 	Scope   string            // heldScope
 	mu      sync.Mutex
-	ByKey   map[HeldKey]*HeldEntry
+	ByKey   map[Key]*Entry
 	parked  sync.Map // requestState → *heldCall waiting for the agent's input
 	calls   sync.Map // callKey → heldCancel, for notifications/cancelled
 	Infos   sync.Map // *session.Session → *discovery: its initialize's answer
-	Hubs    map[*session.Session]*HeldHub
+	Hubs    map[*session.Session]*Hub
 	// refusing counts the answers to upstream requests on GET streams in
 	// flight (refuse, ask).
 	refusing atomic.Int32
@@ -79,11 +79,11 @@ type heldCancel interface{ cancelByAgent() }
 // heldKey names the held session of a credential and a client: a hash of
 // the agent's Authorization and the clientInfo and clientCapabilities its
 // requests carry (what the upstream would have seen in an initialize).
-type HeldKey [sha256.Size]byte
+type Key [sha256.Size]byte
 
 // heldEntry is one held session, or its creation in progress (ready
 // closes when it ended, sess nil if it failed).
-type HeldEntry struct {
+type Entry struct {
 	ready chan struct{}
 	sess  *session.Session
 	// info is what the upstream's initialize answered, for
@@ -99,7 +99,7 @@ const (
 )
 
 // heldKeyOf returns the held key of an agent request.
-func HeldKeyOf(auth, body []byte) HeldKey {
+func KeyOf(auth, body []byte) Key {
 	var info, caps string
 	// One pass over _meta: a gjson path with an escaped dot allocates.
 	gjson.Get(wire.B2s(body), "params._meta").ForEach(func(k, v gjson.Result) bool {
@@ -127,7 +127,7 @@ func HeldKeyOf(auth, body []byte) HeldKey {
 // upstream allows one GET stream per session and each replica's listens
 // need theirs. It never leaves mcpheal, and no agent's Mcp-Session-Id
 // opens it (sessions.lookup).
-func (h *Held) idOf(k HeldKey) session.ClientID {
+func (h *Route) idOf(k Key) session.ClientID {
 	d := sha256.New()
 	d.Write([]byte(h.Scope))
 	d.Write(k[:])
@@ -141,13 +141,13 @@ func (h *Held) idOf(k HeldKey) session.ClientID {
 // heldScope names a process's place: what stays the same when it is
 // restarted in place (a container restarted in its pod, a service
 // restarted on its host) and differs between replicas.
-func HeldScope(listen string) string {
+func Scope(listen string) string {
 	host, _ := os.Hostname()
 	return host + "\x00" + listen
 }
 
 // lookup returns the live held session of k, if any.
-func (h *Held) Lookup(k HeldKey) *session.Session {
+func (h *Route) Lookup(k Key) *session.Session {
 	h.mu.Lock()
 	e := h.ByKey[k]
 	h.mu.Unlock()
@@ -167,7 +167,7 @@ func (h *Held) Lookup(k HeldKey) *session.Session {
 // released forgets a held session that left the store. Its key may
 // already name the next one (a request came meanwhile): what it held is
 // found by the session itself.
-func (h *Held) Released(sess *session.Session) {
+func (h *Route) Released(sess *session.Session) {
 	if v, ok := h.Infos.LoadAndDelete(sess); ok {
 		h.S.Mem.Give(v.(*era.Discovery).Size())
 	}
@@ -190,7 +190,7 @@ func (h *Held) Released(sess *session.Session) {
 
 // capabilities returns the upstream's capabilities of a held session, raw
 // JSON.
-func (h *Held) capabilities(sess *session.Session) []byte {
+func (h *Route) capabilities(sess *session.Session) []byte {
 	if v, ok := h.Infos.Load(sess); ok {
 		return v.(*era.Discovery).Capabilities
 	}
@@ -201,7 +201,7 @@ func (h *Held) capabilities(sess *session.Session) []byte {
 // (within max_journal and the memory budget) and makes it upstream. The
 // journal comes first: should the session be found gone, the heal that
 // follows replays it.
-func (h *Held) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, c session.JournalChange, method, params string) error {
+func (h *Route) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, c session.JournalChange, method, params string) error {
 	s := h.S
 	n, ok := sess.ReserveJournal(c, s.Cfg.MaxJournal)
 	if !ok {
@@ -233,7 +233,7 @@ func (h *Held) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, sess
 // for another. Until one asks, the session spends no request on it: a
 // server that allows a new session only a few requests gets the agent's
 // first.
-func (h *Held) logAll(c *heldCall, r *exchange.Request) {
+func (h *Route) logAll(c *heldCall, r *exchange.Request) {
 	sess := r.Sess
 	if c.level < 0 || sess.Journal().Level != "" || !gjson.GetBytes(h.capabilities(sess), "logging").Exists() {
 		return
@@ -249,14 +249,14 @@ var errJournalFull = errors.New("the session's state would pass max_journal")
 
 // serve handles one request of a 2026-07-28 agent of a session-era
 // upstream.
-func (h *Held) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+func (h *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	m := &r.Msg
 	switch {
 	case m.Batch:
 		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "null",
 			"Invalid Request: MCP 2026-07-28 has no JSON-RPC batches")
 		return
-	case m.Get || (m.Method == "" && m.Id != ""):
+	case m.Get || (m.Method == "" && m.ID != ""):
 		// 2026-07-28 has no GET stream, and its agents answer the
 		// server's requests in a retry's inputResponses.
 		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, m.IdOrNull(),
@@ -265,17 +265,17 @@ func (h *Held) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	case sessionOnly(m.Method) || removed2026(m.Method):
 		// The held session's own state is mcpheal's: an agent sharing
 		// it may not change it for the others.
-		if m.Id == "" {
+		if m.ID == "" {
 			ctx.SetStatusCode(fasthttp.StatusAccepted)
 			return
 		}
-		wire.WriteError(ctx, fasthttp.StatusNotFound, -32601, m.Id, "Method not found: "+m.Method+
+		wire.WriteError(ctx, fasthttp.StatusNotFound, -32601, m.ID, "Method not found: "+m.Method+
 			" is not part of MCP 2026-07-28 (MCP-Protocol-Version says 2026-07-28)")
 		return
 	case refuse2026(ctx, r):
 		return
 	}
-	if m.Id == "" && (r.Sess == nil || m.Method == "notifications/cancelled") {
+	if m.ID == "" && (r.Sess == nil || m.Method == "notifications/cancelled") {
 		// A notification: it cancels a call or a listen, or has no
 		// session to go to (it opens none).
 		if m.Method == "notifications/cancelled" {
@@ -360,18 +360,18 @@ func refuse2026(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 		code, msg = wire.CodeHeaderMismatch, "MCP-Protocol-Version header "+strconv.Quote(string(header))+
 			" does not match the request's "+MetaVersionKey+" "+strconv.Quote(version.Str)
 	case version.Str != wire.StatelessVersion:
-		if m.Id == "" {
+		if m.ID == "" {
 			ctx.SetStatusCode(fasthttp.StatusBadRequest)
 			return true
 		}
-		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(m.Id), "error": map[string]any{
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(m.ID), "error": map[string]any{
 			"code": -32022, "message": "Unsupported protocol version: " + version.Str,
 			"data": map[string]any{"supported": []string{wire.StatelessVersion}, "requested": version.Str}}})
 		ctx.SetStatusCode(fasthttp.StatusBadRequest)
 		ctx.SetContentTypeBytes(wire.MimeJSON)
 		ctx.SetBody(b)
 		return true
-	case m.Id != "" && !caps:
+	case m.ID != "" && !caps:
 		code, msg = -32602, "missing or invalid _meta field \""+metaCapsKey+"\""
 	default:
 		why, ok := nameMismatch(r)
@@ -383,11 +383,11 @@ func refuse2026(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 		}
 		code, msg = wire.CodeHeaderMismatch, why
 	}
-	if m.Id == "" {
+	if m.ID == "" {
 		ctx.SetStatusCode(fasthttp.StatusBadRequest)
 		return true
 	}
-	wire.WriteError(ctx, fasthttp.StatusBadRequest, code, m.Id, msg)
+	wire.WriteError(ctx, fasthttp.StatusBadRequest, code, m.ID, msg)
 	return true
 }
 
@@ -479,13 +479,13 @@ func sessionOnly(method string) bool {
 // entry returns the held session of r's key, creating it (an upstream
 // initialize) when there is none. Concurrent first requests of a key wait
 // for one creation. On failure it returns nil and the agent's answer.
-func (h *Held) entry(r *exchange.Request) (*HeldEntry, exchange.Failure) {
-	k := HeldKeyOf(r.Auth, r.Body)
+func (h *Route) entry(r *exchange.Request) (*Entry, exchange.Failure) {
+	k := KeyOf(r.Auth, r.Body)
 	for {
 		h.mu.Lock()
 		e := h.ByKey[k]
 		if e == nil {
-			e = &HeldEntry{ready: make(chan struct{})}
+			e = &Entry{ready: make(chan struct{})}
 			h.ByKey[k] = e
 			h.mu.Unlock()
 			f := h.create(r, e, h.idOf(k))
@@ -528,7 +528,7 @@ func (h *Held) entry(r *exchange.Request) (*HeldEntry, exchange.Failure) {
 // built from the request's _meta, goes through the attempt loop as an
 // agent's initialize does, then notifications/initialized. It returns
 // the agent's answer on failure.
-func (h *Held) create(r *exchange.Request, e *HeldEntry, id session.ClientID) exchange.Failure {
+func (h *Route) create(r *exchange.Request, e *Entry, id session.ClientID) exchange.Failure {
 	s := h.S
 	if h.adopt(r, e, id) {
 		return exchange.Failure{}
@@ -553,7 +553,7 @@ func (h *Held) create(r *exchange.Request, e *HeldEntry, id session.ClientID) ex
 
 // hold makes sess, whose upstream's initialize answered info, e's held
 // session.
-func (h *Held) hold(e *HeldEntry, sess *session.Session, info *era.Discovery) {
+func (h *Route) hold(e *Entry, sess *session.Session, info *era.Discovery) {
 	e.info = info
 	h.S.Mem.Charge(info.Size())
 	h.Infos.Store(sess, info)
@@ -570,7 +570,7 @@ func (h *Held) hold(e *HeldEntry, sess *session.Session, info *era.Discovery) {
 // reached the upstream (attempt.sent), or at once when that request is
 // answered here (server/discover): a 2026-07-28 agent may call a tool it
 // never listed, and the replay rules read the tool's annotations.
-func (h *Held) learnTools(sess *session.Session) {
+func (h *Route) learnTools(sess *session.Session) {
 	if info, ok := h.Infos.Load(sess); ok && gjson.GetBytes(info.(*era.Discovery).Capabilities, "tools").Exists() {
 		sess.DueTools(false)
 	}
@@ -584,7 +584,7 @@ func (h *Held) learnTools(sess *session.Session) {
 // session have died meanwhile, the first request heals it. It reports
 // false when there is nothing to take over; r.heldGen is then the last
 // generation the store knew, which the new upstream session follows.
-func (h *Held) adopt(r *exchange.Request, e *HeldEntry, id session.ClientID) bool {
+func (h *Route) adopt(r *exchange.Request, e *Entry, id session.ClientID) bool {
 	s := h.S
 	st, ok := s.Sessions.Fleet.Load(context.Background(), id)
 	if !ok || st.Ended {
@@ -613,7 +613,7 @@ func (h *Held) adopt(r *exchange.Request, e *HeldEntry, id session.ClientID) boo
 // as an agent's initialize goes, and admits the session it opens. It
 // returns the session and what its initialize answered, or the agent's
 // answer.
-func (h *Held) open(r *exchange.Request, id session.ClientID) (*session.Session, *era.Discovery, exchange.Failure) {
+func (h *Route) open(r *exchange.Request, id session.ClientID) (*session.Session, *era.Discovery, exchange.Failure) {
 	s := h.S
 	body := heldInitialize(r.Body, s.Link.UpcallID("init"))
 	if len(body) > s.Cfg.MaxInitBody {
@@ -622,7 +622,7 @@ func (h *Held) open(r *exchange.Request, id session.ClientID) (*session.Session,
 		return nil, nil, exchange.Failure{Status: fasthttp.StatusRequestEntityTooLarge, Code: wire.CodeInvalidRequest,
 			Msg: "_meta clientInfo and clientCapabilities larger than " + strconv.Itoa(s.Cfg.MaxInitBody) + " bytes (max_init_body)"}
 	}
-	ir := &exchange.Request{Msg: wire.Message{Method: "initialize", Id: gjson.GetBytes(body, "id").Raw}, Body: body, Hdr: r.Hdr,
+	ir := &exchange.Request{Msg: wire.Message{Method: "initialize", ID: gjson.GetBytes(body, "id").Raw}, Body: body, Hdr: r.Hdr,
 		Auth: r.Auth, Tctx: r.Tctx, HeldID: id, HeldGen: r.HeldGen}
 	a := exchange.NewAttempt(s, nil, ir)
 	defer a.Release()
@@ -730,7 +730,7 @@ func heldDiscovery(msg []byte) *era.Discovery {
 }
 
 // discover answers server/discover from the held session's initialize.
-func (h *Held) discover(ctx *fasthttp.RequestCtx, r *exchange.Request, d *era.Discovery) {
+func (h *Route) discover(ctx *fasthttp.RequestCtx, r *exchange.Request, d *era.Discovery) {
 	m := &r.Msg
 	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.IdOrNull()...)
 	// Private, as every answer on a held session is: it is the agent's

@@ -48,7 +48,7 @@ const asideWait = 500 * time.Millisecond
 // elicitation, roots) parks the call, and the agent's retry with its
 // inputResponses resumes it on the same upstream answer.
 type heldCall struct {
-	h       *Held
+	h       *Route
 	a       *exchange.Attempt
 	sess    *session.Session        // the held session it went on
 	agentID string                  // the raw JSON id of the agent request now answered
@@ -95,15 +95,15 @@ type heldIDk struct {
 // answers it: JSON when the upstream answered JSON, else an event stream
 // of the upstream's notifications, ending with the answer or an
 // InputRequiredResult.
-func (h *Held) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+func (h *Route) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	s := h.S
 	a := exchange.NewAttempt(s, ctx, r)
 	a.Heals = true
-	c := &heldCall{h: h, a: a, sess: r.Sess, agentID: strings.Clone(r.Msg.Id), hdr: r.Hdr}
+	c := &heldCall{h: h, a: a, sess: r.Sess, agentID: strings.Clone(r.Msg.ID), hdr: r.Hdr}
 	c.follow(r.Body)
 	h.logAll(c, r)
 	c.upToken = c.agentToken
-	if r.Msg.Id != "" {
+	if r.Msg.ID != "" {
 		c.upID = s.Link.UpcallID("call")
 	}
 	s.Link.CopyRequest(r.Hdr, Downgrade(r.Body, c.upID), a.Req)
@@ -152,7 +152,7 @@ func (h *Held) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 		c.a.Answered(msg, status)
 		c.finish()
 	default:
-		a.Msg.Id, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.Id), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
+		a.Msg.ID, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.ID), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
 		c.hdr = new(fasthttp.RequestHeader) // the agent's outlives no handler
 		r.Hdr.CopyTo(c.hdr)
 		a.Ctx, a.R = nil, &exchange.Request{Msg: a.Msg, Sess: r.Sess, Standing: heal.Bound, OwnCredential: true,
@@ -599,7 +599,7 @@ func (c *heldCall) unpark() {
 }
 
 // expire gives up on a parked call whose agent did not come back.
-func (h *Held) expire(token string, c *heldCall) {
+func (h *Route) expire(token string, c *heldCall) {
 	if !h.parked.CompareAndDelete(token, c) {
 		return
 	}
@@ -611,7 +611,7 @@ func (h *Held) expire(token string, c *heldCall) {
 // resume takes a 2026-07-28 agent's retry of a parked call: its
 // inputResponses answer the upstream's requests, and the call's answer
 // goes on, as an event stream, to this request.
-func (h *Held) resume(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+func (h *Route) resume(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	s := h.S
 	token := gjson.GetBytes(r.Body, "params.requestState").Str
 	v, ok := h.parked.Load(token)
@@ -643,7 +643,7 @@ func (h *Held) resume(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 			Msg: "the upstream did not take the agent's input; " + r.Msg.Method + " may or may not have run and was not retried"})
 		return
 	}
-	c.agentID = strings.Clone(r.Msg.Id)
+	c.agentID = strings.Clone(r.Msg.ID)
 	c.follow(r.Body)
 	h.track(c, r.Auth, r.Body)
 	c.rewatch = true
@@ -656,7 +656,7 @@ func (h *Held) resume(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 // another agent under the same credential (none, or a shared inbound
 // token) cannot end a call or a listen that is not its own.
 func heldCallKey(auth, body []byte, rawID string) string {
-	k := HeldKeyOf(auth, body)
+	k := KeyOf(auth, body)
 	return string(k[:16]) + rawID
 }
 
@@ -697,7 +697,7 @@ func (c *heldCall) answerInputs(r *exchange.Request, asks []heldIDk) bool {
 
 // track makes the call cancellable by its agent (notifications/cancelled
 // naming its id).
-func (h *Held) track(c *heldCall, auth, body []byte) {
+func (h *Route) track(c *heldCall, auth, body []byte) {
 	if c.agentID == "" {
 		return
 	}
@@ -708,7 +708,7 @@ func (h *Held) track(c *heldCall, auth, body []byte) {
 }
 
 // untrack is the end of what track did.
-func (h *Held) untrack(c *heldCall) {
+func (h *Route) untrack(c *heldCall) {
 	c.mu.Lock()
 	key := c.key
 	c.key = ""
@@ -720,7 +720,7 @@ func (h *Held) untrack(c *heldCall) {
 
 // cancel ends the call that an agent's notifications/cancelled names: the
 // upstream is told, and the exchange ends as if the agent had gone.
-func (h *Held) cancel(r *exchange.Request) {
+func (h *Route) cancel(r *exchange.Request) {
 	h.S.Count.Request(&r.Msg, classify.OK)
 	id := gjson.GetBytes(r.Body, "params.requestId").Raw
 	if v, ok := h.calls.Load(heldCallKey(r.Auth, r.Body, id)); ok {

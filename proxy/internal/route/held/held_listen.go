@@ -36,8 +36,8 @@ import (
 // open for the session's life: a request the upstream sends there, outside
 // any call, is refused at once rather than left for the upstream to time
 // out on (fan).
-type HeldHub struct {
-	g       *stream.GetStream
+type Hub struct {
+	g       *stream.Stream
 	mu      sync.Mutex
 	listens map[*heldListen]struct{}
 	uris    map[string]int // subscribed upstream → listens that want it
@@ -45,7 +45,7 @@ type HeldHub struct {
 
 // heldListen is one agent's listen.
 type heldListen struct {
-	h     *Held
+	h     *Route
 	sess  *session.Session
 	id    string // raw JSON id of the listen request
 	key   string // in held.calls
@@ -74,9 +74,9 @@ const (
 
 // listenFilter is what a listen asks for (params.notifications), and what
 // mcpheal honours of it: what the upstream's capabilities offer.
-func (h *Held) listenFilter(r *exchange.Request, caps gjson.Result) *heldListen {
+func (h *Route) listenFilter(r *exchange.Request, caps gjson.Result) *heldListen {
 	f := gjson.GetBytes(r.Body, "params.notifications")
-	l := &heldListen{h: h, sess: r.Sess, id: string(append([]byte(nil), r.Msg.Id...)), uris: map[string]bool{},
+	l := &heldListen{h: h, sess: r.Sess, id: string(append([]byte(nil), r.Msg.ID...)), uris: map[string]bool{},
 		out: make(chan []byte, 64), quit: make(chan struct{})}
 	l.tools = f.Get("toolsListChanged").Bool() && caps.Get("tools.listChanged").Bool()
 	l.prompts = f.Get("promptsListChanged").Bool() && caps.Get("prompts.listChanged").Bool()
@@ -95,7 +95,7 @@ func (h *Held) listenFilter(r *exchange.Request, caps gjson.Result) *heldListen 
 // notifications/subscriptions/acknowledged (the honoured filter) and
 // carries every matching notification of the held session until the agent
 // closes it or cancels it.
-func (h *Held) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
+func (h *Route) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	s := h.S
 	caps := gjson.ParseBytes(h.capabilities(r.Sess))
 	l := h.listenFilter(r, caps)
@@ -186,9 +186,9 @@ func (l *heldListen) stop() { l.once.Do(func() { close(l.quit) }) }
 
 // stopListens ends every agent's listen (shutdown): a listen stays open
 // until its agent leaves, and would hold the drain for its whole timeout.
-func (h *Held) StopListens() {
+func (h *Route) StopListens() {
 	h.mu.Lock()
-	hubs := make([]*HeldHub, 0, len(h.Hubs))
+	hubs := make([]*Hub, 0, len(h.Hubs))
 	for _, hub := range h.Hubs {
 		hubs = append(hubs, hub)
 	}
@@ -204,7 +204,7 @@ func (h *Held) StopListens() {
 
 // unlisten ends a listen: its resources no other listen wants are
 // unsubscribed.
-func (h *Held) unlisten(l *heldListen) {
+func (h *Route) unlisten(l *heldListen) {
 	l.stop()
 	h.calls.CompareAndDelete(l.key, l)
 	h.mu.Lock()
@@ -236,16 +236,16 @@ func (h *Held) unlisten(l *heldListen) {
 }
 
 // hub returns the held session's hub, opening its GET stream.
-func (h *Held) hub(sess *session.Session) *HeldHub {
+func (h *Route) hub(sess *session.Session) *Hub {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if hub := h.Hubs[sess]; hub != nil {
 		return hub
 	}
 	s := h.S
-	g := &stream.GetStream{S: s, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: make(chan []byte, 16), Quit: make(chan struct{}),
+	g := &stream.Stream{S: s, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: make(chan []byte, 16), Quit: make(chan struct{}),
 		Done: make(chan struct{})}
-	hub := &HeldHub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
+	hub := &Hub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
 	if sess.Removed() {
 		// Released already (under h.mu, after it left the store): its
 		// stream never opens, and nothing is kept for it.
@@ -277,7 +277,7 @@ func (h *Held) hub(sess *session.Session) *HeldHub {
 // there is one only (a server that asks within a tool, on its GET
 // stream); any other has no agent to ask (2026-07-28 carries requests for
 // input only in a call's answer): it is refused.
-func (hub *HeldHub) fan(h *Held) {
+func (hub *Hub) fan(h *Route) {
 	defer h.S.Bg.Done()
 	var data []byte
 	for {
@@ -302,7 +302,7 @@ func (hub *HeldHub) fan(h *Held) {
 }
 
 // deliver sends one upstream message to the listens that want it.
-func (hub *HeldHub) deliver(h *Held, msg []byte) {
+func (hub *Hub) deliver(h *Route, msg []byte) {
 	m := gjson.ParseBytes(msg)
 	method := m.Get("method").Str
 	if id := m.Get("id"); id.Exists() && method != "" {
@@ -364,7 +364,7 @@ func WithSubscription(msg []byte, listenID string) []byte {
 
 // want subscribes uri upstream for a listen, unless another listen of the
 // hub already did.
-func (hub *HeldHub) want(h *Held, r *exchange.Request, uri string) error {
+func (hub *Hub) want(h *Route, r *exchange.Request, uri string) error {
 	hub.mu.Lock()
 	n := hub.uris[uri]
 	hub.uris[uri] = n + 1
@@ -389,7 +389,7 @@ func (hub *HeldHub) want(h *Held, r *exchange.Request, uri string) error {
 // call's stream may take a moment to begin, and the hub's other events do
 // not wait for it. Anything else, or past maxRefusing such requests at a
 // time, is refused.
-func (h *Held) ask(sess *session.Session, msg []byte, id, method string) {
+func (h *Route) ask(sess *session.Session, msg []byte, id, method string) {
 	var c *heldCall
 	if asksAUser(method) {
 		c = h.onlyCall(sess)
@@ -426,7 +426,7 @@ func asksAUser(method string) bool {
 // onlyCall returns the call in flight on a held session (waiting for its
 // answer or for its agent's input), nil when there is none or more than
 // one: whose request it would be is then a guess.
-func (h *Held) onlyCall(sess *session.Session) *heldCall {
+func (h *Route) onlyCall(sess *session.Session) *heldCall {
 	var one *heldCall
 	n := 0
 	find := func(_, v any) bool {
@@ -445,7 +445,7 @@ func (h *Held) onlyCall(sess *session.Session) *heldCall {
 
 // refuse answers a request the upstream sent on a held session's GET
 // stream: no agent can answer it.
-func (h *Held) refuse(sess *session.Session, id, method string) {
+func (h *Route) refuse(sess *session.Session, id, method string) {
 	s := h.S
 	if h.refusing.Add(1) > MaxRefusing {
 		// An upstream that floods its GET stream with requests gets no

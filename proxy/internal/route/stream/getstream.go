@@ -31,9 +31,9 @@ import (
 //
 // The pump owns the upstream side, the writer the agent side; the writer
 // stops the pump when the agent goes away.
-type GetStream struct {
+type Stream struct {
 	S    *exchange.Env
-	Set  *StreamSet // the streams of the upstream, this one among them
+	Set  *Set // the streams of the upstream, this one among them
 	conn net.Conn   // the agent's connection: each write is bounded by WriteTimeout
 	Sess *session.Session
 	Hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
@@ -55,18 +55,18 @@ type GetStream struct {
 // streamRoute is the route of an agent's GET: its standalone stream
 // (serve), or the resumption of an answer mcpheal keeps (serveLog). It
 // holds the streams open, which a heal moves to the new upstream session.
-type StreamRoute struct {
+type Route struct {
 	Env *exchange.Env
-	Set StreamSet
+	Set Set
 }
 
 // serve opens the upstream GET for the agent's stream. If that first
 // open fails the agent gets the upstream's answer (405: the server has no GET
 // stream; 409: one is already open) or the proxy's own; once open, the stream
 // outlives upstream sessions.
-func (sr *StreamRoute) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute bool) {
+func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute bool) {
 	s, sess := sr.Env, r.Sess
-	g := &GetStream{S: s, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader),
+	g := &Stream{S: s, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader),
 		Out: make(chan []byte, 16), Quit: make(chan struct{}), Done: make(chan struct{})}
 	r.Hdr.CopyTo(g.Hdr)
 	wire.StripRequestHeader(g.Hdr, s.Link.RequestDrops())
@@ -135,7 +135,7 @@ func (sr *StreamRoute) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (rer
 
 // write relays events and keepalive comments to the agent until it goes
 // away or the stream is stopped.
-func (g *GetStream) write(w *bufio.Writer) {
+func (g *Stream) write(w *bufio.Writer) {
 	defer g.Set.Remove(g.Sess.ID, g)
 	defer g.Stop()
 	out := exchange.AgentStream{S: g.S, W: w, Conn: g.conn}
@@ -144,7 +144,7 @@ func (g *GetStream) write(w *bufio.Writer) {
 
 // pump reads the upstream GET stream, and when it ends opens the next one:
 // in the same session with Last-Event-ID, or after healing the session.
-func (g *GetStream) Pump() {
+func (g *Stream) Pump() {
 	defer g.S.Bg.Done()
 	defer close(g.Done) // g.out stays open: an inject racing the end must not panic
 	defer func() {
@@ -204,7 +204,7 @@ func (g *GetStream) Pump() {
 }
 
 // send queues an event for the agent; false once the stream is stopped.
-func (g *GetStream) send(ev []byte) bool {
+func (g *Stream) send(ev []byte) bool {
 	select {
 	case g.Out <- ev:
 		return true
@@ -217,7 +217,7 @@ func (g *GetStream) send(ev []byte) bool {
 // (or a backoff while the upstream is down), heals a session found gone, and
 // gives up only when the stream is stopped, the session ended, or the
 // upstream says it has no GET stream.
-func (g *GetStream) Reopen(lastID string, retryMs int) bool {
+func (g *Stream) Reopen(lastID string, retryMs int) bool {
 	delay := time.Duration(retryMs) * time.Millisecond
 	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	g.mu.Lock()
@@ -265,7 +265,7 @@ func (g *GetStream) Reopen(lastID string, retryMs int) bool {
 
 // open sends one upstream GET; it returns the stream, or the class of the
 // failure.
-func (g *GetStream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
+func (g *Stream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
 	if ok, _ := g.S.Link.Breaker.Allow(); !ok {
 		return nil, classify.TransportDead
 	}
@@ -292,7 +292,7 @@ func (g *GetStream) open(up session.UpstreamID, lastID string) (*upstream.Respon
 
 // heal re-creates the session under the agent's credential, as a request
 // would.
-func (g *GetStream) heal(seen uint64) bool {
+func (g *Stream) heal(seen uint64) bool {
 	ctx, cancel := contextWithTimeout(g.S.Cfg.HealTimeout, g.Quit)
 	defer cancel()
 	_, _, err := g.S.Healer.Heal(ctx, g.Sess, seen, obs.ReasonSessionGone, g.Hdr)
@@ -301,7 +301,7 @@ func (g *GetStream) heal(seen uint64) bool {
 
 // reconnectBefore cuts the upstream stream if it belongs to a generation
 // older than gen; the pump then reopens on the new session.
-func (g *GetStream) reconnectBefore(gen uint64) {
+func (g *Stream) reconnectBefore(gen uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.resp != nil && g.gen < gen {
@@ -310,7 +310,7 @@ func (g *GetStream) reconnectBefore(gen uint64) {
 }
 
 // stop ends the stream: the pump and the writer return.
-func (g *GetStream) Stop() {
+func (g *Stream) Stop() {
 	g.once.Do(func() {
 		close(g.Quit)
 		g.mu.Lock()
@@ -345,7 +345,7 @@ func setLastEventID(req *fasthttp.Request, id string) {
 // serveLog answers an agent's GET whose Last-Event-ID names event seq of
 // the answer logged in l: the events after it, then the rest as it comes,
 // with keepalive comments while none does, until the answer ends.
-func (sr *StreamRoute) ServeLog(ctx *fasthttp.RequestCtx, r *exchange.Request, l *exchange.AnswerLog, seq int) {
+func (sr *Route) ServeLog(ctx *fasthttp.RequestCtx, r *exchange.Request, l *exchange.AnswerLog, seq int) {
 	s := sr.Env
 	s.Count.Request(&r.Msg, classify.OK)
 	if !l.Attach() {

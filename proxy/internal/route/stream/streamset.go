@@ -12,21 +12,21 @@ import (
 // upstream such as the Go SDK finishes a session's DELETE only after its GET
 // stream ended), a heal moves them to the new upstream session, and the
 // proxy can tell the agent that the tool list changed.
-type StreamSet struct {
+type Set struct {
 	mu sync.Mutex // protects m
-	m  map[session.ClientID][]*GetStream
+	m  map[session.ClientID][]*Stream
 }
 
-func (ss *StreamSet) Add(id session.ClientID, g *GetStream) {
+func (ss *Set) Add(id session.ClientID, g *Stream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.m == nil {
-		ss.m = make(map[session.ClientID][]*GetStream)
+		ss.m = make(map[session.ClientID][]*Stream)
 	}
 	ss.m[id] = append(ss.m[id], g)
 }
 
-func (ss *StreamSet) Remove(id session.ClientID, g *GetStream) {
+func (ss *Set) Remove(id session.ClientID, g *Stream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	list := ss.m[id]
@@ -43,9 +43,9 @@ func (ss *StreamSet) Remove(id session.ClientID, g *GetStream) {
 	}
 }
 
-func (ss *StreamSet) each(id session.ClientID, f func(*GetStream)) {
+func (ss *Set) each(id session.ClientID, f func(*Stream)) {
 	ss.mu.Lock()
-	list := append([]*GetStream(nil), ss.m[id]...)
+	list := append([]*Stream(nil), ss.m[id]...)
 	ss.mu.Unlock()
 	for _, g := range list {
 		f(g)
@@ -53,22 +53,22 @@ func (ss *StreamSet) each(id session.ClientID, f func(*GetStream)) {
 }
 
 // stop ends the session's streams for good.
-func (ss *StreamSet) Stop(id session.ClientID) { ss.each(id, (*GetStream).Stop) }
+func (ss *Set) Stop(id session.ClientID) { ss.each(id, (*Stream).Stop) }
 
 // healed moves the session's streams to generation gen.
-func (ss *StreamSet) Healed(id session.ClientID, gen uint64) {
-	ss.each(id, func(g *GetStream) { g.reconnectBefore(gen) })
+func (ss *Set) Healed(id session.ClientID, gen uint64) {
+	ss.each(id, func(g *Stream) { g.reconnectBefore(gen) })
 }
 
 // inject sends one event to the session's streams (dropped if none is open).
-func (ss *StreamSet) Inject(id session.ClientID, event []byte) {
-	ss.each(id, func(g *GetStream) { g.send(event) })
+func (ss *Set) Inject(id session.ClientID, event []byte) {
+	ss.each(id, func(g *Stream) { g.send(event) })
 }
 
 // stopAll ends every stream (shutdown).
-func (ss *StreamSet) StopAll() {
+func (ss *Set) StopAll() {
 	ss.mu.Lock()
-	var all []*GetStream
+	var all []*Stream
 	for _, list := range ss.m {
 		all = append(all, list...)
 	}
@@ -81,9 +81,9 @@ func (ss *StreamSet) StopAll() {
 // evict stops the session's oldest streams until at most keep remain, and
 // waits (briefly) until their upstream streams are closed. It reports
 // whether it stopped any.
-func (ss *StreamSet) Evict(id session.ClientID, keep int) bool {
+func (ss *Set) Evict(id session.ClientID, keep int) bool {
 	ss.mu.Lock()
-	var list, old []*GetStream
+	var list, old []*Stream
 	for _, g := range ss.m[id] {
 		if !g.resume { // a resumed stream is another upstream stream
 			list = append(list, g)
@@ -107,7 +107,7 @@ func (ss *StreamSet) Evict(id session.ClientID, keep int) bool {
 }
 
 // count returns how many streams the session holds open.
-func (ss *StreamSet) Count(id session.ClientID) int {
+func (ss *Set) Count(id session.ClientID) int {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return len(ss.m[id])

@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// stages is the order of proxy's packages, from the front door down
+// (doc.go "The house"): a package may import only packages of a later
+// stage, never one of its own stage or an earlier one. Nothing below calls
+// back up; an outcome travels up as a value.
+var stages = [][]string{
+	{"proxy"},                      // the front door: Server, Router, guard, route selection
+	{"route/held", "route/bridge"}, // the routes that translate between eras
+	{"route/stream"},               // agents' GET streams (the held route's too)
+	{"exchange"},                   // the one loop: send, judge, decide, act; the answer writer
+	{"heal"},                       // sessions, their heals, keepalive, the fleet
+	{"era"},                        // the upstream's protocol era
+	{"link"},                       // mcpheal's side of the upstream: requests, breaker, outages
+	{"obs"},                        // counters and traces
+	{"wire"},                       // bytes: JSON-RPC, headers, SSE events, the memory budget
+	{"conf"},                       // the configuration
+}
+
+// TestStageDirection: every import between proxy's packages runs down the
+// stages, and every package of proxy/ has its stage. A new upward import (a
+// stage reaching back to one that calls it) fails here.
+func TestStageDirection(t *testing.T) {
+	t.Parallel()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out, err := exec.Command(goTool, "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const module = "github.com/mcpheal/mcpheal/proxy"
+	rank := map[string]int{}
+	for i, st := range stages {
+		for _, p := range st {
+			rank[p] = i
+		}
+	}
+	stageOf := func(path string) (string, bool) {
+		switch {
+		case path == module:
+			return "proxy", true
+		case strings.HasPrefix(path, module+"/internal/"):
+			return strings.TrimPrefix(path, module+"/internal/"), true
+		}
+		return "", false // doctor, telemetry, interop: apart from the stages
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fs := strings.Fields(line)
+		from, ok := stageOf(fs[0])
+		if !ok {
+			continue
+		}
+		rf, known := rank[from]
+		if !known {
+			t.Errorf("package %s has no stage in stages", fs[0])
+			continue
+		}
+		seen++
+		for _, imp := range fs[1:] {
+			to, ok := stageOf(imp)
+			if !ok {
+				continue
+			}
+			if rt, known := rank[to]; !known || rt <= rf {
+				t.Errorf("%s imports %s: against the stages (a package imports only later stages)", from, to)
+			}
+		}
+	}
+	if seen < len(rank) {
+		t.Errorf("go list saw %d of proxy's %d staged packages", seen, len(rank))
+	}
+}

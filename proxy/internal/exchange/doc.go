@@ -1,0 +1,23 @@
+// Package exchange is the one loop every agent request takes upstream, and
+// the one writer of its answer (proxy/doc.go, stages 3 and 4).
+//
+// An Attempt is send → judge → decide → act (Attempt.Loop): send makes one
+// exchange through link; judge classifies the answer (classify.Classify,
+// peeking at the first event of an SSE answer) and records whether the
+// upstream may have run the request; Decide turns those facts into an
+// action, the one pure function whose table test is docs/healing.md's
+// "What it does with each answer" and "Replay rules"; the actions pass the
+// answer on, heal (heal.Healer) and send again, wait out an outage, refuse
+// with -32011, or fail. Attempt.Answer counts the
+// outcome and writes the agent's answer: the upstream's (headers with
+// every session id replaced, a JSON body, or an SSE answer relayed event
+// by event and resumed upstream when the server closes it early), or
+// mcpheal's own error (Attempt.Fail, the one table of mcpheal's errors;
+// WriteFailure, with the status every client surfaces at once). Answers
+// an agent may resume after its connection drops are kept (AnswerLogs).
+//
+// An era change found while sending is not acted on here: Attempt.Run
+// reports it, and the route stage sends the request again. It imports no
+// route; routes get an Env (the stages below, named one by one) and send
+// through NewAttempt.
+package exchange
