@@ -48,7 +48,7 @@ type Server struct {
 	bridge   *bridge.Route
 	held     *held.Route
 	env      *exchange.Env       // what the exchange, the routes and agents' streams use of the stages
-	streams  *stream.Route // agents' GET streams
+	streams  *stream.Route       // agents' GET streams
 	answers  exchange.AnswerLogs // answers agents may resume (answerlog.go)
 	inflight atomic.Int64        // ServeMCP calls running
 

@@ -60,7 +60,7 @@ import (
 type Route struct {
 	S       *exchange.Env
 	Streams *stream.Set // the held sessions' GET streams among the upstream's
-	Scope   string            // heldScope
+	Scope   string      // heldScope
 	mu      sync.Mutex
 	ByKey   map[Key]*Entry
 	parked  sync.Map // requestState → *heldCall waiting for the agent's input

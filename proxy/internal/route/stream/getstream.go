@@ -33,8 +33,8 @@ import (
 // stops the pump when the agent goes away.
 type Stream struct {
 	S    *exchange.Env
-	Set  *Set // the streams of the upstream, this one among them
-	conn net.Conn   // the agent's connection: each write is bounded by WriteTimeout
+	Set  *Set     // the streams of the upstream, this one among them
+	conn net.Conn // the agent's connection: each write is bounded by WriteTimeout
 	Sess *session.Session
 	Hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
 	Out  chan []byte             // rewritten events, pump → writer
