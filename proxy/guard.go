@@ -12,7 +12,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
-	"github.com/mcpheal/mcpheal/proxy/internal/era"
 	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
 	"github.com/mcpheal/mcpheal/proxy/internal/heal"
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
@@ -36,8 +35,6 @@ type guard struct {
 	mem      *wire.Budget
 	link     *link.Link
 	sessions *heal.Sessions
-	eras     *era.State
-	held     *held.Route
 }
 
 // check runs every check on one agent request and fills r, or answers the
@@ -97,12 +94,6 @@ func (g *guard) check(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 		wire.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, wire.CodeInvalidRequest, r.Msg.IdOrNull(),
 			"initialize body larger than "+strconv.Itoa(g.cfg.MaxInitBody)+" bytes (max_init_body)")
 		return false
-	case r.Stateless && !r.Del && g.eras.HeldRoute(r.Auth):
-		// No session id: the session mcpheal holds for the agent's
-		// credential and client, if there is one yet (held.go).
-		r.OnHeldRoute = true
-		r.Sess = g.held.Lookup(held.KeyOf(r.Auth, body))
-		return true
 	case r.Msg.Method == "initialize" || (r.Stateless && !r.Del):
 		return true
 	}

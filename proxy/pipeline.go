@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/route/held"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
@@ -39,13 +40,19 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 // upstream of the session era only on the session mcpheal holds for it;
 // an agent resuming an answer mcpheal keeps is served from its log; every
 // other request passes through, its session id swapped for the upstream's.
+// The choice is made here and nowhere else: the guard checks, the routes
+// translate, and an era change the exchange finds comes back here
+// (reroute).
 func (s *Server) route(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	switch {
 	case r.Del:
 		s.endSession(ctx, r)
 	case !r.Stateless && s.eras.Bridged(r.Auth):
 		s.bridge.Serve(ctx, r)
-	case r.Stateless && r.OnHeldRoute:
+	case r.Stateless && s.eras.HeldRoute(r.Auth):
+		// No session id: the session mcpheal holds for the agent's
+		// credential and client, if there is one yet (route/held).
+		r.Sess = s.held.Lookup(held.KeyOf(r.Auth, r.Body))
 		s.held.Serve(ctx, r)
 	case r.Msg.Method == "initialize" && r.Sess == nil:
 		s.initialize(ctx, r)

@@ -109,7 +109,6 @@ func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 	s.bridge = &bridge.Route{S: s.env}
 	s.held = &held.Route{S: s.env, Streams: &s.streams.Set, Scope: held.Scope(s.cfg.Listen), ByKey: make(map[held.Key]*held.Entry),
 		Hubs: make(map[*session.Session]*held.Hub)}
-	s.guard.eras, s.guard.held = s.eras, s.held
 	if f := s.sessions.Fleet; f != nil && f.Watcher != nil && s.bg.Add(1) {
 		go func() {
 			defer s.bg.Done()

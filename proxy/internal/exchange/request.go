@@ -98,10 +98,6 @@ type Request struct {
 	// stateless: MCP 2026-07-28 traffic, which has no sessions (a
 	// server/discover, or the 2026-07-28 protocol version header).
 	Stateless bool
-	// onHeldRoute: a 2026-07-28 request that goes on a session mcpheal
-	// holds for its agent (held.go); sess is that session, nil until
-	// created.
-	OnHeldRoute bool
 	Del         bool             // a DELETE
 	Sess        *session.Session // nil: no session (initialize, 2026-07-28 traffic)
 	Standing    heal.Standing    // of the credential to sess
