@@ -24,8 +24,9 @@
 #                          bench/peers/contextforge.lock (bench/peers/
 #                          contextforge.sh, Python >= 3.12) and nginx like a
 #                          full run; writes bench/RESULTS-peers.md unless
-#                          -out is given. -peer-rounds 0: the observations
-#                          only (~3 min)
+#                          -out is given. -peer-rounds 0 -peer-sweep "":
+#                          the observations only (~3 min), printed (and
+#                          written to -out F if given)
 #
 # Other arguments are passed to mcpbench (see `go run ./bench/cmd/mcpbench -h`).
 set -euo pipefail
