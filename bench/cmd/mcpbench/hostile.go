@@ -556,7 +556,7 @@ func mib(n int) string {
 
 // hostileAttackIDs name the attacks for -hostile-attacks, in order.
 var hostileAttackIDs = []string{"nested", "fat", "flood", "sse", "held", "slow", "huge", "hugecl", "journal", "journal-bridged", "discover",
-	"conns", "listens", "tracing"}
+	"conns", "listens", "tracing", "wellknown", "held-events", "renumbered"}
 
 // hostileAttacks are the attacks of one pass, in order (those -hostile-attacks
 // names, if it names any).
@@ -566,6 +566,7 @@ func (h *harness) hostileAttacks(pass *hostilePass) []hostileAttack {
 		h.attackSlow(), h.attackHuge(false), h.attackHuge(true),
 		h.attackJournal(false), h.attackJournal(true), h.attackDiscover(),
 		h.attackConns(), h.attackListens(), h.attackTracing(),
+		h.attackWellKnown(), h.attackHeldEvents(), h.attackRenumbered(),
 	}
 	for i := range all {
 		all[i].id = hostileAttackIDs[i]
