@@ -12,7 +12,7 @@
 #                          min): installs nginx like a full run; writes no
 #                          results file unless -out is given
 #   bench/run.sh -only hostile [-hostile 0,64] [-out F]
-#                          only the hostile-input section (~3 min): the
+#                          only the hostile-input section (~4 min): the
 #                          mcpheal binary, built from this tree, under each
 #                          attack with its default limits, then with
 #                          --memory-budget 64 MiB; needs no nginx or vegeta;

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -438,5 +439,28 @@ func TestHeldCallBody(t *testing.T) {
 	}
 	if h := heldHeader("big_progress"); h.Get("Mcp-Protocol-Version") != modernVersion || h.Get("Mcp-Method") != "tools/call" || h.Get("Mcp-Name") != "big_progress" {
 		t.Errorf("heldHeader: %v", h)
+	}
+}
+
+// TestPostInstructions: an initialize answer is read for its instructions,
+// and mcpheal's own error in HTTP 200 (-32017) is read as the error.
+func TestPostInstructions(t *testing.T) {
+	t.Parallel()
+	var body atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body.Load().(string))
+	}))
+	defer srv.Close()
+	a := &attackRun{url: srv.URL, hc: srv.Client()}
+	body.Store(`{"jsonrpc":"2.0","id":1,"error":{"code":-32017,"message":"initialize not answered: mcpheal's memory_budget is reached"}}`)
+	x, instr := a.postInstructions(context.Background(), initBodyVersion("x", "2025-11-25"), func() {})
+	if x.status != http.StatusOK || x.code != -32017 || !strings.Contains(x.msg, "memory_budget") || instr != -1 {
+		t.Errorf("refusal: %+v, %d instructions", x, instr)
+	}
+	body.Store(`{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","instructions":"` + strings.Repeat("x", 100_000) + `"}}`)
+	x, instr = a.postInstructions(context.Background(), initBodyVersion("x", "2025-11-25"), func() {})
+	if x.status != http.StatusOK || x.code != 0 || x.err != nil || instr != 100_000 {
+		t.Errorf("answer: %+v, %d instructions", x, instr)
 	}
 }
