@@ -366,9 +366,18 @@ func (b bigEventAttack) run(ctx context.Context, a *attackRun) {
 	}
 }
 
-// after checks the upstream ran the tool once per call, then that one
-// call alone gets its event whole and its result.
+// after checks the peak, and that the upstream ran the tool once per
+// call, then that one call alone gets its event whole and its result.
+//
+// What mcpheal holds beyond its budget: per call, its read buffer and the
+// 64 KiB of an event it holds before counting; and the buffers an event
+// outgrew. A held event grows by doubling and is counted as it grows, at
+// least twice its buffer's size: the smaller buffers it left behind,
+// freed but not yet collected or returned, are at most its size again,
+// half the budget at most.
 func (b bigEventAttack) after(ctx context.Context, a *attackRun) error {
+	a.peakWithin(b.calls*2*freeHold+a.pass.Budget/2,
+		fmt.Sprintf("%d calls × (a read buffer + %s held free), and the buffers the events outgrew as they were read, half the budget at most", b.calls, mib(freeHold)))
 	st, err := a.upStats(ctx)
 	if err != nil {
 		return err
@@ -393,10 +402,6 @@ func (h *harness) attackHeldEvents() hostileAttack {
 	b.whole = func(x streamAnswer) bool {
 		return x.n > int64(b.size) && bytes.Contains(x.head, []byte(`"method":"notifications/progress"`))
 	}
-	// What mcpheal holds beyond its budget: per call, its read buffer and
-	// the 64 KiB of an event it holds before counting.
-	uncounted := b.calls * 2 * freeHold
-	why := fmt.Sprintf("%d calls × (a read buffer + %s held free)", b.calls, mib(freeHold))
 	return hostileAttack{
 		name: "held route, large events",
 		sends: fmt.Sprintf("%d concurrent tools/call of `big_progress` from a 2026-07-28 agent (held route: MCP-Protocol-Version 2026-07-28, Mcp-Method, _meta), each answered by the session-era upstream with one %s notifications/progress event, then its result %s later",
@@ -406,10 +411,7 @@ func (h *harness) attackHeldEvents() hostileAttack {
 			b.run(ctx, a)
 			return nil
 		},
-		after: func(ctx context.Context, a *attackRun) error {
-			a.peakWithin(uncounted, why)
-			return b.after(ctx, a)
-		},
+		after: b.after,
 	}
 }
 
@@ -425,8 +427,6 @@ func (h *harness) attackRenumbered() hostileAttack {
 		// mcpheal's id for the request, not the upstream's ask-<id>.
 		return x.n > int64(b.size) && bytes.Contains(x.head, []byte(`"method":"sampling/createMessage"`)) && !bytes.Contains(x.head, []byte(`"id":"ask-`))
 	}
-	uncounted := b.calls * 2 * freeHold
-	why := fmt.Sprintf("%d calls × (a read buffer + %s of a line held free)", b.calls, mib(freeHold))
 	return hostileAttack{
 		name: "renumbered request",
 		sends: fmt.Sprintf("one session (sampling capability) whose upstream session expired and was healed; then %d concurrent tools/call of `big_request`, each answered with one %s sampling/createMessage request, its line's last bytes %s later",
@@ -455,10 +455,7 @@ func (h *harness) attackRenumbered() hostileAttack {
 			b.run(ctx, a)
 			return nil
 		},
-		after: func(ctx context.Context, a *attackRun) error {
-			a.peakWithin(uncounted, why)
-			return b.after(ctx, a)
-		},
+		after: b.after,
 	}
 }
 
