@@ -23,7 +23,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -278,6 +277,14 @@ func TestPollThroughMcpheal(t *testing.T) {
 				}
 				before := len(srv.requests())
 				d, dtag := answer(srv.url)
+				for try := 2; !d.ok && try <= 3; try++ {
+					// The TypeScript SDK v1 server's replayed stream now and
+					// then carries an event whose data is {}, which the Go
+					// SDK client cannot decode, directly (through the held
+					// route mcpheal drops it: it writes only messages).
+					t.Logf("directly, try %d: %s; once more", try-1, d.err)
+					d, dtag = answer(srv.url)
+				}
 				dreqs := srv.requests()[before:]
 				before = len(srv.requests())
 				th, ttag := answer(through)
@@ -412,20 +419,17 @@ func summarize(reqs []pollRequest) string {
 
 // pollPendingEnv makes TestPollRetryPastHealTimeout fail where mcpheal is
 // still worse than direct, rather than log it.
-const pollPendingEnv = "MCPHEAL_POLL_PENDING"
 
 // TestPollRetryPastHealTimeout: a server whose retry: (1.5 s) is longer
 // than mcpheal's heal_timeout (1 s here; the TypeScript SDK servers of the
 // conformance suite send retry: 5000 against the default 25 s). Directly,
 // the client waits the retry interval, comes back with GET and
-// Last-Event-ID, and gets its answer. Through mcpheal it must too, on
-// either route: mcpheal may resume the stream itself or leave the
-// resumption to the agent, but not lose the answer. It does today: mcpheal
-// gives up at once ("the heal budget ran out before the upstream's retry
-// interval"), ends the agent's stream with -32011, and the agent's own GET
-// with Last-Event-ID gets an empty stream. That is logged as PENDING, and
-// failed with MCPHEAL_POLL_PENDING=1; the server runs the call once
-// either way.
+// Last-Event-ID, and gets its answer. Through mcpheal it does too, on
+// either route: mcpheal waits the server's retry: in full, as the client
+// would, then resumes the stream itself; the server runs the call once.
+// Before, mcpheal gave up at once ("the heal budget ran out before the
+// upstream's retry interval"), ended the agent's stream with -32011, and
+// the agent's own GET with Last-Event-ID got an empty stream.
 func TestPollRetryPastHealTimeout(t *testing.T) {
 	t.Parallel()
 	for _, c := range []pollClient{pollClients[2], pollClients[0]} {
@@ -451,12 +455,8 @@ func TestPollRetryPastHealTimeout(t *testing.T) {
 				t.Logf("through mcpheal (%s) the client got its answer, as directly (%s)", th.version, d.version)
 				return
 			}
-			msg := fmt.Sprintf("through mcpheal (speaking %s) the client got %q, %s; directly (speaking %s) its answer", th.version, th.text, th.err, d.version)
-			if os.Getenv(pollPendingEnv) == "1" {
-				t.Errorf("%s\nmcpheal log (tail):\n%s", msg, logs.String())
-			} else {
-				t.Logf("PENDING (%s=1 fails it): %s\nmcpheal log (tail):\n%s", pollPendingEnv, msg, logs.String())
-			}
+			t.Errorf("through mcpheal (speaking %s) the client got %q, %s; directly (speaking %s) its answer\nmcpheal log (tail):\n%s",
+				th.version, th.text, th.err, d.version, logs.String())
 		})
 	}
 }
