@@ -12,7 +12,7 @@
 #                          min): installs nginx like a full run; writes no
 #                          results file unless -out is given
 #   bench/run.sh -only hostile [-hostile 0,64] [-out F]
-#                          only the hostile-input section (~3 min): the
+#                          only the hostile-input section (~4 min): the
 #                          mcpheal binary, built from this tree, under each
 #                          attack with its default limits, then with
 #                          --memory-budget 64 MiB; needs no nginx or vegeta;
@@ -24,8 +24,9 @@
 #                          bench/peers/contextforge.lock (bench/peers/
 #                          contextforge.sh, Python >= 3.12) and nginx like a
 #                          full run; writes bench/RESULTS-peers.md unless
-#                          -out is given. -peer-rounds 0: the observations
-#                          only (~3 min)
+#                          -out is given. -peer-rounds 0 -peer-sweep "":
+#                          the observations only (~3 min), printed (and
+#                          written to -out F if given)
 #
 # Other arguments are passed to mcpbench (see `go run ./bench/cmd/mcpbench -h`).
 set -euo pipefail

@@ -292,9 +292,12 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 			}
 		}()
 	}
-	// Every call waits (the client's GET stream is one more request).
-	if !waitFor(PeerTimeout, func() bool { return s.inflight.Load() >= n }) {
-		t.Fatalf("%d requests in flight; want the %d calls waiting", s.inflight.Load(), n)
+	// Every call waits: one probes the outage, the others wait for it
+	// (a call not yet refused when the upstream came back would send the
+	// dead session id on its own).
+	sess := s.sessions.Store.Sessions()[0]
+	if !waitFor(PeerTimeout, func() bool { return sess.ProbeWaiters() >= n-1 }) {
+		t.Fatalf("%d calls wait on the outage's probe; want %d (and one probing)", sess.ProbeWaiters(), n-1)
 	}
 	before := len(up.Requests())
 	start := time.Now()

@@ -85,6 +85,7 @@ type Session struct {
 	born     time.Time // when the current upstream session was created
 	healing  *healCall
 	probe    chan struct{}   // closed when the request probing an outage is done
+	waiting  int             // requests waiting on probe (ProbeWaiters)
 	replayOK map[string]bool // tool name → safe to replay (read-only or idempotent)
 	// paramHeaders: tool → its x-mcp-header parameters (parameter → header
 	// name), nParamHeaders how many in all (SetParamHeaders).
@@ -302,7 +303,15 @@ func (s *Session) Probe() (lead bool, done <-chan struct{}) {
 		s.probe = make(chan struct{})
 		return true, nil
 	}
+	s.waiting++
 	return false, s.probe
+}
+
+// ProbeWaiters returns how many requests wait on the probe in progress.
+func (s *Session) ProbeWaiters() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
 }
 
 // ProbeDone ends the current probe and releases the requests waiting on it.
@@ -310,7 +319,7 @@ func (s *Session) ProbeDone() {
 	s.mu.Lock()
 	if s.probe != nil {
 		close(s.probe)
-		s.probe = nil
+		s.probe, s.waiting = nil, 0
 	}
 	s.mu.Unlock()
 }

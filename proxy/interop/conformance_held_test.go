@@ -1,9 +1,11 @@
 package interop
 
-// The session-era server of the conformance table
-// (conformance_table_test.go): the Go SDK's everything-server (with
-// sessions) behind a shim that makes it a server of the session era only,
-// and what the held route in front of it cannot carry.
+// The shim of the conformance table's row "Go SDK 1.8.0 behind a shim,
+// session era only" (conformance_table_test.go): the Go SDK's
+// everything-server (with sessions) behind a shim that makes it a server of
+// the session era only, as the table's first judge of the held route was;
+// the real servers of the session era are in conformance_servers_test.go.
+// And what the held route in front of any session-era server cannot carry.
 
 import (
 	"bytes"

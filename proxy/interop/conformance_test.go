@@ -77,7 +77,13 @@ func installConformance(t *testing.T) string {
 // on a 127.0.0.1 port with flags (none: stateless) and returns its MCP URL.
 func startEverythingServer(t *testing.T, flags ...string) string {
 	t.Helper()
-	bin := buildGoSDK(t, "everything-server")
+	return startEverythingBinary(t, buildGoSDK(t, "everything-server"), flags...)
+}
+
+// startEverythingBinary serves an everything-server binary bin on a
+// 127.0.0.1 port with flags and returns its MCP URL.
+func startEverythingBinary(t *testing.T, bin string, flags ...string) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

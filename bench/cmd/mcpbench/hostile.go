@@ -556,7 +556,7 @@ func mib(n int) string {
 
 // hostileAttackIDs name the attacks for -hostile-attacks, in order.
 var hostileAttackIDs = []string{"nested", "fat", "flood", "sse", "held", "slow", "huge", "hugecl", "journal", "journal-bridged", "discover",
-	"conns", "listens", "tracing"}
+	"conns", "listens", "tracing", "wellknown", "held-events", "renumbered"}
 
 // hostileAttacks are the attacks of one pass, in order (those -hostile-attacks
 // names, if it names any).
@@ -566,6 +566,7 @@ func (h *harness) hostileAttacks(pass *hostilePass) []hostileAttack {
 		h.attackSlow(), h.attackHuge(false), h.attackHuge(true),
 		h.attackJournal(false), h.attackJournal(true), h.attackDiscover(),
 		h.attackConns(), h.attackListens(), h.attackTracing(),
+		h.attackWellKnown(), h.attackHeldEvents(), h.attackRenumbered(),
 	}
 	for i := range all {
 		all[i].id = hostileAttackIDs[i]
@@ -809,7 +810,7 @@ func (h *harness) attackHeldLine() hostileAttack {
 	const agents, rate, limit = 4, 16, 15 * time.Second
 	return hostileAttack{
 		name: "held SSE line", sends: fmt.Sprintf("%d agents call `endless_id` (an id: line that never ends, %d MiB/s each) and read until the answer ends", agents, rate),
-		cap: "max_sse_line 8 MiB per held line (not counted in memory_budget)",
+		cap: "max_sse_line 8 MiB per held line, counted in memory_budget past 64 KiB with its copy (-32017 beyond)",
 		setup: func(ctx context.Context, a *attackRun) error {
 			return a.openSessions(ctx, agents)
 		},
@@ -834,14 +835,16 @@ func (h *harness) attackHeldLine() hostileAttack {
 					key += ", ended without an error event"
 				}
 				t.add(key, msg)
-				if code == -32016 && strings.Contains(msg, "max_sse_line") {
+				// Either cap may end a line first: max_sse_line, or, with
+				// a small budget, memory_budget while the lines grow.
+				if code == -32016 && strings.Contains(msg, "max_sse_line") || code == -32017 && strings.Contains(msg, "memory_budget") {
 					mu.Lock()
 					named++
 					mu.Unlock()
 				}
 			})
 			a.got(&t, fmt.Sprintf("; %s–%s each", mib(int(slices.Min(got))), mib(int(slices.Max(got)))))
-			a.check(named == agents, "%d of %d answers end with -32016 naming max_sse_line", named, agents)
+			a.check(named == agents, "%d of %d answers end with -32016 naming max_sse_line or -32017 naming memory_budget", named, agents)
 			if m := slices.Max(got); m > 1<<20 {
 				a.note("an agent received up to %s before the error event: the held id: line itself, not rewritten, which the blank line before the error event completes", mib(int(m)))
 			}
@@ -1098,7 +1101,8 @@ func (h *harness) writeHostile(w writer) {
 	w("## Hostile input\n\n")
 	w("What one agent or one upstream can take (docs/security.md \"Under attack\"). mcpheal is the real binary built from this tree, each attack against a fresh process with its default limits ")
 	w("(memory_budget 512 MiB, max_body 4 MiB, max_json_depth 64, max_init_body 64 KiB, max_journal 64 KiB, max_answer 32 MiB, max_sse_line 8 MiB, write_timeout 30 s, max_sessions 100 000, max_sessions_per_credential 1000) ")
-	w("unless the pass or the attack names a flag; the upstream is `mcpbench upstream -mode hostile`, a minimal stateful MCP server whose tools answer 2 MiB+, 100 MiB or never-ending, ")
+	w("unless the pass or the attack names a flag; the upstream is `mcpbench upstream -mode hostile`, a minimal stateful MCP server whose tools answer 2 MiB+, 100 MiB, never-ending or with one %s event, whose OAuth protected resource metadata is %s, ",
+		mib(hostileEvent), mib(hostileMetadata))
 	w("or (the bridged rows) a server that speaks only MCP 2026-07-28, whose server/discover may carry %s of instructions. ", mib(hostileInstructions))
 	w("Slow agents ask for %s (2 MiB would fit in this kernel's socket buffers, tcp_wmem max %s, and never stall a write). %s in all.\n\n",
 		mib(h.hostileSlowBytes), strings.TrimSpace(lastField(readFile("/proc/sys/net/ipv4/tcp_wmem"))), h.hostileElapsed.Round(time.Second))

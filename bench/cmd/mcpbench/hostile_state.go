@@ -257,7 +257,21 @@ func (a *attackRun) postInstructions(ctx context.Context, body []byte, wait func
 		}
 		return x, -1
 	}
-	instr, x.n, x.err = countInstructions(bufio.NewReaderSize(resp.Body, 64<<10))
+	// mcpheal's own error comes as HTTP 200 too (-32017, -32015): a body
+	// that ends within its first 4 KiB is read whole, not counted.
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	if head, err := br.Peek(4 << 10); err != nil {
+		x.n = int64(len(head))
+		if !errors.Is(err, io.EOF) {
+			x.err = err
+		} else if ans := bench.Answer(head); ans != nil {
+			x.code, x.msg = gjson.GetBytes(ans, "error.code").Int(), gjson.GetBytes(ans, "error.message").Str
+		}
+		if x.err != nil || x.code != 0 {
+			return x, -1
+		}
+	}
+	instr, x.n, x.err = countInstructions(br)
 	return x, instr
 }
 
@@ -369,7 +383,7 @@ func (h *harness) attackDiscover() hostileAttack {
 			parallel(agents, agents, func(i int) {
 				x, instr := a.postInstructions(ctx, initBodyVersion("discover-"+strconv.Itoa(i), version), heads.arrive)
 				key := x.key()
-				if x.status == http.StatusOK && x.err == nil {
+				if x.status == http.StatusOK && x.err == nil && x.code == 0 {
 					switch {
 					case instr < 0:
 						key += ", no instructions"

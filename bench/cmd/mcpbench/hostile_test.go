@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -316,5 +317,150 @@ func TestBarrier(t *testing.T) {
 	b.arrive() // returns at the timeout
 	if b.met() {
 		t.Error("1 of 2 arrived: met")
+	}
+}
+
+func TestHostileBigEvent(t *testing.T) {
+	t.Parallel()
+	up := newHostileUpstream()
+	mux := http.NewServeMux()
+	up.register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx := context.Background()
+	hc := srv.Client()
+	s, err := bench.Initialize(ctx, hc, srv.URL+hostilePath, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(body []byte) (streamAnswer, time.Duration) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, s.URL, bytes.NewReader(body))
+		req.Header = s.Header()
+		start := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return readStream(resp), time.Since(start)
+	}
+	const size = 300_000
+	// A progress event of size bytes naming the call's token, then the
+	// result.
+	x, _ := call(heldCallBody(5, "big_progress", `{"bytes":300000}`))
+	if x.err != nil || x.status != http.StatusOK || x.result() != "done" || x.n < size ||
+		!bytes.HasPrefix(x.head, []byte(`event: message`+"\n"+`data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":5,`)) {
+		t.Errorf("big_progress: %s, %d bytes, head %.120q", x.key(), x.n, x.head)
+	}
+	// A sampling request whose line ends only after the hold.
+	x, took := call(toolCall(6, "big_request", `{"bytes":300000,"hold_ms":300}`))
+	if x.err != nil || x.result() != "done" || x.n < size || took < 300*time.Millisecond ||
+		!bytes.Contains(x.head, []byte(`"id":"ask-6","method":"sampling/createMessage"`)) {
+		t.Errorf("big_request: %s, %d bytes in %s, head %.120q", x.key(), x.n, took, x.head)
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.URL, bytes.NewReader(toolCall(7, "big_request", `{"bytes":300000,"hold_ms":2000}`)))
+	req.Header = s.Header()
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil { // event: message
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := br.ReadString('\n'); got <- err }()
+	select {
+	case err := <-got:
+		t.Errorf("the request's line ended before the hold (%v)", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	resp.Body.Close()
+	// Expired sessions get 404 -32001; the counters say so.
+	if err := getJSON(ctx, hc, http.MethodPost, srv.URL+"/admin/expire", &struct{}{}); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPost, s.URL, strings.NewReader(`{"jsonrpc":"2.0","id":8,"method":"ping"}`))
+	req.Header = s.Header()
+	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("ping after expire: %v %v, want 404", resp, err)
+	}
+	// The protected resource metadata: hostileMetadata bytes of padding,
+	// the resource the server's own URL, with Content-Length.
+	resp, err = hc.Get(srv.URL + hostileWellKnown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.ContentLength != int64(len(doc)) || gjson.GetBytes(doc, "resource").Str != srv.URL+hostilePath ||
+		len(gjson.GetBytes(doc, "bench_padding").Str) != hostileMetadata {
+		t.Errorf("metadata: %d bytes (Content-Length %d), %v, %.100s", len(doc), resp.ContentLength, err, doc)
+	}
+	st := up.stats()
+	if st.Calls["big_progress"] != 1 || st.Calls["big_request"] != 2 || st.Expired != 1 || st.WellKnowns != 1 {
+		t.Errorf("stats %+v, want 1 big_progress, 2 big_request, 1 expired, 1 metadata document", st)
+	}
+}
+
+func TestLastMessage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tail string
+		sse  bool
+		want string
+	}{
+		{"xxxx\"}}\n\nevent: message\ndata: {\"id\":1,\"result\":{\"content\":[{\"text\":\"done\"}]}}\n\n", true, "done"},
+		{"data: {\"id\":1,\"error\":{\"code\":-32017}}\r\n\r\n", true, "-32017"},
+		{"xxdata:xx\n\ndata: {\"id\":2,\"result\":{\"content\":[{\"text\":\"a\"}]}}\n\n", true, "a"},
+		{"abcdata: {\"id\":3}", true, ""},
+		{` {"id":4,"error":{"code":-32016}} `, false, "-32016"},
+	} {
+		m := lastMessage([]byte(tc.tail), tc.sse)
+		got := m.Get("result.content.0.text").Str
+		if c := m.Get("error.code"); c.Exists() {
+			got = c.Raw
+		}
+		if got != tc.want {
+			t.Errorf("lastMessage(%.40q) = %s, want %q", tc.tail, m.Raw, tc.want)
+		}
+	}
+}
+
+func TestHeldCallBody(t *testing.T) {
+	t.Parallel()
+	b := heldCallBody(7, "big_progress", `{"bytes":1}`)
+	m := gjson.ParseBytes(b)
+	if !gjson.ValidBytes(b) || m.Get("params.name").Str != "big_progress" || m.Get("params.arguments.bytes").Int() != 1 ||
+		m.Get("params._meta.progressToken").Int() != 7 || m.Get(`params._meta.io\.modelcontextprotocol/protocolVersion`).Str != modernVersion ||
+		!m.Get(`params._meta.io\.modelcontextprotocol/clientInfo.name`).Exists() {
+		t.Errorf("heldCallBody: %s", b)
+	}
+	if h := heldHeader("big_progress"); h.Get("Mcp-Protocol-Version") != modernVersion || h.Get("Mcp-Method") != "tools/call" || h.Get("Mcp-Name") != "big_progress" {
+		t.Errorf("heldHeader: %v", h)
+	}
+}
+
+// TestPostInstructions: an initialize answer is read for its instructions,
+// and mcpheal's own error in HTTP 200 (-32017) is read as the error.
+func TestPostInstructions(t *testing.T) {
+	t.Parallel()
+	var body atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body.Load().(string))
+	}))
+	defer srv.Close()
+	a := &attackRun{url: srv.URL, hc: srv.Client()}
+	body.Store(`{"jsonrpc":"2.0","id":1,"error":{"code":-32017,"message":"initialize not answered: mcpheal's memory_budget is reached"}}`)
+	x, instr := a.postInstructions(context.Background(), initBodyVersion("x", "2025-11-25"), func() {})
+	if x.status != http.StatusOK || x.code != -32017 || !strings.Contains(x.msg, "memory_budget") || instr != -1 {
+		t.Errorf("refusal: %+v, %d instructions", x, instr)
+	}
+	body.Store(`{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","instructions":"` + strings.Repeat("x", 100_000) + `"}}`)
+	x, instr = a.postInstructions(context.Background(), initBodyVersion("x", "2025-11-25"), func() {})
+	if x.status != http.StatusOK || x.code != 0 || x.err != nil || instr != 100_000 {
+		t.Errorf("answer: %+v, %d instructions", x, instr)
 	}
 }

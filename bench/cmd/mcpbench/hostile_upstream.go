@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,11 +29,20 @@ import (
 //	endless     {"mibps": R}: an SSE answer whose one data line never ends, written at R MiB/s
 //	            (default 8) until the client goes away or 60 s pass
 //	endless_id  the same with an id: line, which a proxy rewriting event ids must hold whole
+//	big_progress {"bytes": N, "hold_ms": M}: an SSE answer: one notifications/progress event
+//	            whose message is N bytes (default 7 MiB), then the result "done" after M ms
+//	big_request  the same with a sampling/createMessage request of N bytes of text instead;
+//	            the last bytes of its line come only after the M ms (its reader holds the
+//	            line unfinished until then)
 //
 // None is annotated read-only or idempotent. resources/subscribe and
 // resources/unsubscribe answer {} (the journal-flood attack). /admin/stats
-// counts calls per tool, the subscribes received, and the endless answers
-// being written now.
+// counts calls per tool, the subscribes received, the endless answers
+// being written now and the OAuth metadata documents asked for; POST
+// /admin/expire forgets every session (the next request on one gets 404
+// -32001, as from a server that expired it). Its protected resource
+// metadata (/.well-known/oauth-protected-resource/mcp) is a document of
+// hostileMetadata bytes, with Content-Length.
 //
 // Under /modern/ it is also a server that speaks only MCP 2026-07-28
 // (hostileModern), which mcpheal bridges session-era agents to.
@@ -46,6 +56,8 @@ type hostileUpstream struct {
 	subscribes atomic.Int64
 	discovers  atomic.Int64 // server/discover requests (2026-07-28)
 	listens    atomic.Int64 // subscriptions/listen requests received
+	wellKnowns atomic.Int64 // protected resource metadata documents asked for
+	expires    atomic.Int64 // sessions forgotten by /admin/expire
 
 	mu       sync.Mutex
 	sessions map[string]bool
@@ -62,6 +74,8 @@ type hostileStats struct {
 	Subscribes  int64            `json:"subscribes"`
 	Discovers   int64            `json:"discovers"`
 	Listens     int64            `json:"listens"`
+	WellKnowns  int64            `json:"well_knowns"`
+	Expired     int64            `json:"expired"`
 }
 
 // Limits of the hostile tools: an endless answer ends after this long
@@ -72,6 +86,16 @@ const (
 	hostileMaxMiBps  = 64
 	hostileBig       = 2 << 20
 	hostileHuge      = 100 << 20
+	// hostileEvent is the default size of big_progress's and big_request's
+	// one large event: under max_sse_line (8 MiB), so a proxy relays it.
+	hostileEvent = 7 << 20
+	// hostileMaxHold caps how long big_progress and big_request hold
+	// their answer.
+	hostileMaxHold = 20 * time.Second
+	// hostileMetadata is the size of the protected resource metadata
+	// document: under max_answer (32 MiB), so a proxy that reads it whole
+	// as any answer can.
+	hostileMetadata = 30 << 20
 )
 
 // hostileFill is the text every answer is made of (no JSON escaping).
@@ -89,7 +113,18 @@ func (u *hostileUpstream) stats() hostileStats {
 		calls[k] = v
 	}
 	return hostileStats{Initializes: u.inits.Load(), Deletes: u.deletes.Load(), Sessions: int64(len(u.sessions)),
-		Streams: u.streams.Load(), Calls: calls, Subscribes: u.subscribes.Load(), Discovers: u.discovers.Load(), Listens: u.listens.Load()}
+		Streams: u.streams.Load(), Calls: calls, Subscribes: u.subscribes.Load(), Discovers: u.discovers.Load(), Listens: u.listens.Load(),
+		WellKnowns: u.wellKnowns.Load(), Expired: u.expires.Load()}
+}
+
+// expireAll forgets every session, as a server that expired them does.
+func (u *hostileUpstream) expireAll() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := len(u.sessions)
+	clear(u.sessions)
+	u.expires.Add(int64(n))
+	return n
 }
 
 func (u *hostileUpstream) known(sid string) bool {
@@ -150,7 +185,7 @@ func (u *hostileUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "tools/list":
 		var b bytes.Buffer
 		b.WriteString(`{"jsonrpc":"2.0","id":` + id + `,"result":{"tools":[`)
-		for i, name := range []string{bench.EchoTool, "big", "huge", "endless", "endless_id"} {
+		for i, name := range []string{bench.EchoTool, "big", "huge", "endless", "endless_id", "big_progress", "big_request"} {
 			if i > 0 {
 				b.WriteByte(',')
 			}
@@ -174,6 +209,10 @@ func (u *hostileUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeTextAnswer(w, id, intArg(args, "bytes", hostileHuge, 1<<30), false)
 		case "endless", "endless_id":
 			u.endless(w, r, id, name == "endless_id", intArg(args, "mibps", 8, hostileMaxMiBps))
+		case "big_progress", "big_request":
+			token := gjson.GetBytes(body, "params._meta.progressToken").Raw
+			hold := time.Duration(intArg(args, "hold_ms", 0, int(hostileMaxHold/time.Millisecond))) * time.Millisecond
+			bigEvent(w, r, id, orNull(token), name == "big_request", intArg(args, "bytes", hostileEvent, 16<<20), hold)
 		default:
 			hostileJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32602,"message":"unknown tool"}}`)
 		}
@@ -272,6 +311,78 @@ func (u *hostileUpstream) endless(w http.ResponseWriter, r *http.Request, id str
 	}
 }
 
+// bigEvent writes an SSE answer of one large event and the result "done":
+// a notifications/progress whose message is n bytes, or (request) a
+// sampling/createMessage asking about n bytes of text, which a proxy that
+// renumbers server→client requests must hold whole. The answer waits hold
+// before its result; a request's line waits with its last bytes unsent,
+// so that its reader holds it unfinished meanwhile. It stops when a write
+// fails or the client goes away.
+func bigEvent(w http.ResponseWriter, r *http.Request, id, token string, request bool, n int, hold time.Duration) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	head := `event: message` + "\n" + `data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":` + token +
+		`,"progress":1,"message":"`
+	tail := `"}}` + "\n\n"
+	if request {
+		head = `event: message` + "\n" + `data: {"jsonrpc":"2.0","id":"ask-` + strings.Trim(id, `"`) +
+			`","method":"sampling/createMessage","params":{"maxTokens":1,"messages":[{"role":"user","content":{"type":"text","text":"`
+		tail = `"}}]}}` + "\n\n"
+	}
+	rest := ""
+	if request && hold > 0 {
+		rest, tail = tail, ""
+	}
+	rc := http.NewResponseController(w)
+	if _, err := io.WriteString(w, head); err != nil {
+		return
+	}
+	for n > 0 {
+		k := min(n, len(hostileFill))
+		if _, err := w.Write(hostileFill[:k]); err != nil {
+			return
+		}
+		n -= k
+	}
+	if _, err := io.WriteString(w, tail); err != nil || rc.Flush() != nil {
+		return
+	}
+	if hold > 0 {
+		t := time.NewTimer(hold)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	_, _ = io.WriteString(w, rest+`event: message`+"\n"+`data: {"jsonrpc":"2.0","id":`+id+
+		`,"result":{"content":[{"type":"text","text":"done"}]}}`+"\n\n")
+}
+
+// metadata serves the protected resource metadata of the session-era
+// server: hostileMetadata bytes, its resource the server's own URL, with
+// Content-Length, written from hostileFill (nothing of its size is held).
+func (u *hostileUpstream) metadata(w http.ResponseWriter, r *http.Request) {
+	u.wellKnowns.Add(1)
+	head := `{"resource":"http://` + r.Host + hostilePath + `","authorization_servers":["https://as.example"],"bench_padding":"`
+	const tail = `"}`
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(head)+hostileMetadata+len(tail)))
+	if _, err := io.WriteString(w, head); err != nil {
+		return
+	}
+	for n := hostileMetadata; n > 0; {
+		k := min(n, len(hostileFill))
+		if _, err := w.Write(hostileFill[:k]); err != nil {
+			return
+		}
+		n -= k
+	}
+	_, _ = io.WriteString(w, tail)
+}
+
 // Paths of upstream -mode hostile: the session-era server, and the two
 // 2026-07-28-only ones (hostileModern), one whose server/discover carries
 // hostileInstructions bytes of instructions.
@@ -286,6 +397,10 @@ const (
 	// hostileFloodURI begins every URI the journal-flood attack subscribes
 	// to; the 2026-07-28 server counts it, quoted, in a listen's body.
 	hostileFloodURI = "hostile://flood/"
+	// hostileWellKnown is where the session-era server's protected
+	// resource metadata is (RFC 9728: the well-known segment before its
+	// path), which mcpheal forwards its agents to.
+	hostileWellKnown = "/.well-known/oauth-protected-resource" + hostilePath
 )
 
 // register serves the hostile servers and their counters on mux.
@@ -294,6 +409,10 @@ func (u *hostileUpstream) register(mux *http.ServeMux) {
 	mux.Handle(hostileModernPath, &hostileModern{u: u})
 	mux.Handle(hostileFatPath, &hostileModern{u: u, instructions: hostileInstructions})
 	mux.HandleFunc("/admin/stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, u.stats()) })
+	mux.HandleFunc("POST /admin/expire", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]int{"expired": u.expireAll()})
+	})
+	mux.HandleFunc("GET "+hostileWellKnown, u.metadata)
 }
 
 // hostileModern is a server that speaks only MCP 2026-07-28, as mcpheal's

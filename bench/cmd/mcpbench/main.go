@@ -15,7 +15,7 @@
 //	bench/run.sh            # the full run (~30 min); installs nginx and vegeta
 //	bench/run.sh --smoke    # CI: 2 s per target, one rate, correctness only
 //	bench/run.sh -only large  # the large-SSE-event section alone (~1 min)
-//	bench/run.sh -only hostile  # the hostile-input section alone (~3 min)
+//	bench/run.sh -only hostile  # the hostile-input section alone (~4 min)
 //	bench/run.sh -peers     # IBM ContextForge beside nginx and mcpheal (~25 min)
 //
 // The same binary is its own upstream and proxy processes (subcommands
@@ -295,7 +295,7 @@ func (c *config) smokeDefaults(fs *flag.FlagSet) {
 	def("large-sizes", func() { c.largeSizes = []int{1} })
 	def("large-rounds", func() { c.largeRounds = 1 })
 	def("large-round-mb", func() { c.largeRoundMB = 0 })
-	def("hostile", func() { c.hostileBudgets = nil }) // ~3 min: too long for CI
+	def("hostile", func() { c.hostileBudgets = nil }) // ~4 min: too long for CI
 	def("out", func() { c.out = "" })
 	def("plot", func() { c.plot = "" })
 	def("steal-max", func() { c.stealMax = 101 })

@@ -47,7 +47,7 @@ type peersConfig struct {
 func (p *peersConfig) flags(fs *flag.FlagSet) *string {
 	fs.StringVar(&p.venv, "contextforge", "", "-only peers: ContextForge's virtual environment (bench/peers/contextforge.sh prints it)")
 	rates := fs.String("peer-rates", "10,100,200,1000,2000", "-only peers: open-model rates, requests per second")
-	fs.IntVar(&p.rounds, "peer-rounds", 3, "-only peers: rounds per rate, target order rotating (0: the observations only)")
+	fs.IntVar(&p.rounds, "peer-rounds", 3, "-only peers: rounds per rate, target order rotating (0: no rounds; with -peer-sweep \"\" the observations only, written only to -out)")
 	fs.DurationVar(&p.duration, "peer-duration", 10*time.Second, "-only peers: length of one run, at least")
 	fs.IntVar(&p.minRequests, "peer-min-requests", 300, "-only peers: requests per run, at least (a run at 10 req/s lasts 30 s)")
 	fs.DurationVar(&p.timeout, "peer-timeout", 10*time.Second, "-only peers: vegeta's timeout of one request, every target")
@@ -101,6 +101,9 @@ func (c *config) onlyPeersLeg(fs *flag.FlagSet) error {
 	c.goBench, c.profile, c.largeSizes, c.hostileBudgets, c.bare, c.tracing = false, false, nil, nil, false, false
 	if !set["out"] {
 		c.out = "bench/RESULTS-peers.md"
+		if c.peers.rounds == 0 {
+			c.out = "" // the observations alone print their lines and replace no report
+		}
 	}
 	if !set["plot"] {
 		c.plot = ""

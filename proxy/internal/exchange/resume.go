@@ -28,6 +28,10 @@ import (
 // session died, the server has no GET or refuses) the answer ends as
 // before, with mcpheal's error.
 
+// maxRetryWait caps the retry: interval of a server's stream that mcpheal
+// waits before it resumes it, as it caps a busy server's Retry-After.
+const maxRetryWait = time.Minute
+
 // maxResumes bounds the resumptions of one answer stream that bring no new
 // event id: a server that closes every stream at once would otherwise be
 // asked for ever (the Go SDK's client counts the same way).
@@ -95,14 +99,17 @@ func (us *upstreamStream) resumable() bool {
 func (us *upstreamStream) resume(cause error) bool {
 	a := (*Attempt)(us)
 	id := a.Rw.LastID
+	// The server's retry: is its instruction, not an outage: it is waited
+	// in full (up to maxRetryWait), as its clients wait it directly, and
+	// the heal budget is for reaching it after that.
+	delay := min(time.Duration(a.Rw.RetryMs)*time.Millisecond, maxRetryWait)
 	if id != a.resumedAt {
 		// Progress since the last resumption (or the first): a new budget.
 		a.resumedAt, a.resumes = id, 0
-		a.resumeBy = time.Now().Add(a.S.Cfg.HealTimeout)
+		a.resumeBy = time.Now().Add(delay + a.S.Cfg.HealTimeout)
 	}
 	clean := errors.Is(cause, io.EOF)
 	wait := upstream.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
-	delay := time.Duration(a.Rw.RetryMs) * time.Millisecond
 	for {
 		a.resumes++
 		if a.resumes > maxResumes {

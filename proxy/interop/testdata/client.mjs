@@ -22,6 +22,12 @@
 // JSON-RPC error code for a JSON-RPC error (an HTTP status for an HTTP
 // failure, as the SDK reports it). Text lengths are UTF-8 bytes.
 //
+// With VERSION_NEGOTIATION=auto the v2 client negotiates its era
+// (versionNegotiation: { mode: "auto" }: server/discover first, the
+// session era's initialize as the fallback); without it, the SDK's default
+// (the session era). connect answers version: the protocol version it
+// speaks.
+//
 // With CLIENT_CAPABILITIES=1 the client declares sampling, elicitation (form)
 // and roots, and answers the server's requests: elicitation/create accepts
 // {ok: true}, sampling/createMessage answers the text "sampled-by-agent",
@@ -47,9 +53,12 @@ if (!url || !sdk.Client) {
 
 const timeout = Number(process.env.REQUEST_TIMEOUT_MS || 15000);
 const withCapabilities = process.env.CLIENT_CAPABILITIES === "1";
+const clientOptions = {};
+if (withCapabilities) clientOptions.capabilities = { sampling: {}, elicitation: { form: {} }, roots: {} };
+if (process.env.VERSION_NEGOTIATION) clientOptions.versionNegotiation = { mode: process.env.VERSION_NEGOTIATION };
 const client = new sdk.Client(
   { name: process.env.CLIENT_NAME || `mcpheal-interop-${flavour}`, version: "1.0.0" },
-  withCapabilities ? { capabilities: { sampling: {}, elicitation: { form: {} }, roots: {} } } : undefined,
+  Object.keys(clientOptions).length ? clientOptions : undefined,
 );
 if (withCapabilities) {
   client.setRequestHandler(byMethod("elicitation/create", "ElicitRequestSchema"),
@@ -86,6 +95,7 @@ const ops = {
     const ins = digest(client.getInstructions() ?? "");
     return {
       serverName: client.getServerVersion()?.name,
+      version: client.getNegotiatedProtocolVersion?.() ?? transport.protocolVersion ?? null,
       instructionsLen: ins.len,
       instructionsSha256: ins.sha256,
     };

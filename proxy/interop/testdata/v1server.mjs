@@ -15,10 +15,22 @@
 //     and count executions across server lives;
 //   - "big" (readOnlyHint): a text result of exactly bytes bytes, sent as one
 //     SSE event;
-//   - "echo" (readOnlyHint).
+//   - "echo" (readOnlyHint);
+//   - with POLL_TOOL=1, "poll" (no annotations: not replay-safe): SSE
+//     polling (MCP 2025-11-25): records one execution like work, then times
+//     times sends a log notification "poll <tag> <i>" on the call's stream
+//     and closes that stream (transport.closeSSEStream: the client comes
+//     back with GET and Last-Event-ID after the retry interval), and the
+//     session's GET stream too when standalone is set
+//     (closeStandaloneSSEStream), each everyMs apart; then answers
+//     "polled <tag>". It needs EVENT_STORE=1.
 // With EVENT_STORE=1 each session keeps its events (the SDK's
 // InMemoryEventStore): answer streams carry event ids, and a GET with
-// Last-Event-ID resumes one.
+// Last-Event-ID resumes one. RETRY_MS sets the transport's retryInterval
+// (the retry: field of its priming events).
+// With REQUEST_LOG=1 every HTTP request prints one line
+// "REQUEST <HTTP method> <JSON-RPC method, or -> <Last-Event-ID, or ->"
+// before it is served, so a test can count what reached the server.
 // Every initialize prints "INITIALIZE <clientInfo.name>" on stdout, so a test
 // can count the sessions a server life saw (one heal = one initialize).
 // An unknown Mcp-Session-Id gets 400 "Bad Request: No valid session ID
@@ -36,6 +48,9 @@ const countFile = process.env.COUNT_FILE || "";
 const instructionsBytes = Number(process.env.INSTRUCTIONS_BYTES || 12288);
 const fillerTools = Number(process.env.FILLER_TOOLS || 40);
 const eventStore = process.env.EVENT_STORE === "1";
+const retryMs = process.env.RETRY_MS === undefined || process.env.RETRY_MS === "" ? undefined : Number(process.env.RETRY_MS);
+const requestLog = process.env.REQUEST_LOG === "1";
+const pollTool = process.env.POLL_TOOL === "1";
 
 // instructions returns exactly n bytes of UTF-8: numbered lines mixing ASCII
 // with 2- and 3-byte characters, so a cut anywhere shows in length and hash.
@@ -85,6 +100,19 @@ function newServer() {
     if (ms) await sleep(ms);
     return text(`done ${tag}`);
   });
+  if (pollTool) s.registerTool("poll", {
+    description: "Closes its answer stream on purpose (SSE polling) times times, everyMs apart, then answers. Not replay-safe.",
+    inputSchema: { tag: z.string(), times: z.number().int().min(0), everyMs: z.number().int().min(0), standalone: z.boolean().optional() },
+  }, async ({ tag, times, everyMs, standalone }, extra) => {
+    if (countFile) fs.appendFileSync(countFile, `${tag} ${process.pid}\n`);
+    for (let i = 1; i <= times; i++) {
+      await extra.sendNotification({ method: "notifications/message", params: { level: "info", data: `poll ${tag} ${i}` } });
+      extra.closeSSEStream?.();
+      if (standalone) extra.closeStandaloneSSEStream?.();
+      await sleep(everyMs);
+    }
+    return text(`polled ${tag}`);
+  });
   s.registerTool("big", {
     description: "Returns a text result of exactly bytes bytes.",
     inputSchema: { bytes: z.number().int().min(0) },
@@ -123,6 +151,10 @@ const httpServer = http.createServer(async (req, res) => {
         process.stdout.write(`INITIALIZE ${body.params?.clientInfo?.name}\n`);
       }
     }
+    if (requestLog) {
+      const method = typeof body?.method === "string" ? body.method : "-";
+      process.stdout.write(`REQUEST ${req.method} ${method} ${req.headers["last-event-id"] || "-"}\n`);
+    }
     const sid = req.headers["mcp-session-id"];
     let t = sid ? transports.get(sid) : undefined;
     if (!t && !sid && req.method === "POST") {
@@ -130,6 +162,7 @@ const httpServer = http.createServer(async (req, res) => {
         sessionIdGenerator: () => randomUUID(),
         enableJsonResponse: false,
         eventStore: eventStore ? new InMemoryEventStore() : undefined,
+        retryInterval: retryMs,
         onsessioninitialized: (id) => transports.set(id, t),
       });
       t.onclose = () => { if (t.sessionId) transports.delete(t.sessionId); };

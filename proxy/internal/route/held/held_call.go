@@ -380,9 +380,15 @@ func logSeverity(level string) int {
 // notification returns an upstream notification as the agent gets it, or
 // nil when it does not want it: a log message below its level (or any, if
 // it asked for none), a progress notification that names the token of the
-// retry it now waits on.
+// retry it now waits on; and nil for what is no JSON-RPC notification at
+// all (an event of the TypeScript SDK v1 server's replayed stream has been
+// seen to carry {}), which no 2026-07-28 client can read: mcpheal is its
+// server, and writes only messages.
 func (c *heldCall) notification(msg []byte) []byte {
 	r := gjson.Parse(wire.B2s(msg))
+	if r.Get("jsonrpc").Str != "2.0" || r.Get("method").Type != gjson.String {
+		return nil
+	}
 	switch r.Get("method").Str {
 	case "notifications/message":
 		if c.level < 0 || logSeverity(r.Get("params.level").Str) < c.level {
