@@ -40,7 +40,11 @@ func (st *AgentStream) Write(b []byte) bool {
 // event writes one JSON-RPC message as a message event.
 func (st *AgentStream) Event(msg []byte) bool {
 	st.buf = sse.AppendEvent(st.buf[:0], "message", msg)
-	return st.Write(st.buf)
+	ok := st.Write(st.buf)
+	if cap(st.buf) > wire.FreeHold {
+		st.buf = nil // a large event's copy is not kept for the call's next ones
+	}
+	return ok
 }
 
 // pump writes the events that arrive on out, and a keepalive comment

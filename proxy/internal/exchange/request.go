@@ -98,9 +98,9 @@ type Request struct {
 	// stateless: MCP 2026-07-28 traffic, which has no sessions (a
 	// server/discover, or the 2026-07-28 protocol version header).
 	Stateless bool
-	Del         bool             // a DELETE
-	Sess        *session.Session // nil: no session (initialize, 2026-07-28 traffic)
-	Standing    heal.Standing    // of the credential to sess
+	Del       bool             // a DELETE
+	Sess      *session.Session // nil: no session (initialize, 2026-07-28 traffic)
+	Standing  heal.Standing    // of the credential to sess
 	// ownCredential: the credential is the one sess's headers hold for
 	// its own work (keepalive, heals on its behalf).
 	OwnCredential bool

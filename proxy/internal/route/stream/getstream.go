@@ -162,9 +162,25 @@ func (g *Stream) Pump() {
 		// events then always fall between two events, and an event cut
 		// with its stream is dropped, never spliced onto the next stream.
 		er := wire.EventRewriter{Gen: gen, Fr: sse.Framer{Max: g.S.Cfg.MaxSSELine}}
+		er.Meter.Mem = g.S.Mem
 		for {
+			if er.Fr.Buffered() == 0 && er.Fr.Held() > wire.FreeHold {
+				er.Fr.Reset(wire.FreeHold) // a large event has passed: its room is not kept
+			}
 			n, err := resp.Read(buf)
 			er.Fr.Feed(buf[:n])
+			// An event is framed whole: counted past FreeHold, with its
+			// rewritten copy on its way to the agent.
+			if !er.Meter.Hold(2 * er.Fr.Held()) {
+				g.S.Log.Warn().Str(obs.LogSession, g.Sess.ID.Short()).Int64("budget", g.S.Mem.Limit).
+					Msg("GET stream event would pass the memory budget held whole; stream ended")
+				er.Meter.Release()
+				g.mu.Lock()
+				g.resp = nil
+				g.mu.Unlock()
+				upstream.ReleaseResponse(resp)
+				return
+			}
 			var out []byte
 			var ferr error
 			for {
@@ -183,6 +199,7 @@ func (g *Stream) Pump() {
 				// back. The agent's stream ends; its SDK decides.
 				g.S.Log.Warn().Str(obs.LogSession, g.Sess.ID.Short()).Int("limit", g.S.Cfg.MaxSSELine).
 					Msg("GET stream event too large; stream ended")
+				er.Meter.Release()
 				g.mu.Lock()
 				g.resp = nil
 				g.mu.Unlock()
@@ -193,6 +210,7 @@ func (g *Stream) Pump() {
 				break // ended or cut: reopen
 			}
 		}
+		er.Meter.Release()
 		g.mu.Lock()
 		g.resp = nil
 		g.mu.Unlock()
