@@ -203,11 +203,12 @@ func TestAnswerLogKeepsTheTail(t *testing.T) {
 	}
 }
 
-// TestAgentResumeAtAnotherReplica: a log is its process's own. An agent
-// whose resume reaches another replica (the same session keys: it serves
-// the session) gets an empty event stream, as for a stream of a dead
-// session: its SDK then sees the call's stream end without an answer.
-// The replica that holds the log keeps the call going for the window.
+// TestAgentResumeAtAnotherReplica: without a shared store a log is its
+// process's own (with one, sharedanswers_test.go). An agent whose resume
+// reaches another replica (the same session keys: it serves the session)
+// gets an empty event stream, as for a stream of a dead session: its SDK
+// then sees the call's stream end without an answer. The replica that
+// holds the log keeps the call going for the window.
 func TestAgentResumeAtAnotherReplica(t *testing.T) {
 	t.Parallel()
 	var st resumeStub

@@ -21,6 +21,9 @@ var (
 	descReplays = prometheus.NewDesc("mcpheal_replays_total",
 		"Requests sent again after a failure (done), or not because they may have run (refused).",
 		[]string{"upstream", "outcome"}, nil)
+	descShared = prometheus.NewDesc("mcpheal_shared_answers_total",
+		"Answers shared by a fleet (docs/streams.md \"Across replicas\"): written to the shared store, fallen back to the local log, resumptions served from it, lost replicas' answers taken over, resumptions that found none.",
+		[]string{"upstream", "result"}, nil)
 	descResumes = prometheus.NewDesc("mcpheal_stream_resumes_total",
 		"Answer streams resumed: by=upstream, mcpheal resumed the server's stream that ended before its response (ok) or could not (failed); by=agent, an agent resumed mcpheal's (ok) or came too late (failed).",
 		[]string{"upstream", "by", "outcome"}, nil)
@@ -113,6 +116,9 @@ func collectServer(ch chan<- prometheus.Metric, s *Server) {
 	counter(descResumes, k.Resumes[obs.OutcomeFailed].Load(), "upstream", "failed")
 	counter(descResumes, k.AgentResumes[obs.OutcomeOK].Load(), "agent", "ok")
 	counter(descResumes, k.AgentResumes[obs.OutcomeFailed].Load(), "agent", "failed")
+	for i, name := range obs.SharedNames {
+		counter(descShared, k.SharedAnswers[i].Load(), name)
+	}
 	for r := range k.Keepalive {
 		counter(descKeepalive, k.Keepalive[r].Load(), obs.KeepaliveNames[r])
 	}

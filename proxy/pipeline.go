@@ -38,7 +38,8 @@ func (s *Server) ServeMCP(ctx *fasthttp.RequestCtx) {
 // "Across protocol eras"): a session-era agent of an upstream that speaks
 // only 2026-07-28 goes through the bridge, a 2026-07-28 agent of an
 // upstream of the session era only on the session mcpheal holds for it;
-// an agent resuming an answer mcpheal keeps is served from its log; every
+// an agent resuming an answer mcpheal keeps is served from its log (or the
+// fleet's, docs/streams.md "Across replicas"); every
 // other request passes through, its session id swapped for the upstream's.
 // The choice is made here and nowhere else: the guard checks, the routes
 // translate, and an era change the exchange finds comes back here
@@ -59,6 +60,10 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	case r.Msg.Get && r.Sess != nil:
 		if l, seq := s.answers.Find(r.Sess.ID, r.Hdr.PeekBytes(wire.HdrLastEventID)); l != nil {
 			s.streams.ServeLog(ctx, r, l, seq) // resuming an answer mcpheal keeps (answerlog.go)
+			return
+		}
+		if key, seq, ok := s.answers.SharedKey(r.Hdr.PeekBytes(wire.HdrLastEventID)); ok {
+			s.streams.ServeShared(ctx, r, key, seq) // one the fleet keeps (route/stream/shared.go)
 			return
 		}
 		if s.streams.Serve(ctx, r) {

@@ -93,10 +93,14 @@ type replicaSet struct {
 	shared session.Shared
 	procs  []*proxyProcess
 	lb     *balancer
+	mod    func(*conf.Config) // more configuration, if set
 }
 
-func startFleet(t *testing.T, n int, up string, shared session.Shared) *replicaSet {
+func startFleet(t *testing.T, n int, up string, shared session.Shared, mod ...func(*conf.Config)) *replicaSet {
 	f := &replicaSet{t: t, up: up, keys: testKeys(1), shared: shared}
+	if len(mod) > 0 {
+		f.mod = mod[0]
+	}
 	addrs := make([]string, n)
 	for i := range n {
 		p := f.start("127.0.0.1:0")
@@ -111,6 +115,9 @@ func (f *replicaSet) start(addr string) *proxyProcess {
 	return startProxyAt(f.t, addr, f.up, func(c *conf.Config) {
 		c.SessionKeys = f.keys
 		c.Shared = f.shared
+		if f.mod != nil {
+			f.mod(c)
+		}
 	})
 }
 

@@ -105,6 +105,9 @@ func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 	s.env = &exchange.Env{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Bg: &s.bg, Done: s.done,
 		Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
 		Answers: &s.answers, ReplayTools: s.replayTools, Challenges: &exchange.Challenges{Link: s.link, Path: s.cfg.Path}}
+	if sh, ok := s.cfg.Shared.(session.Answers); ok && s.cfg.ResumeBuffer > 0 && s.cfg.ResumeWindow > 0 {
+		s.answers.Sharing(sh, rand.Text(), s.env) // answers outlive their replica (docs/streams.md "Across replicas")
+	}
 	s.streams.Env = s.env
 	s.bridge = &bridge.Route{S: s.env}
 	s.held = &held.Route{S: s.env, Streams: &s.streams.Set, Scope: held.Scope(s.cfg.Listen), ByKey: make(map[held.Key]*held.Entry),

@@ -1,10 +1,9 @@
 package proxy
 
 import (
+	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 )
-
-import "github.com/mcpheal/mcpheal/classify"
 
 // Stats is a snapshot of one upstream's counters.
 type Stats struct {
@@ -22,6 +21,10 @@ type Stats struct {
 	Panics        uint64
 	Sessions      int
 	Classes       map[classify.Class]uint64
+	// SharedAnswers counts what became of answers a fleet shares, by
+	// result: written, fallback, served, taken, missing
+	// (mcpheal_shared_answers_total).
+	SharedAnswers map[string]uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -37,6 +40,10 @@ func (s *Server) Stats() Stats {
 		Panics:         c.Panics.Load(),
 		Sessions:       s.sessions.Store.Len(),
 		Classes:        make(map[classify.Class]uint64),
+		SharedAnswers:  make(map[string]uint64),
+	}
+	for i, name := range obs.SharedNames {
+		st.SharedAnswers[name] = c.SharedAnswers[i].Load()
 	}
 	for m := range c.Requests {
 		for k := range c.Requests[m] {

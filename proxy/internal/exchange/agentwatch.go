@@ -43,6 +43,10 @@ type agentWatch struct {
 	nc   net.Conn
 	sc   syscall.Conn
 	resp *upstream.Response
+	// left, when set, is what an agent that closed its connection
+	// causes instead: an answer its agent may resume goes on for it
+	// (answerlog.go), and only its log learns that the agent left.
+	left atomic.Pointer[func()]
 }
 
 const (
@@ -86,6 +90,10 @@ func (w *agentWatch) start() {
 		w.ended <- struct{}{}
 	}()
 	if peerClosed(w.sc) {
+		if f := w.left.Load(); f != nil {
+			(*f)()
+			return
+		}
 		w.Gone.Store(true)
 		w.resp.Interrupt()
 	}
@@ -108,6 +116,7 @@ func (w *agentWatch) Stop() bool {
 		w.state.Store(watchIdle)
 	}
 	w.nc, w.sc, w.resp = nil, nil, nil
+	w.left.Store(nil)
 	return w.Gone.Swap(false)
 }
 
@@ -129,4 +138,20 @@ func (a *Attempt) Unwatch() {
 	a.S.Count.AgentGone.Add(1)
 	a.S.Log.Debug().Str(obs.LogMethod, obs.LogText(a.Msg.Method)).Str(obs.LogTool, obs.LogText(a.Msg.Tool)).
 		Msg("agent closed its connection while its request waited on the upstream; upstream exchange interrupted")
+}
+
+// watchForLog keeps watching the agent's connection while an answer its
+// agent may resume is relayed, for its log: a balancer that closes its
+// connection to mcpheal when the agent's drops (nginx does) leaves writes
+// that still succeed for a while, and the answer must not be taken for
+// delivered.
+func (a *Attempt) watchForLog() {
+	if a.Watch == nil {
+		return
+	}
+	left := a.log.agentLeft
+	a.Watch.left.Store(&left)
+	if a.Watch.state.Load() == watchArmed {
+		a.Watch.timer.Reset(0) // at once: the answer may end before watchAfter
+	}
 }

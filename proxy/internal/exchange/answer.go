@@ -433,7 +433,7 @@ func (a *Attempt) respond() bool {
 		// dropped connection end the relay's writes, not the call.
 		a.log = s.Answers.open(a)
 		a.log.Append(a.Out)
-		a.Unwatch()
+		a.watchForLog()
 	}
 	ctx.Response.SetBodyStream((*sseBody)(a), -1)
 	return true
@@ -750,10 +750,10 @@ func (b *sseBody) Close() error {
 		go b.drain() // it owns the attempt now
 		return nil
 	}
+	a.Unwatch() // first: an agent found gone after the end is not news to the log
 	if a.log != nil {
 		a.log.Finish()
 	}
-	a.Unwatch()
 	wire.ArmWrite(a.conn, a.S.Cfg.WriteTimeout) // the chunked answer's end is written after Close
 	a.Release()
 	return nil

@@ -23,9 +23,8 @@ import (
 // keeps events, across a heal in between too. A log keeps the last
 // resume_buffer bytes of the answer (an agent that resumes lost what was
 // in flight to it, no more), counted in memory_budget; past the budget it
-// is dropped, and the answer can no longer be resumed. It is the process's own: a
-// resume that reaches another replica finds nothing and gets an empty
-// stream, as a resume of a dead session's stream does.
+// is dropped, and the answer can no longer be resumed. A fleet that
+// shares answers keeps a copy for the other replicas (answershare.go).
 
 // ownStreams numbers the answers whose events carry mcpheal's own ids,
 // from a random start, so that two processes (a restart, another replica)
@@ -42,6 +41,23 @@ func init() {
 type AnswerLogs struct {
 	Mu sync.Mutex // protects m
 	M  map[string]*AnswerLog
+
+	// Shared, when not nil, keeps the answers for the fleet too
+	// (answershare.go), Owner naming this process there; holdOff is when
+	// (unix ns) answers are shared again after a failed write.
+	Shared  session.Answers
+	Owner   string
+	env     *Env
+	holdOff atomic.Int64
+}
+
+// SharedKey returns the answer and event an agent's Last-Event-ID names,
+// when answers are shared and it is one of mcpheal's own ids.
+func (ls *AnswerLogs) SharedKey(lastEventID []byte) (key string, seq int, ok bool) {
+	if ls.Shared == nil {
+		return "", 0, false
+	}
+	return wire.ParseOwnID(lastEventID)
 }
 
 // open starts the log of a's answer, whose events carry a.rw.own.
@@ -49,6 +65,9 @@ func (ls *AnswerLogs) open(a *Attempt) *AnswerLog {
 	key := "m" + strconv.FormatUint(a.Rw.Own, 36) // as appendOwnID writes it
 	l := &AnswerLog{Key: key, sess: a.Sess.ID, Ls: ls, Mem: a.S.Mem, Max: a.S.Cfg.ResumeBuffer,
 		Window: a.S.Cfg.ResumeWindow, a: a, Wake: make(chan struct{})}
+	if a.Sess != nil {
+		l.share = ls.share(l, a)
+	}
 	ls.Mu.Lock()
 	if ls.M == nil {
 		ls.M = make(map[string]*AnswerLog)
@@ -124,6 +143,7 @@ type AnswerLog struct {
 	expired bool          // the window passed with nobody reading
 	readers int
 	timer   *time.Timer
+	share   *AnswerShare // the fleet's copy (answershare.go), nil if none
 }
 
 // append records p, sent (or being sent) to the agent.
@@ -177,7 +197,48 @@ func (l *AnswerLog) Append(p []byte) {
 	if ended {
 		l.wakeLocked()
 	}
+	if ended && l.share != nil {
+		l.share.Notify(l.skipped+len(l.ends), l.a.Rw.LastID)
+	}
 	l.giveUpLocked()
+}
+
+// eventsBetween appends copies of the events after from up to upto that
+// the log still holds whole to dst, for the fleet's copy (answershare.go),
+// and returns them, the number of the first, and their size. Events that
+// fell out of what is kept are left out: the fleet's readers find them
+// lost, as Since does.
+func (l *AnswerLog) eventsBetween(dst [][]byte, from, upto int) (_ [][]byte, first, size int) {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
+	// Event n ends at ends[n-skipped-1], and starts where event n-1
+	// ended: the first event the log holds whole is skipped+2, or 1 when
+	// nothing was ever dropped.
+	first = max(from+1, l.skipped+2)
+	if l.skipped == 0 && l.base == 0 {
+		first = from + 1
+	}
+	upto = min(upto, l.skipped+len(l.ends))
+	if l.over {
+		return dst, first, 0
+	}
+	for n := first; n <= upto; n++ {
+		start := 0
+		if n-l.skipped-2 >= 0 {
+			start = l.ends[n-l.skipped-2]
+		}
+		end := l.ends[n-l.skipped-1]
+		ev := make([]byte, 0, end-start)
+		for off := start; off < end; {
+			i, within := (off-l.base)/LogChunk, (off-l.base)%LogChunk
+			k := min(LogChunk-within, end-off)
+			ev = append(ev, l.Chunks[i][within:within+k]...)
+			off += k
+		}
+		dst = append(dst, ev)
+		size += len(ev)
+	}
+	return dst, first, size
 }
 
 // store copies seg, which goes at offset l.size, into the chunks; false
@@ -223,6 +284,9 @@ func (l *AnswerLog) isOver() bool {
 func (l *AnswerLog) dropLocked() {
 	if !l.over {
 		l.over = true
+		if l.share != nil {
+			l.share.Abandon()
+		}
 		l.releaseAll(l.size)
 		l.Chunks, l.ends = nil, nil
 		l.Ls.forget(l)
@@ -241,6 +305,9 @@ func (l *AnswerLog) agentLeft() {
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
 	l.Left = true
+	if l.share != nil {
+		l.share.AgentLeft()
+	}
 	if l.readers == 0 {
 		l.armLocked()
 		l.giveUpLocked()
@@ -269,6 +336,9 @@ func (l *AnswerLog) Finish() {
 	}
 	l.done, l.a = true, nil
 	l.wakeLocked()
+	if l.share != nil {
+		l.share.End()
+	}
 	switch {
 	case l.readers > 0:
 		// A resuming agent reads it to its end; the window runs after.
@@ -290,12 +360,17 @@ func (l *AnswerLog) armLocked() {
 }
 
 func (l *AnswerLog) windowEnded() {
+	elsewhere := l.share != nil && l.share.readElsewhere() // not under l.Mu: it asks the shared store
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
 	if l.readers > 0 {
 		return
 	}
 	if !l.done {
+		if elsewhere {
+			l.armLocked() // the agent reads it on another replica
+			return
+		}
 		// Nobody came back for it: the call ends as when its agent goes
 		// away without a log (nothing is sent again).
 		l.expired = true

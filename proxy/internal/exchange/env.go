@@ -1,6 +1,8 @@
 package exchange
 
 import (
+	"github.com/rs/zerolog"
+
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/era"
 	"github.com/mcpheal/mcpheal/proxy/internal/heal"
@@ -8,8 +10,6 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
-
-import "github.com/rs/zerolog"
 
 // env is what an exchange (attempt.go) and the routes above it use of the
 // stages below: the front door makes one per upstream and hands it down,

@@ -93,6 +93,18 @@ const (
 
 var KeepaliveNames = [numKeepalive]string{"ok", "gone", "failed"}
 
+// Shared answers (Counters.SharedAnswers).
+const (
+	SharedWritten  = iota // an answer's log written to the shared store
+	SharedFallback        // a write failed or was late: the answer stays local
+	SharedServed          // an agent's resumption served from the shared log
+	SharedTaken           // a lost replica's answer taken over
+	SharedMissing         // a resumption found no shared log, or could not read it
+	numShared
+)
+
+var SharedNames = [numShared]string{"written", "fallback", "served", "taken", "missing"}
+
 // counters is the one place where the proxy counts what it did: plain
 // atomics on the hot path, exposed by collector at scrape time.
 type Counters struct {
@@ -110,6 +122,9 @@ type Counters struct {
 	// own, served from the answer's log ([outcomeOK]) or not, the log gone
 	// ([outcomeFailed]), answerlog.go.
 	AgentResumes [numOutcomes]atomic.Uint64
+	// sharedAnswers counts what became of answers shared by the fleet
+	// (exchange/answershare.go, route/stream/shared.go), by SharedNames.
+	SharedAnswers [numShared]atomic.Uint64
 	// unsafeResends counts requests that are not replay-safe sent again
 	// after an exchange that may have run them. decide forbids it, so it
 	// stays 0: tests assert it as an invariant.

@@ -119,6 +119,14 @@ func (er *EventRewriter) startLine(blank bool) []byte {
 	return nil
 }
 
+// ResumeOwn gives the events that follow mcpheal's ids of answer own,
+// numbered after seq: an answer taken over from another replica
+// (route/stream's ServeShared) goes on where its log ends.
+func (er *EventRewriter) ResumeOwn(own uint64, seq int) { er.Own, er.seq = own, uint64(seq) }
+
+// Seq is the number of the last event begun.
+func (er *EventRewriter) Seq() int { return int(er.seq) }
+
 // ownID appends the id field of the event in progress, mcpheal's own.
 func (er *EventRewriter) ownID(out []byte) []byte {
 	er.idOut = true

@@ -284,14 +284,22 @@ func (g *Stream) Reopen(lastID string, retryMs int) bool {
 // open sends one upstream GET; it returns the stream, or the class of the
 // failure.
 func (g *Stream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
-	if ok, _ := g.S.Link.Breaker.Allow(); !ok {
+	return openGET(g.S, g.Hdr, up, g.Sess.Recipe.ProtocolVersion, lastID, time.Now().Add(g.S.Cfg.ResponseTimeout))
+}
+
+// openGET sends one upstream GET with the agent's headers hdr on upstream
+// session up, its head due by deadline; it returns the stream, or the
+// class of the failure.
+func openGET(s *exchange.Env, hdr *fasthttp.RequestHeader, up session.UpstreamID, version, lastID string,
+	deadline time.Time) (*upstream.Response, classify.Class) {
+	if ok, _ := s.Link.Breaker.Allow(); !ok {
 		return nil, classify.TransportDead
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	g.S.Link.Build(req, &link.Upcall{Hdr: g.Hdr, Method: fasthttp.MethodGet, Session: up, Version: g.Sess.Recipe.ProtocolVersion, LastEventID: lastID})
+	s.Link.Build(req, &link.Upcall{Hdr: hdr, Method: fasthttp.MethodGet, Session: up, Version: version, LastEventID: lastID})
 	resp := upstream.AcquireResponse()
-	err := g.S.Link.Do(req, resp, time.Now().Add(g.S.Cfg.ResponseTimeout))
+	err := s.Link.Do(req, resp, deadline)
 	cls := classify.TransportDead
 	switch {
 	case err != nil:
@@ -300,7 +308,7 @@ func (g *Stream) open(up session.UpstreamID, lastID string) (*upstream.Response,
 	default:
 		cls = classify.Classify(resp.StatusCode(), resp.Header.ContentType(), resp.Body())
 	}
-	g.S.Link.RecordHealth(cls)
+	s.Link.RecordHealth(cls)
 	if cls == classify.OK && resp.IsStream() {
 		return resp, cls
 	}
@@ -372,10 +380,7 @@ func (sr *Route) ServeLog(ctx *fasthttp.RequestCtx, r *exchange.Request, l *exch
 		return
 	}
 	s.Count.AgentResumes[obs.OutcomeOK].Add(1)
-	ctx.Response.Header.SetContentTypeBytes(wire.MimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(r.Sess.ID))
+	streamHead(ctx, r.Sess.ID)
 	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer l.Detach()

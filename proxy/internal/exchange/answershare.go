@@ -1,0 +1,375 @@
+package exchange
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// Answers a fleet shares (docs/streams.md "Across replicas"). With a shared
+// session store that keeps answers (session_store: redis), the log of an
+// answer an agent may resume is written there too, event by event, as it
+// streams: an agent's GET with Last-Event-ID that reaches another replica
+// is served from it (route/stream's ServeShared), and when the replica
+// relaying the answer is lost, the one the agent reaches takes the
+// upstream exchange over with the server's last event id.
+//
+// Nothing of it runs on the agent's path: the relay only tells the
+// answer's AnswerShare how far its local log goes (Notify), and a
+// goroutine of the share's copies the new events out of the local log and
+// writes them, a batch at a time, while the relay goes on; the copies are
+// counted in memory_budget while they are written. A write that fails or
+// is late (Redis slow or down) ends
+// the sharing of that answer, which stays in the local log as on a lone
+// process, and new answers are not shared for shareHoldOff; a Redis that
+// comes back is used again after that. An answer whose agent got all of
+// it before shareLinger passed is never written at all: the most common
+// streamed answer costs Redis nothing.
+
+const (
+	// shareLinger is how long an answer's first events wait before they
+	// are written, in case the answer ends with its agent first.
+	shareLinger = 20 * time.Millisecond
+	// ShareLease is how long an answer's owner holds it without writing
+	// (a lost replica's answer is taken over after it), renewed every
+	// shareRenew while the answer runs.
+	ShareLease = 5 * time.Second
+	shareRenew = time.Second
+	// shareTimeout bounds each write; past it the answer is not shared.
+	shareTimeout = 2 * time.Second
+	// shareHoldOff is how long no new answer is shared after a write
+	// failed.
+	shareHoldOff = 5 * time.Second
+)
+
+// Sharing sets up the fleet's answer log: shared keeps the answers,
+// owner names this process in it.
+func (ls *AnswerLogs) Sharing(shared session.Answers, owner string, env *Env) {
+	ls.Shared, ls.Owner, ls.env = shared, owner, env
+}
+
+// SessionDigest is how the shared log names an answer's agent session.
+func SessionDigest(id session.ClientID) string {
+	h := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(h[:16])
+}
+
+// share starts sharing the answer logged in l, nil when answers are not
+// shared (or not now).
+func (ls *AnswerLogs) share(l *AnswerLog, a *Attempt) *AnswerShare {
+	if ls.Shared == nil || time.Now().UnixNano() < ls.holdOff.Load() {
+		return nil
+	}
+	sh := ls.newShare(l.Key)
+	sh.log, sh.sess, sh.request = l, a.Sess.ID, strings.Clone(a.Msg.IdOrNull())
+	sh.upstream, sh.version = a.up, a.Sess.Recipe.ProtocolVersion
+	return sh
+}
+
+// Adopt shares an answer this process took over (route/stream): its log
+// exists, and its next event is numbered next.
+func (ls *AnswerLogs) Adopt(key string, next int) *AnswerShare {
+	sh := ls.newShare(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.avail, sh.written = next-1, next-1
+	sh.opened, sh.left = true, true // a taken-over answer is written in full
+	sh.armRenewLocked()
+	return sh
+}
+
+func (ls *AnswerLogs) newShare(key string) *AnswerShare {
+	s := ls.env
+	return &AnswerShare{ls: ls, key: key, w: session.AnswerWrite{Owner: ls.Owner,
+		Max: s.Cfg.ResumeBuffer, Lease: ShareLease, Window: s.Cfg.ResumeWindow}}
+}
+
+// AnswerShare writes one answer's events to the shared log: those of its
+// local log, read from it when they are written (the relay copies
+// nothing for it), or those a route adds (an answer taken over).
+type AnswerShare struct {
+	ls  *AnswerLogs
+	key string
+	log *AnswerLog // where the events are read; nil: Add gives them
+	// What the first write starts the shared log with.
+	sess     session.ClientID
+	request  string
+	upstream session.UpstreamID
+	version  string
+
+	mu      sync.Mutex // protects everything below
+	pending [][]byte   // events added, to write (log nil)
+	bytes   int        // their size, counted in memory_budget
+	avail   int        // the number of the last event there is
+	written int        // the number of the last event written
+	upLast  string     // the upstream's id of event avail
+	done    bool       // the answer ended: the last write says so
+	left    bool       // its agent left: it is written in full, and kept
+	due     bool       // the linger passed: the first write may go
+	renew   bool       // the lease is due: write, with or without events
+	opened  bool       // written at least once
+	running bool       // a writer goroutine runs
+	closed  bool       // nothing more is written: ended, dropped or given up
+	timer   *time.Timer
+	w       session.AnswerWrite
+}
+
+// Notify says that the local log holds the answer's events up to number
+// last, the upstream's id of which is upLast.
+func (sh *AnswerShare) Notify(last int, upLast string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed || sh.done {
+		return
+	}
+	sh.avail = last
+	if upLast != "" {
+		sh.upLast = upLast
+	}
+	sh.scheduleLocked()
+}
+
+// Add hands events (whole, as the agent gets them; copies the share
+// keeps) and the upstream's last event id over to be written.
+func (sh *AnswerShare) Add(events [][]byte, upLast string) {
+	n := 0
+	for _, ev := range events {
+		n += len(ev)
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed || sh.done {
+		return
+	}
+	if !sh.ls.env.Mem.Take(int64(n)) {
+		sh.failLocked("memory_budget has no room for the events waiting to be written")
+		return
+	}
+	sh.pending = append(sh.pending, events...)
+	sh.bytes += n
+	sh.avail += len(events)
+	if upLast != "" {
+		sh.upLast = upLast
+	}
+	sh.scheduleLocked()
+}
+
+// scheduleLocked has what is new written: now, once the log was opened or
+// the agent left, else after shareLinger.
+func (sh *AnswerShare) scheduleLocked() {
+	switch {
+	case sh.opened || sh.left:
+		sh.kickLocked()
+	case sh.timer == nil:
+		sh.timer = time.AfterFunc(shareLinger, func() {
+			sh.mu.Lock()
+			defer sh.mu.Unlock()
+			sh.due = true
+			sh.kickLocked()
+		})
+	}
+}
+
+// AgentLeft writes what waits at once: the agent may come back on
+// another replica.
+func (sh *AnswerShare) AgentLeft() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.left = true
+	sh.kickLocked()
+}
+
+// End notes that the answer ended. If its agent left, the end is written,
+// for the agent to read on whichever replica it comes back to; else the
+// agent got all of it, and the log is dropped (or was never written).
+func (sh *AnswerShare) End() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.done {
+		return
+	}
+	sh.done = true
+	if sh.left && !sh.closed {
+		sh.kickLocked()
+		return
+	}
+	sh.closeLocked()
+	if sh.opened && sh.ls.env.Bg.Add(1) {
+		go sh.drop()
+	}
+}
+
+// Abandon ends the sharing of an answer whose local log was dropped: its
+// copy goes too (a reader finds it gone).
+func (sh *AnswerShare) Abandon() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return
+	}
+	sh.closeLocked()
+	if sh.opened && sh.ls.env.Bg.Add(1) {
+		go sh.drop()
+	}
+}
+
+// Release stops writing a taken-over answer without ending it: its lease
+// runs out, and the next resumption takes it over again.
+func (sh *AnswerShare) Release() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.closeLocked()
+}
+
+// Next is the number the next event added gets.
+func (sh *AnswerShare) Next() int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.avail + 1
+}
+
+func (sh *AnswerShare) drop() {
+	defer sh.ls.env.Bg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), shareTimeout)
+	defer cancel()
+	_ = sh.ls.Shared.DropAnswer(ctx, sh.key)
+}
+
+// kickLocked starts the writer, unless it runs (it will see what waits).
+func (sh *AnswerShare) kickLocked() {
+	if sh.running || sh.closed || !sh.ls.env.Bg.Add(1) {
+		return
+	}
+	sh.running = true
+	go sh.write()
+}
+
+// write writes what waits, a batch at a time, until nothing does.
+func (sh *AnswerShare) write() {
+	defer sh.ls.env.Bg.Done()
+	mem := sh.ls.env.Mem
+	for {
+		sh.mu.Lock()
+		if sh.closed || !sh.opened && !sh.due && !sh.left ||
+			sh.opened && sh.avail == sh.written && !sh.renew && !sh.done {
+			sh.running = false
+			sh.mu.Unlock()
+			return
+		}
+		w := &sh.w
+		w.Open = nil
+		if !sh.opened {
+			w.Open = &session.AnswerInfo{Session: SessionDigest(sh.sess), Request: sh.request, Upstream: sh.upstream,
+				Version: sh.version, Owner: sh.ls.Owner}
+		}
+		from, upto := sh.written, sh.avail
+		w.Events, w.First, w.UpLastID, w.Done = sh.pending, from+1, sh.upLast, sh.done
+		bytes := sh.bytes
+		sh.pending, sh.bytes, sh.renew = nil, 0, false
+		sh.mu.Unlock()
+
+		if sh.log != nil && upto > from {
+			// Copied from the local log now, off the relay's path; held
+			// (and counted) only for the write.
+			w.Events, w.First, bytes = sh.log.eventsBetween(w.Events[:0], from, upto)
+			if !mem.Take(int64(bytes)) {
+				sh.mu.Lock()
+				sh.failLocked("memory_budget has no room for the events being written")
+				sh.mu.Unlock()
+				continue
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), shareTimeout)
+		ok, err := sh.ls.Shared.WriteAnswer(ctx, sh.key, w)
+		cancel()
+		mem.Give(int64(bytes))
+		w.Events = nil
+		sh.mu.Lock()
+		switch {
+		case err != nil:
+			sh.ls.holdOff.Store(time.Now().Add(shareHoldOff).UnixNano())
+			sh.failLocked("the shared store failed: " + err.Error())
+		case !ok:
+			sh.failLocked("another replica took the answer over")
+		default:
+			sh.written = upto
+			if !sh.opened {
+				sh.ls.env.Count.SharedAnswers[obs.SharedWritten].Add(1)
+				sh.opened = true
+				if !w.Done {
+					sh.armRenewLocked()
+				}
+			}
+			if w.Done {
+				sh.closeLocked() // written in full
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// armRenewLocked renews the lease every shareRenew while the answer runs.
+func (sh *AnswerShare) armRenewLocked() {
+	if sh.timer != nil {
+		sh.timer.Stop()
+	}
+	var t *time.Timer
+	t = time.AfterFunc(shareRenew, func() {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if sh.closed || sh.timer != t {
+			return
+		}
+		sh.renew = true
+		sh.kickLocked()
+		t.Reset(shareRenew)
+	})
+	sh.timer = t
+}
+
+// failLocked ends the sharing of the answer: it goes on in the local log.
+func (sh *AnswerShare) failLocked(why string) {
+	if sh.closed {
+		return
+	}
+	sh.closeLocked()
+	sh.ls.env.Count.SharedAnswers[obs.SharedFallback].Add(1)
+	sh.ls.env.Log.Warn().Str("answer", sh.key).Str("why", why).
+		Msg("answer no longer written to the shared store: it can be resumed on this replica only")
+}
+
+// closeLocked stops everything: nothing more is written.
+func (sh *AnswerShare) closeLocked() {
+	sh.closed = true
+	if sh.timer != nil {
+		sh.timer.Stop()
+	}
+	sh.releaseLocked()
+}
+
+func (sh *AnswerShare) releaseLocked() {
+	sh.ls.env.Mem.Give(int64(sh.bytes))
+	sh.pending, sh.bytes = nil, 0
+}
+
+// readElsewhere reports whether an agent reads the answer on another
+// replica (route/stream's ServeShared marks it as it follows).
+func (sh *AnswerShare) readElsewhere() bool {
+	sh.mu.Lock()
+	opened := sh.opened && !sh.closed
+	sh.mu.Unlock()
+	if !opened {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shareTimeout)
+	defer cancel()
+	r, err := sh.ls.Shared.ReadAnswer(ctx, sh.key, math.MaxInt32, 0, false)
+	return err == nil && r.Read
+}

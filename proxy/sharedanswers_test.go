@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"bufio"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/session/redisstore"
+	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
+)
+
+// Answers a fleet shares (docs/streams.md "Across replicas"), step by
+// step against a scripted server, beside proxy/interop's tests with real
+// clients and servers (sharedanswers_test.go there): what each replica
+// writes, serves and counts.
+
+// sharedFleet is two replicas sharing a real redis-server's store.
+func sharedFleet(t *testing.T, up string) (*replicaSet, *redisstore.Store) {
+	t.Helper()
+	rs := redistest.Start(t)
+	st, err := redisstore.New(redisstore.Config{Addr: rs.Addr, Prefix: "default", Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	// Keepalive comments find a dropped agent at once.
+	return startFleet(t, 2, up, st, func(c *conf.Config) { c.StreamKeepalive = 20 * time.Millisecond }), st
+}
+
+// TestSharedAnswerServedElsewhere: an agent's connection to replica 0
+// drops after the first event of a call whose server keeps no events; its
+// GET with that event's id reaches replica 1, which serves the rest from
+// the shared log as replica 0 writes it: the result, with mcpheal's id, and
+// not the event the agent had. The call ran once; replica 0 wrote one
+// answer, replica 1 served one.
+func TestSharedAnswerServedElsewhere(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	release := make(chan struct{})
+	up := agentResumeStub(t, &st, release)
+	f, _ := sharedFleet(t, up)
+	sid := peerRawInitialize(t, f.replica(0))
+	resp, err := peerRawClient.Do(peerPostRequest(t, f.replica(0), sid, resumeCall))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := readFirstEvent(t, bufio.NewReader(resp.Body))
+	_ = resp.Body.Close() // the agent's connection drops mid-call
+	PeerWait(t, "replica 0 to notice the agent gone and write the answer to the shared store", func() bool {
+		return agentLeft(f.procs[0].s) && f.procs[0].s.count.SharedAnswers[obs.SharedWritten].Load() == 1
+	})
+	close(release)
+	got, body := resumeGet(t, f.replica(1), sid, id)
+	if got.StatusCode != http.StatusOK || !ownIDs(string(body), resumeResult+"\n\n") || strings.Contains(string(body), "started") {
+		t.Fatalf("resume on replica 1: %d %q; want the result alone, with mcpheal's id", got.StatusCode, body)
+	}
+	if n := st.posts.Load(); n != 1 {
+		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+	if n := f.procs[1].s.count.SharedAnswers[obs.SharedServed].Load(); n != 1 {
+		t.Errorf("replica 1 served %d answers from the shared log, want 1", n)
+	}
+	f.check()
+}
+
+// agentLeft reports whether s noticed the agent of an answer it logs
+// gone.
+func agentLeft(s *Server) bool {
+	s.answers.Mu.Lock()
+	defer s.answers.Mu.Unlock()
+	for _, l := range s.answers.M {
+		l.Mu.Lock()
+		left := l.Left
+		l.Mu.Unlock()
+		if left {
+			return true
+		}
+	}
+	return false
+}
