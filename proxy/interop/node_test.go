@@ -50,7 +50,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "proxy/interop: %v\n", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeMcphealBinary()
+	os.Exit(code)
 }
 
 // setup installs the pinned Python environments (setupPython) and finds

@@ -5,6 +5,7 @@ package interop
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,13 +115,42 @@ func TestReplicas(t *testing.T) {
 // balancer is a round-robin HTTP balancer over mcpheal replicas: each
 // request goes to the next replica, one that refuses the connection is
 // skipped (nginx's proxy_next_upstream error), and no connection is
-// reused, so that consecutive requests of one client alternate.
+// reused, so that consecutive requests of one client alternate. A
+// replica's answer cut mid-way cuts the agent's connection too, as nginx
+// does. pick, when set, chooses the first replica tried for a request
+// (-1: the next in turn), so that a test can make certain of what round
+// robin does (N-1)/N of the time; every request served is logged.
 type balancer struct {
 	addr   string
 	addrs  []string
 	next   atomic.Uint64
 	served []atomic.Int64
 	tr     *http.Transport
+	pick   func(r *http.Request, body []byte) int
+
+	mu  sync.Mutex // protects log
+	log []balanced
+}
+
+// balanced is one request a balancer passed on.
+type balanced struct {
+	replica     int
+	method      string // the HTTP method
+	rpc         string // the JSON-RPC method of a POST
+	lastEventID string
+}
+
+// servedBy counts the requests replica i served that match.
+func (b *balancer) servedBy(i int, match func(balanced) bool) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, r := range b.log {
+		if r.replica == i && match(r) {
+			n++
+		}
+	}
+	return n
 }
 
 func startBalancer(t *testing.T, addrs []string) *balancer {
@@ -148,6 +179,11 @@ func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := b.next.Add(1)
+	if b.pick != nil {
+		if k := b.pick(r, body); k >= 0 {
+			start = uint64(k)
+		}
+	}
 	for i := range len(b.addrs) {
 		k := int((start + uint64(i)) % uint64(len(b.addrs)))
 		out, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+b.addrs[k]+r.URL.RequestURI(), bytes.NewReader(body))
@@ -162,23 +198,32 @@ func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		b.served[k].Add(1)
+		var msg struct {
+			Method string `json:"method"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		b.mu.Lock()
+		b.log = append(b.log, balanced{replica: k, method: r.Method, rpc: msg.Method, lastEventID: r.Header.Get("Last-Event-ID")})
+		b.mu.Unlock()
 		for name, v := range resp.Header {
 			w.Header()[name] = v
 		}
 		w.WriteHeader(resp.StatusCode)
 		rc := http.NewResponseController(w)
 		buf := make([]byte, 32<<10)
-		for {
-			n, err := resp.Body.Read(buf)
+		var rerr error
+		for rerr == nil {
+			var n int
+			n, rerr = resp.Body.Read(buf)
 			if n > 0 {
 				_, _ = w.Write(buf[:n])
 				_ = rc.Flush()
 			}
-			if err != nil {
-				break
-			}
 		}
 		resp.Body.Close()
+		if !errors.Is(rerr, io.EOF) {
+			panic(http.ErrAbortHandler) // cut: the agent's connection goes too
+		}
 		return
 	}
 	http.Error(w, "no replica answers", http.StatusBadGateway)

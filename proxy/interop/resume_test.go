@@ -62,6 +62,9 @@ type cutRelay struct {
 	url     string
 	pattern atomic.Pointer[[]byte]
 	cuts    atomic.Int32
+	// seen, when set, makes the relay only signal the pattern: closed
+	// (and cleared) when it passed, and nothing is cut.
+	seen atomic.Pointer[chan struct{}]
 }
 
 // startCutRelay relays to the server at serverURL until the test ends.
@@ -124,6 +127,15 @@ func (r *cutRelay) after(pattern string) {
 	r.pattern.Store(&b)
 }
 
+// watch arms the relay to signal, and not cut, the next server bytes
+// containing pattern: the channel is closed once they passed.
+func (r *cutRelay) watch(pattern string) <-chan struct{} {
+	ch := make(chan struct{})
+	r.seen.Store(&ch)
+	r.after(pattern)
+	return ch
+}
+
 // pipe copies the server's bytes to mcpheal, and resets both connections
 // after the bytes the relay is armed for.
 func (r *cutRelay) pipe(from, to net.Conn) {
@@ -135,6 +147,10 @@ func (r *cutRelay) pipe(from, to net.Conn) {
 				break
 			}
 			if p := r.pattern.Load(); p != nil && bytes.Contains(buf[:n], *p) && r.pattern.CompareAndSwap(p, nil) {
+				if ch := r.seen.Swap(nil); ch != nil {
+					close(*ch)
+					continue
+				}
 				r.cuts.Add(1)
 				for _, c := range []net.Conn{from, to} {
 					if tc, ok := c.(*net.TCPConn); ok {
