@@ -386,9 +386,11 @@ func TestAnswerSharedRedisDown(t *testing.T) {
 
 	// Cut mid-answer with Redis down: the resumption is served by replica
 	// 0 from its own log (the balancer sends every request there now).
+	// The call lasts past the 500 ms after which an answer that is not
+	// shared has its agent's connection watched.
 	f.lb.pick = func(*http.Request, []byte) int { return 0 }
 	cut.after("work down-cut started")
-	if r := a.call("work", map[string]any{"tag": "down-cut", "ms": 300, "notify": true}); !r.OK || r.TextHead != "done down-cut" {
+	if r := a.call("work", map[string]any{"tag": "down-cut", "ms": 1000, "notify": true}); !r.OK || r.TextHead != "done down-cut" {
 		t.Errorf("call cut while Redis is down, resumed on its replica: %v, text %q", r, r.TextHead)
 	}
 

@@ -43,10 +43,10 @@ type agentWatch struct {
 	nc   net.Conn
 	sc   syscall.Conn
 	resp *upstream.Response
-	// left, when set, is what an agent that closed its connection
-	// causes instead: an answer its agent may resume goes on for it
-	// (answerlog.go), and only its log learns that the agent left.
-	left atomic.Pointer[func()]
+	// log, when set, is the log of the answer relayed: an agent that
+	// closed its connection leaves it (AnswerLog.agentLeft), and the
+	// call goes on for the agent to resume it.
+	log atomic.Pointer[AnswerLog]
 }
 
 const (
@@ -90,8 +90,8 @@ func (w *agentWatch) start() {
 		w.ended <- struct{}{}
 	}()
 	if peerClosed(w.sc) {
-		if f := w.left.Load(); f != nil {
-			(*f)()
+		if l := w.log.Load(); l != nil {
+			l.agentLeft()
 			return
 		}
 		w.Gone.Store(true)
@@ -116,7 +116,7 @@ func (w *agentWatch) Stop() bool {
 		w.state.Store(watchIdle)
 	}
 	w.nc, w.sc, w.resp = nil, nil, nil
-	w.left.Store(nil)
+	w.log.Store(nil)
 	return w.Gone.Swap(false)
 }
 
@@ -144,14 +144,15 @@ func (a *Attempt) Unwatch() {
 // agent may resume is relayed, for its log: a balancer that closes its
 // connection to mcpheal when the agent's drops (nginx does) leaves writes
 // that still succeed for a while, and the answer must not be taken for
-// delivered.
+// delivered. An answer the fleet shares is watched at once (its agent may
+// come back on another replica, which finds nothing if the answer is
+// taken for delivered and deleted); others from watchAfter on, as before.
 func (a *Attempt) watchForLog() {
 	if a.Watch == nil {
 		return
 	}
-	left := a.log.agentLeft
-	a.Watch.left.Store(&left)
-	if a.Watch.state.Load() == watchArmed {
-		a.Watch.timer.Reset(0) // at once: the answer may end before watchAfter
+	a.Watch.log.Store(a.log)
+	if a.log.share != nil && a.Watch.state.Load() == watchArmed {
+		a.Watch.timer.Reset(0)
 	}
 }
