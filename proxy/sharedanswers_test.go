@@ -35,7 +35,8 @@ func sharedFleet(t *testing.T, up string) (*replicaSet, *redisstore.Store) {
 // drops after the first event of a call whose server keeps no events; its
 // GET with that event's id reaches replica 1, which serves the rest from
 // the shared log as replica 0 writes it: the result, with mcpheal's id, and
-// not the event the agent had. The call ran once; replica 0 wrote one
+// not the event the agent had. An agent of another session naming the same
+// answer gets an empty stream. The call ran once; replica 0 wrote one
 // answer, replica 1 served one.
 func TestSharedAnswerServedElsewhere(t *testing.T) {
 	t.Parallel()
@@ -53,6 +54,14 @@ func TestSharedAnswerServedElsewhere(t *testing.T) {
 	PeerWait(t, "replica 0 to notice the agent gone and write the answer to the shared store", func() bool {
 		return agentLeft(f.procs[0].s) && f.procs[0].s.count.SharedAnswers[obs.SharedWritten].Load() == 1
 	})
+	// Another session's agent naming the answer gets nothing of it.
+	other := peerRawInitialize(t, f.replica(1))
+	if got, body := resumeGet(t, f.replica(1), other, id); got.StatusCode != http.StatusOK || len(body) != 0 {
+		t.Fatalf("another session resuming the answer: %d %q; want an empty event stream", got.StatusCode, body)
+	}
+	if n := f.procs[1].s.count.SharedAnswers[obs.SharedMissing].Load(); n != 1 {
+		t.Errorf("replica 1 counted %d resumptions that found no answer of theirs, want 1", n)
+	}
 	close(release)
 	got, body := resumeGet(t, f.replica(1), sid, id)
 	if got.StatusCode != http.StatusOK || !ownIDs(string(body), resumeResult+"\n\n") || strings.Contains(string(body), "started") {

@@ -101,10 +101,10 @@ func (f *follower) follow(rd session.AnswerRead, seq int) {
 	f.seq = seq
 	quiet := time.Now()
 	for {
-		for _, ev := range rd.Events {
-			if !f.out.Write(ev) {
-				return // the agent went: the owner goes on for its next resumption
-			}
+		if !f.write(rd.Events) {
+			return // the agent went (the owner goes on for its next resumption), or the budget is spent
+		}
+		if len(rd.Events) > 0 {
 			quiet = time.Now()
 		}
 		f.seq = max(f.seq, rd.Last)
@@ -143,6 +143,29 @@ func (f *follower) follow(rd session.AnswerRead, seq int) {
 			return
 		}
 	}
+}
+
+// write writes events read from the shared log to the agent, counted in
+// memory_budget while they are held; false when the agent went, or the
+// budget has no room for them (the stream ends: its SDK resumes again,
+// from the last event it got).
+func (f *follower) write(events [][]byte) bool {
+	n := 0
+	for _, ev := range events {
+		n += len(ev)
+	}
+	if !f.s.Mem.Take(int64(n)) {
+		f.s.Log.Warn().Str(obs.LogSession, f.sess.Short()).Int("bytes", n).
+			Msg("events read from the shared answer log would pass memory_budget; the agent's stream ends")
+		return false
+	}
+	defer f.s.Mem.Give(int64(n))
+	for _, ev := range events {
+		if !f.out.Write(ev) {
+			return false
+		}
+	}
+	return true
 }
 
 // take makes this process the answer's owner; false when another process
