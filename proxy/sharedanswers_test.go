@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -90,4 +91,73 @@ func agentLeft(s *Server) bool {
 		}
 	}
 	return false
+}
+
+// TestSharedAnswerHandedOverAtShutdown: replica 0 stops (as in a rolling
+// upgrade) while it reads a call's answer for an agent that left, from a
+// server that gives its events ids. The answer is handed over, not ended:
+// the agent's GET on replica 1 follows the shared log until replica 0's
+// lease runs out, then replica 1 takes the answer over and asks the server
+// for the rest with its last event id, and the agent gets the result,
+// numbered after its last event. The call ran once.
+func TestSharedAnswerHandedOverAtShutdown(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	release := make(chan struct{})
+	result := strings.Replace(resumeResult, "data: ", "id: e2\ndata: ", 1) + "\n\n"
+	up := st.start(t, func(w http.ResponseWriter, _ *http.ResponseController) {
+		streamEvents(w, "id: e1\n"+`data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"started"}}`+"\n\n")
+		<-release
+		streamEvents(w, result)
+	}, func(w http.ResponseWriter, lastID string) {
+		if lastID != "e1" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		<-release
+		streamEvents(w, result)
+	})
+	f, _ := sharedFleet(t, up)
+	sid := peerRawInitialize(t, f.replica(0))
+	resp, err := peerRawClient.Do(peerPostRequest(t, f.replica(0), sid, resumeCall))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := readFirstEvent(t, bufio.NewReader(resp.Body))
+	_ = resp.Body.Close()
+	PeerWait(t, "replica 0 to notice the agent gone and write the answer to the shared store", func() bool {
+		return agentLeft(f.procs[0].s) && f.procs[0].s.count.SharedAnswers[obs.SharedWritten].Load() == 1
+	})
+	f.procs[0].kill()
+	close(release)
+	// The take-over waits out replica 0's lease (5 s): longer than the
+	// raw client's timeout.
+	req, _ := http.NewRequest(http.MethodGet, f.replica(1), nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Header.Set("Last-Event-ID", id)
+	got, err := (&http.Client{Timeout: PeerTimeout + 10*time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(got.Body)
+	got.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSuffix(id, "-1") + "-2"
+	if got.StatusCode != http.StatusOK || !strings.Contains(string(body), "id: "+want+"\n") || !strings.Contains(string(body), `"text":"done"`) {
+		t.Fatalf("resume on replica 1 after replica 0 stopped: %d %q; want the result as event %s", got.StatusCode, body, want)
+	}
+	if n := st.posts.Load(); n != 1 {
+		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+	if ids := st.ids(); len(ids) == 0 || ids[len(ids)-1] != "e1" {
+		t.Errorf("the upstream's GETs had Last-Event-ID %q, want the last e1", ids)
+	}
+	if n := f.procs[1].s.count.SharedAnswers[obs.SharedTaken].Load(); n != 1 {
+		t.Errorf("replica 1 took %d answers over, want 1", n)
+	}
 }

@@ -31,8 +31,9 @@ type Answers interface {
 	// TakeAnswer makes owner the owner of answer key, for lease, when its
 	// last owner's lease ran out: true for exactly one caller.
 	TakeAnswer(ctx context.Context, key, owner string, lease time.Duration) (bool, error)
-	// DropAnswer deletes the log of answer key: nobody will resume it.
-	DropAnswer(ctx context.Context, key string) error
+	// DropAnswer deletes the log of answer key if owner owns it: nobody
+	// will resume it.
+	DropAnswer(ctx context.Context, key, owner string) error
 }
 
 // AnswerInfo is what an answer's log says of it, beside its events.
@@ -56,9 +57,11 @@ type AnswerWrite struct {
 	Open  *AnswerInfo // the first write: the log starts (again) with it
 	Owner string
 	// Events are whole SSE events as the agent gets them, numbered from
-	// First; one already in the log is not added again.
-	Events [][]byte
-	First  int
+	// First; one already in the log is not added again. Last is the
+	// number of the last event there is, whether Events hold it or not
+	// (one larger than Max is not written).
+	Events      [][]byte
+	First, Last int
 	// UpLastID is the upstream's id of the last event of Events, where
 	// the upstream resumes the answer; empty leaves it as it was.
 	UpLastID string
@@ -83,10 +86,11 @@ type AnswerRead struct {
 	Events            [][]byte
 	First, Last, Tail int
 	Lost              bool
-	// UpLastID is the upstream's id of the last event written: where the
-	// upstream resumes it. Done: the answer ended. OwnerLive: its owner's
-	// lease runs.
+	// UpLastID is the upstream's id of event Numbered, the last its owner
+	// numbered (written or not): where the upstream resumes it. Done: the
+	// answer ended. OwnerLive: its owner's lease runs.
 	UpLastID  string
+	Numbered  int
 	Done      bool
 	OwnerLive bool
 	// Read: a reader marked it within ReaderMark.

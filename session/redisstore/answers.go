@@ -15,7 +15,8 @@ import (
 // The answers agents may resume (session.Answers), three keys each:
 //
 //	<prefix>a:<key>     hash: s session digest, r request id, u upstream session, v version,
-//	                    o owner, l the upstream's last event id, z bytes of the events kept
+//	                    o owner, n the number of the last event, l the upstream's id of it,
+//	                    z bytes of the events kept
 //	<prefix>a:<key>:e   stream: event n at id 0-n, field e its bytes; 1-0 marks the end
 //	<prefix>a:<key>:o   the owner's lease (its value the owner, PX the lease)
 //	<prefix>a:<key>:r   set while a reader follows the answer (PX session.ReaderMark)
@@ -40,7 +41,7 @@ func (st *Store) answerKeys(key string) []string {
 // writeAnswer is WriteAnswer, in one step. KEYS: the hash, the stream, the
 // lease. ARGV: 1 owner, 2 the first event's number, 3 the upstream's last
 // id, 4 done, 5 bytes kept, 6 lease ms, 7 window ms, 8 open, 9-12 the
-// hash's s r u v when open, 13… the events.
+// hash's s r u v when open, 13 the last event's number, 14… the events.
 var writeAnswer = redis.NewScript(`
 if ARGV[8] == '1' then
   redis.call('DEL', KEYS[1], KEYS[2])
@@ -52,8 +53,8 @@ else
 end
 local first = tonumber(ARGV[2])
 local z = tonumber(redis.call('HGET', KEYS[1], 'z') or '0')
-for i = 13, #ARGV do
-  local r = redis.pcall('XADD', KEYS[2], '0-' .. (first + i - 13), 'e', ARGV[i])
+for i = 14, #ARGV do
+  local r = redis.pcall('XADD', KEYS[2], '0-' .. (first + i - 14), 'e', ARGV[i])
   if type(r) == 'string' then z = z + string.len(ARGV[i]) end
 end
 local max = tonumber(ARGV[5])
@@ -64,7 +65,10 @@ while z > max do
   z = z - string.len(head[1][2][2])
 end
 redis.call('HSET', KEYS[1], 'z', tostring(z))
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'l', ARGV[3]) end
+if tonumber(ARGV[13]) > tonumber(redis.call('HGET', KEYS[1], 'n') or '0') then
+  redis.call('HSET', KEYS[1], 'n', ARGV[13])
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'l', ARGV[3]) end
+end
 if ARGV[4] == '1' then redis.pcall('XADD', KEYS[2], '1-0', 'e', '') end
 redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
@@ -74,13 +78,14 @@ return 1
 
 // WriteAnswer implements session.Answers.
 func (st *Store) WriteAnswer(ctx context.Context, key string, w *session.AnswerWrite) (bool, error) {
-	args := make([]any, 0, 12+len(w.Events))
+	args := make([]any, 0, 13+len(w.Events))
 	args = append(args, w.Owner, w.First, w.UpLastID, flag(w.Done), w.Max, w.Lease.Milliseconds(), w.Window.Milliseconds())
 	if o := w.Open; o != nil {
 		args = append(args, "1", o.Session, o.Request, string(o.Upstream), o.Version)
 	} else {
 		args = append(args, "0", "", "", "", "")
 	}
+	args = append(args, max(w.Last, w.First+len(w.Events)-1))
 	for _, ev := range w.Events {
 		args = append(args, ev)
 	}
@@ -104,7 +109,7 @@ func (st *Store) ReadAnswer(ctx context.Context, key string, after int, wait tim
 	}
 	// Nothing new (or no log yet: its first write may be on its way): wait
 	// for the next entry of the stream, an event or the end.
-	err = st.c.XRead(ctx, &redis.XReadArgs{Streams: []string{ks[1], "0-" + strconv.Itoa(after)}, Count: 1, Block: wait}).Err()
+	err = st.wait.XRead(ctx, &redis.XReadArgs{Streams: []string{ks[1], "0-" + strconv.Itoa(after)}, Count: 1, Block: wait}).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return r, err
 	}
@@ -137,6 +142,7 @@ func (st *Store) readAnswer(ctx context.Context, ks []string, after int, reader 
 			r.Lost = true // the events right after the agent's were trimmed
 		}
 	}
+	r.Numbered, _ = strconv.Atoi(m["n"])
 	if ts := tail.Val(); len(ts) > 0 {
 		r.Tail, _ = entryNumber(ts[0].ID)
 	}
@@ -184,7 +190,14 @@ func (st *Store) TakeAnswer(ctx context.Context, key, owner string, lease time.D
 	return n == 1, err
 }
 
+// dropAnswer is DropAnswer: ARGV 1 the owner.
+var dropAnswer = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return 1
+`)
+
 // DropAnswer implements session.Answers.
-func (st *Store) DropAnswer(ctx context.Context, key string) error {
-	return st.c.Del(ctx, st.answerKeys(key)...).Err()
+func (st *Store) DropAnswer(ctx context.Context, key, owner string) error {
+	return dropAnswer.Run(ctx, st.c, st.answerKeys(key), owner).Err()
 }

@@ -74,7 +74,7 @@ func TestAnswerLog(t *testing.T) {
 		t.Fatal("the owner's write was refused")
 	}
 	r := read(1, 0)
-	if !r.Found || r.Info != *info || len(r.Events) != 4 || r.First != 2 || r.Last != 5 || r.Tail != 5 || r.UpLastID != "u5" ||
+	if !r.Found || r.Info != *info || len(r.Events) != 4 || r.First != 2 || r.Last != 5 || r.Tail != 5 || r.UpLastID != "u5" || r.Numbered != 5 ||
 		r.Done || r.Lost || !r.OwnerLive || !r.Read {
 		t.Fatalf("read after 1: %+v", r)
 	}
@@ -133,17 +133,24 @@ func TestAnswerLog(t *testing.T) {
 	if r := read(0, 0); r.Info.Owner != "b" {
 		t.Fatalf("owner %q after the take, want b", r.Info.Owner)
 	}
-	if !w(session.AnswerWrite{Owner: "b", Events: events(7, 8), First: 7, UpLastID: "u8", Done: true}) {
+	// Event 9 was larger than Max: not written, but numbered, with its id.
+	if !w(session.AnswerWrite{Owner: "b", Events: events(7, 8), First: 7, Last: 9, UpLastID: "u9", Done: true}) {
 		t.Fatal("the new owner's write refused")
 	}
 	r = read(6, time.Second)
-	if len(r.Events) != 2 || r.Last != 8 || !r.Done || r.UpLastID != "u8" {
+	if len(r.Events) != 2 || r.Last != 8 || r.Tail != 8 || r.Numbered != 9 || !r.Done || r.UpLastID != "u9" {
 		t.Fatalf("read of the ended answer: %+v", r)
 	}
 	if ok, _ := st.TakeAnswer(ctx, "m1", "c", time.Minute); ok {
 		t.Fatal("an ended answer was taken over")
 	}
-	if err := st.DropAnswer(ctx, "m1"); err != nil {
+	if err := st.DropAnswer(ctx, "m1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if r := read(0, 0); !r.Found {
+		t.Fatal("a process that no longer owns the answer dropped it")
+	}
+	if err := st.DropAnswer(ctx, "m1", "b"); err != nil {
 		t.Fatal(err)
 	}
 	if r := read(0, 0); r.Found {

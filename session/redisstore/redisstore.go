@@ -74,6 +74,10 @@ type Store struct {
 	c      *redis.Client
 	prefix string
 	ttl    time.Duration
+	// wait is the client of the answer logs' blocking reads (answers.go),
+	// with a pool of its own: agents following answers hold connections
+	// for seconds, and must not starve the session lookups of c.
+	wait *redis.Client
 }
 
 var (
@@ -94,7 +98,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Timeout = 250 * time.Millisecond
 	}
 	quietOnce.Do(func() { redis.SetLogger(quiet{}) })
-	c := redis.NewClient(&redis.Options{
+	opts := &redis.Options{
 		Addr:         cfg.Addr,
 		Username:     cfg.Username,
 		Password:     cfg.Password,
@@ -109,14 +113,21 @@ func New(cfg Config) (*Store, error) {
 		MaxRetries:            1,
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true, // no CLIENT SETINFO: older servers and proxies refuse it
-	})
-	return &Store{c: c, prefix: "mcpheal:" + cfg.Prefix + ":", ttl: cfg.TTL}, nil
+	}
+	wait := *opts
+	wait.PoolSize = waitPool
+	return &Store{c: redis.NewClient(opts), wait: redis.NewClient(&wait), prefix: "mcpheal:" + cfg.Prefix + ":", ttl: cfg.TTL}, nil
 }
+
+// waitPool bounds the connections blocked in answer reads at once, per
+// process: past it a read fails after Timeout, and its agent's stream ends
+// (its SDK resumes again).
+const waitPool = 128
 
 // For returns a Store over the same connections for another upstream's
 // sessions (Config.Prefix = prefix).
 func (st *Store) For(prefix string) *Store {
-	return &Store{c: st.c, prefix: "mcpheal:" + prefix + ":", ttl: st.ttl}
+	return &Store{c: st.c, wait: st.wait, prefix: "mcpheal:" + prefix + ":", ttl: st.ttl}
 }
 
 // quiet drops go-redis's own log lines (dial failures, pool notes): the
@@ -128,7 +139,7 @@ func (quiet) Printf(context.Context, string, ...any) {}
 var quietOnce sync.Once
 
 // Close closes the connections.
-func (st *Store) Close() error { return st.c.Close() }
+func (st *Store) Close() error { return errors.Join(st.c.Close(), st.wait.Close()) }
 
 // Ping checks that the server answers.
 func (st *Store) Ping(ctx context.Context) error { return st.c.Ping(ctx).Err() }

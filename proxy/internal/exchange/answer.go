@@ -718,6 +718,12 @@ func (b *sseBody) drain() {
 		defer close(shut)
 		select {
 		case <-a.S.Done:
+			if a.log.share != nil {
+				// A fleet's answer is handed over, not ended: its lease
+				// runs out, and the replica its agent reaches takes it
+				// over (answershare.go).
+				a.log.share.Release()
+			}
 			a.Abandon()
 		case <-quit:
 		}

@@ -203,6 +203,24 @@ func (l *AnswerLog) Append(p []byte) {
 	l.giveUpLocked()
 }
 
+// takenOver is what happens when another replica took the answer over
+// (its lease ran out while this process relayed it: Redis was slow): the
+// fleet's copy is the answer now. Unless an agent reads this log, it is
+// dropped (a resumption here then reads the fleet's) and the exchange
+// ended: the taking replica asked the upstream for the rest itself.
+func (l *AnswerLog) takenOver() {
+	l.Mu.Lock()
+	defer l.Mu.Unlock()
+	if l.readers > 0 || l.over {
+		return
+	}
+	a, done := l.a, l.done
+	l.dropLocked()
+	if a != nil && !done {
+		a.Abandon()
+	}
+}
+
 // eventsBetween appends copies of the events after from up to upto that
 // the log still holds whole to dst, for the fleet's copy (answershare.go),
 // and returns them, the number of the first, and their size. Events that

@@ -104,21 +104,23 @@ type AnswerShare struct {
 	upstream session.UpstreamID
 	version  string
 
-	mu      sync.Mutex // protects everything below
-	pending [][]byte   // events added, to write (log nil)
-	bytes   int        // their size, counted in memory_budget
-	avail   int        // the number of the last event there is
-	written int        // the number of the last event written
-	upLast  string     // the upstream's id of event avail
-	done    bool       // the answer ended: the last write says so
-	left    bool       // its agent left: it is written in full, and kept
-	due     bool       // the linger passed: the first write may go
-	renew   bool       // the lease is due: write, with or without events
-	opened  bool       // written at least once
-	running bool       // a writer goroutine runs
-	closed  bool       // nothing more is written: ended, dropped or given up
-	timer   *time.Timer
-	w       session.AnswerWrite
+	mu       sync.Mutex // protects everything below
+	pending  [][]byte   // events added, to write (log nil)
+	bytes    int        // their size, counted in memory_budget
+	avail    int        // the number of the last event there is
+	written  int        // the number of the last event written
+	upLast   string     // the upstream's id of event avail
+	done     bool       // the answer ended: the last write says so
+	left     bool       // its agent left: it is written in full, and kept
+	due      bool       // the linger passed: the first write may go
+	renew    bool       // the lease is due: write, with or without events
+	opened   bool       // written at least once
+	lost     bool       // another process took it over: its copy is not this one's to drop
+	released bool       // a taken-over answer let go: written until nothing waits, then closed
+	running  bool       // a writer goroutine runs
+	closed   bool       // nothing more is written: ended, dropped or given up
+	timer    *time.Timer
+	w        session.AnswerWrite
 }
 
 // Notify says that the local log holds the answer's events up to number
@@ -126,7 +128,7 @@ type AnswerShare struct {
 func (sh *AnswerShare) Notify(last int, upLast string) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.closed || sh.done {
+	if sh.closed || sh.done || sh.stoppingLocked() {
 		return
 	}
 	sh.avail = last
@@ -145,7 +147,7 @@ func (sh *AnswerShare) Add(events [][]byte, upLast string) {
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.closed || sh.done {
+	if sh.closed || sh.done || sh.stoppingLocked() {
 		return
 	}
 	if !sh.ls.env.Mem.Take(int64(n)) {
@@ -192,7 +194,7 @@ func (sh *AnswerShare) AgentLeft() {
 func (sh *AnswerShare) End() {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.done {
+	if sh.done || sh.stoppingLocked() {
 		return
 	}
 	sh.done = true
@@ -201,9 +203,7 @@ func (sh *AnswerShare) End() {
 		return
 	}
 	sh.closeLocked()
-	if sh.opened && sh.ls.env.Bg.Add(1) {
-		go sh.drop()
-	}
+	sh.dropLocked()
 }
 
 // Abandon ends the sharing of an answer whose local log was dropped: its
@@ -215,17 +215,42 @@ func (sh *AnswerShare) Abandon() {
 		return
 	}
 	sh.closeLocked()
-	if sh.opened && sh.ls.env.Bg.Add(1) {
-		go sh.drop()
-	}
+	sh.dropLocked()
 }
 
-// Release stops writing a taken-over answer without ending it: its lease
-// runs out, and the next resumption takes it over again.
+// Release stops sharing an answer without ending it, once what waits is
+// written (a taken-over answer whose agent went; any answer when mcpheal
+// stops): its lease runs out, and the next resumption takes it over.
 func (sh *AnswerShare) Release() {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.closeLocked()
+	sh.released = true
+	if sh.timer != nil {
+		sh.timer.Stop()
+	}
+	if sh.avail == sh.written && !sh.running {
+		sh.closeLocked()
+		return
+	}
+	sh.kickLocked()
+}
+
+// stoppingLocked reports whether the answer was let go (Release), or
+// mcpheal stops: then what its relay makes of the end (mcpheal's own
+// error for a cut stream) is not the answer's, and is not written; the
+// lease runs out, and the replica the agent reaches takes it over.
+func (sh *AnswerShare) stoppingLocked() bool {
+	if !sh.released {
+		select {
+		case <-sh.ls.env.Done:
+			sh.released = true
+			if sh.timer != nil {
+				sh.timer.Stop()
+			}
+		default:
+		}
+	}
+	return sh.released
 }
 
 // Next is the number the next event added gets.
@@ -235,11 +260,20 @@ func (sh *AnswerShare) Next() int {
 	return sh.avail + 1
 }
 
+// dropLocked deletes the shared copy, if one was written and is still
+// this process's (one whose first write is in flight is deleted when it
+// lands).
+func (sh *AnswerShare) dropLocked() {
+	if sh.opened && !sh.lost && !sh.released && sh.ls.env.Bg.Add(1) {
+		go sh.drop()
+	}
+}
+
 func (sh *AnswerShare) drop() {
 	defer sh.ls.env.Bg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), shareTimeout)
 	defer cancel()
-	_ = sh.ls.Shared.DropAnswer(ctx, sh.key)
+	_ = sh.ls.Shared.DropAnswer(ctx, sh.key, sh.ls.Owner)
 }
 
 // kickLocked starts the writer, unless it runs (it will see what waits).
@@ -259,6 +293,9 @@ func (sh *AnswerShare) write() {
 		sh.mu.Lock()
 		if sh.closed || !sh.opened && !sh.due && !sh.left ||
 			sh.opened && sh.avail == sh.written && !sh.renew && !sh.done {
+			if sh.released {
+				sh.closeLocked()
+			}
 			sh.running = false
 			sh.mu.Unlock()
 			return
@@ -270,7 +307,7 @@ func (sh *AnswerShare) write() {
 				Version: sh.version, Owner: sh.ls.Owner}
 		}
 		from, upto := sh.written, sh.avail
-		w.Events, w.First, w.UpLastID, w.Done = sh.pending, from+1, sh.upLast, sh.done
+		w.Events, w.First, w.Last, w.UpLastID, w.Done = sh.pending, from+1, upto, sh.upLast, sh.done
 		bytes := sh.bytes
 		sh.pending, sh.bytes, sh.renew = nil, 0, false
 		sh.mu.Unlock()
@@ -280,6 +317,7 @@ func (sh *AnswerShare) write() {
 			// (and counted) only for the write.
 			w.Events, w.First, bytes = sh.log.eventsBetween(w.Events[:0], from, upto)
 			if !mem.Take(int64(bytes)) {
+				w.Events = nil
 				sh.mu.Lock()
 				sh.failLocked("memory_budget has no room for the events being written")
 				sh.mu.Unlock()
@@ -292,26 +330,34 @@ func (sh *AnswerShare) write() {
 		mem.Give(int64(bytes))
 		w.Events = nil
 		sh.mu.Lock()
+		lost := false
 		switch {
 		case err != nil:
 			sh.ls.holdOff.Store(time.Now().Add(shareHoldOff).UnixNano())
 			sh.failLocked("the shared store failed: " + err.Error())
 		case !ok:
+			sh.lost, lost = true, true
 			sh.failLocked("another replica took the answer over")
 		default:
 			sh.written = upto
 			if !sh.opened {
 				sh.ls.env.Count.SharedAnswers[obs.SharedWritten].Add(1)
 				sh.opened = true
-				if !w.Done {
+				if !w.Done && !sh.closed && !sh.released {
 					sh.armRenewLocked()
 				}
 			}
-			if w.Done {
+			switch {
+			case w.Done:
 				sh.closeLocked() // written in full
+			case sh.closed && !sh.released:
+				sh.dropLocked() // it ended, or was given up, while the write was in flight
 			}
 		}
 		sh.mu.Unlock()
+		if lost && sh.log != nil {
+			sh.log.takenOver()
+		}
 	}
 }
 
@@ -324,7 +370,7 @@ func (sh *AnswerShare) armRenewLocked() {
 	t = time.AfterFunc(shareRenew, func() {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		if sh.closed || sh.timer != t {
+		if sh.closed || sh.released || sh.timer != t {
 			return
 		}
 		sh.renew = true
@@ -340,6 +386,7 @@ func (sh *AnswerShare) failLocked(why string) {
 		return
 	}
 	sh.closeLocked()
+	sh.dropLocked() // a copy that is not the whole answer misleads a replica that takes it over
 	sh.ls.env.Count.SharedAnswers[obs.SharedFallback].Add(1)
 	sh.ls.env.Log.Warn().Str("answer", sh.key).Str("why", why).
 		Msg("answer no longer written to the shared store: it can be resumed on this replica only")

@@ -36,8 +36,9 @@ import (
 
 const (
 	// sharedFirstWait is how long a resumption waits for an answer the
-	// shared store does not hold yet: its first write may be on its way.
-	sharedFirstWait = time.Second
+	// shared store does not hold yet: its first write may be on its way
+	// (the relaying replica writes at once when it finds its agent gone).
+	sharedFirstWait = 250 * time.Millisecond
 	// sharedFollow bounds each wait for the owner's next events: its
 	// lease is looked at in between.
 	sharedFollow = 2 * time.Second
@@ -52,7 +53,9 @@ func (sr *Route) ServeShared(ctx *fasthttp.RequestCtx, r *exchange.Request, key 
 	s := sr.Env
 	s.Count.Request(&r.Msg, classify.OK)
 	rctx, cancel := context.WithTimeout(context.Background(), sharedFirstWait+s.Cfg.StoreTimeout)
-	rd, err := s.Answers.Shared.ReadAnswer(rctx, key, seq, sharedFirstWait, true)
+	// Not marked read (reader false) until the session is known to be
+	// the answer's: another session's agent must not keep it going.
+	rd, err := s.Answers.Shared.ReadAnswer(rctx, key, seq, sharedFirstWait, false)
 	cancel()
 	if err != nil || !rd.Found || rd.Info.Session != exchange.SessionDigest(r.Sess.ID) {
 		s.Count.SharedAnswers[obs.SharedMissing].Add(1)
@@ -101,6 +104,11 @@ func (f *follower) follow(rd session.AnswerRead, seq int) {
 	f.seq = seq
 	quiet := time.Now()
 	for {
+		if rd.Lost {
+			s.Log.Warn().Str(obs.LogSession, f.sess.Short()).Int("resume_buffer", s.Cfg.ResumeBuffer).
+				Msg("agent resumed an answer from further back than the fleet kept; its stream ends")
+			return
+		}
 		if !f.write(rd.Events) {
 			return // the agent went (the owner goes on for its next resumption), or the budget is spent
 		}
@@ -110,10 +118,6 @@ func (f *follower) follow(rd session.AnswerRead, seq int) {
 		f.seq = max(f.seq, rd.Last)
 		switch {
 		case rd.Done:
-			return
-		case rd.Lost:
-			s.Log.Warn().Str(obs.LogSession, f.sess.Short()).Int("resume_buffer", s.Cfg.ResumeBuffer).
-				Msg("agent resumed an answer from further back than the fleet kept; its stream ends")
 			return
 		case !rd.OwnerLive && f.take():
 			f.takeOver(rd)
@@ -186,10 +190,22 @@ func (f *follower) takeOver(rd session.AnswerRead) {
 	if err != nil {
 		return // not an id mcpheal made: nothing to take
 	}
-	sh := s.Answers.Adopt(f.key, rd.Tail+1)
-	log := s.Log.Warn().Str(obs.LogSession, f.sess.Short()).Str("answer", f.key).Int("events", rd.Tail)
+	// The events the server replays after its last id are numbered after
+	// every number given out: the owner's last, and the agent's, which
+	// may be ahead of what the log holds (its writes trail the relay).
+	// The agent gets all of them: an event twice rather than one lost.
+	base := max(rd.Numbered, rd.Tail, f.seq)
+	sh := s.Answers.Adopt(f.key, base+1)
+	ended := false
+	defer func() {
+		if !ended {
+			sh.Release() // a panic, or mcpheal stopping: the next resumption takes it over
+		}
+	}()
+	log := s.Log.Warn().Str(obs.LogSession, f.sess.Short()).Str("answer", f.key).Int("events", base)
 	if rd.UpLastID == "" {
 		log.Msg("took over the answer of a lost replica; the server gave no event ids to resume it from")
+		ended = true
 		f.refuse(sh, rd, "the server gave its events no ids to resume it from")
 		return
 	}
@@ -197,34 +213,44 @@ func (f *follower) takeOver(rd session.AnswerRead) {
 	er := wire.EventRewriter{Gen: 1, Fr: sse.Framer{Max: s.Cfg.MaxSSELine}}
 	er.Meter.Mem = s.Mem
 	defer er.Meter.Release()
-	er.ResumeOwn(own, rd.Tail)
+	er.ResumeOwn(own, base)
 	er.LastID = rd.UpLastID
 	buf := make([]byte, 16<<10)
 	by := time.Now().Add(s.Cfg.HealTimeout)
 	for try := 1; ; try++ {
 		resp, cls := openGET(s, f.hdr, rd.Info.Upstream, rd.Info.Version, er.LastID, by)
 		if resp == nil {
+			ended = true
 			f.refuse(sh, rd, "the upstream refused to resume it ("+cls.String()+")")
 			return
 		}
-		ended, why := f.relay(resp, &er, sh, buf)
+		answered, why := f.relay(resp, &er, sh, buf)
 		upstream.ReleaseResponse(resp)
 		switch {
-		case ended:
+		case answered:
+			ended = true
 			sh.End()
 			return
-		case why != "":
-			sh.Release() // the agent went, or mcpheal stops: another resumption takes it over again
+		case why == errTooLarge:
+			ended = true
+			f.refuse(sh, rd, "the upstream's next event is larger than max_sse_line")
 			return
+		case why != "":
+			return // the agent went, the budget, or mcpheal stops: another resumption takes it over again
 		case try == takeTries || time.Now().After(by):
+			ended = true
 			f.refuse(sh, rd, "the upstream's event stream ended before its answer")
 			return
 		}
 	}
 }
 
+// errTooLarge: the upstream's next event is past max_sse_line, which no
+// resumption would change.
+const errTooLarge = "event too large"
+
 // relay reads one upstream stream of the taken-over answer: each event to
-// the log and, past the agent's last, to the agent. ended: the response
+// the log and to the agent. ended: the response
 // passed; why: relaying stopped for good (the agent went, shutdown).
 func (f *follower) relay(resp *upstream.Response, er *wire.EventRewriter, sh *exchange.AnswerShare, buf []byte) (ended bool, why string) {
 	s := f.s
@@ -238,19 +264,21 @@ func (f *follower) relay(resp *upstream.Response, er *wire.EventRewriter, sh *ex
 		for {
 			ev, ok, ferr := er.Next()
 			if ferr != nil {
-				return false, "event too large"
+				return false, errTooLarge
 			}
 			if !ok {
 				break
 			}
+			seq := er.Seq()
 			out := er.Event(nil, ev)
-			sh.Add([][]byte{out}, er.LastID)
-			if er.Seq() > f.seq {
-				if !f.out.Write(out) {
-					return false, "agent gone"
-				}
-				f.seq = er.Seq()
+			if er.Seq() == seq {
+				continue // no event: a blank line on its own
 			}
+			sh.Add([][]byte{out}, er.LastID)
+			if !f.out.Write(out) {
+				return false, "agent gone"
+			}
+			f.seq = er.Seq()
 			if er.Answered {
 				return true, ""
 			}
