@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -684,7 +685,8 @@ func runOutage(t *testing.T, sk serverKind, clients []string) []cell {
 	)
 	tg := sk.start(t)
 	relay := startFaultRelay(t, tg.url, nil)
-	_, purl := matrixProxy(t, relay.url(), nil)
+	logs := &watchLog{tail: tail{max: 64 << 10}, want: `"message":"circuit breaker open"`}
+	_, purl := startProxyConfig(t, proxy.Config{Upstream: relay.url(), HealTimeout: matrixHealTimeout}, logs)
 	sc := newScene(t, outageFault, tg)
 	sc.joinBoth(clients, 2, relay.url(), purl)
 	sc.each(func(s *seat) { s.write(s.tag("before")) })
@@ -711,11 +713,29 @@ func runOutage(t *testing.T, sk serverKind, clients []string) []cell {
 			}
 		}
 	})
+	if !logs.seen.Load() {
+		t.Errorf("mcpheal's circuit breaker never opened in the outage: the writes from 8 s into it did not meet an open breaker")
+	}
 	cells := sc.cells(tg.name)
 	for i := range cells {
 		cells[i].zeroErrors = true
 	}
 	return cells
+}
+
+// watchLog is a log tail that notes whether a line holding want was
+// written (zerolog writes a line at a time).
+type watchLog struct {
+	tail
+	want string
+	seen atomic.Bool
+}
+
+func (w *watchLog) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.seen.Store(true)
+	}
+	return w.tail.Write(p)
 }
 
 // TestPyFaults runs the matrix (the outage is TestPyOutage): every fault
