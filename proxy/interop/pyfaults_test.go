@@ -90,8 +90,8 @@ func clientTimeout(flavour string) time.Duration {
 	return pyCallTimeout
 }
 
-// margin is how far under its client's timeout every call through mcpheal
-// must end.
+// margin is what every call through mcpheal must stay under: 5 s short of
+// its client's timeout.
 func margin(flavour string) time.Duration { return clientTimeout(flavour) - 5*time.Second }
 
 // startGate bounds how many clients and servers start at once: a 2-core
