@@ -132,6 +132,9 @@ type pyServerOpts struct {
 	// slowInitialize holds every initialize that long before the server
 	// serves it, as a server busy at start does.
 	slowInitialize time.Duration
+	// stateTools adds the tools remember and recall, which keep a value per
+	// session (server.py STATE_TOOLS).
+	stateTools bool
 }
 
 // startPyServer runs testdata/python/server.py on 127.0.0.1 and waits until
@@ -163,6 +166,9 @@ func startPyServer(t testing.TB, o pyServerOpts) *server {
 	}
 	if o.slowInitialize > 0 {
 		env = append(env, "SLOW_INITIALIZE_MS="+strconv.FormatInt(o.slowInitialize.Milliseconds(), 10))
+	}
+	if o.stateTools {
+		env = append(env, "STATE_TOOLS=1")
 	}
 	name := o.impl + "-py"
 	s := &server{t: t, name: name}

@@ -14,6 +14,7 @@ Options (environment):
     INSTRUCTIONS_BYTES=n     size of the initialize answer's instructions (600)
     SLOW_INITIALIZE_MS=n     holds every initialize n ms before serving it, as a
                              server busy at start does
+    STATE_TOOLS=1            adds remember and recall (per-session state)
 
 Tools, the same on both servers:
     echo {text}              returns text (readOnlyHint)
@@ -28,8 +29,17 @@ Tools, the same on both servers:
                              "<action> ok=<value>"
     change_tools {}          adds a tool added_<n> (an echo) and sends
                              notifications/tools/list_changed; returns its name
-    long {steps, ms}         steps progress notifications (when the call asked
-                             for progress), ms apart; returns "done <steps>"
+    long {steps, ms, tag, notify}
+                             steps progress notifications (when the call asked
+                             for progress), ms apart; returns "done <steps>";
+                             with notify, first a log message "long <tag>
+                             started" (sent where the era and the client's
+                             log level allow it)
+With STATE_TOOLS=1 also:
+    remember {value}         keeps value for the calling session (its
+                             Mcp-Session-Id; a 2026-07-28 request has none)
+    recall {}                returns "recalled <value>" for the calling session
+                             ("recalled " when it holds none)
 
 Stdout lines, each a signal a test can wait for or count:
     LISTENING <port>         serving
@@ -63,6 +73,7 @@ MAX_SESSIONS = int(os.environ["MAX_SESSIONS"]) if os.environ.get("MAX_SESSIONS")
 COUNT_FILE = os.environ.get("COUNT_FILE") or ""
 INSTRUCTIONS_BYTES = int(os.environ.get("INSTRUCTIONS_BYTES") or 600)
 SLOW_INITIALIZE_MS = int(os.environ.get("SLOW_INITIALIZE_MS") or 0)
+STATE_TOOLS = os.environ.get("STATE_TOOLS") == "1"
 
 
 def instructions(n: int) -> str:
@@ -86,6 +97,20 @@ def record(tag: str) -> None:
 
 class Answer(BaseModel):
     ok: bool = False
+
+
+async def started_log(ctx, tag: str) -> None:
+    """Sends the log message "long <tag> started", where it may be sent."""
+    try:
+        await ctx.info(f"long {tag} started")
+    except Exception as err:  # the era or the session refuses it: nothing sent
+        print(f"long {tag}: no log message: {err!r}", file=sys.stderr)
+
+
+def session_key(headers) -> str:
+    """The MCP session a request belongs to: its Mcp-Session-Id header
+    ("" on a 2026-07-28 request, which has no session)."""
+    return {k.lower(): v for k, v in (headers or {}).items()}.get("mcp-session-id", "")
 
 
 def memory_event_store():
@@ -173,13 +198,33 @@ def fastmcp_app():
         return name
 
     @mcp.tool
-    async def long(steps: int, ms: int, ctx: Context, tag: str = "") -> str:
+    async def long(steps: int, ms: int, ctx: Context, tag: str = "", notify: bool = False) -> str:
         """Reports progress steps times, ms apart."""
         guard.say(f"STARTED long {tag}")
+        if notify:
+            await started_log(ctx, tag)
         for i in range(steps):
             await asyncio.sleep(ms / 1000)
             await ctx.report_progress(i + 1, steps)
         return f"done {steps}"
+
+    if STATE_TOOLS:
+        kept = {}  # Mcp-Session-Id -> value
+
+        from fastmcp.server.dependencies import get_http_headers
+
+        @mcp.tool
+        def remember(value: str) -> str:
+            """Keeps value for the calling session."""
+            key = session_key(get_http_headers(include_all=True))
+            if key:
+                kept[key] = value
+            return f"remembered {value}"
+
+        @mcp.tool
+        def recall() -> str:
+            """Returns the value the calling session kept."""
+            return f"recalled {kept.get(session_key(get_http_headers(include_all=True)), '')}"
 
     app = mcp.http_app(
         path="/mcp",
@@ -260,13 +305,31 @@ def mcpserver_app():
         return name
 
     @mcp.tool()
-    async def long(steps: int, ms: int, ctx: Context, tag: str = "") -> str:
+    async def long(steps: int, ms: int, ctx: Context, tag: str = "", notify: bool = False) -> str:
         """Reports progress steps times, ms apart."""
         guard.say(f"STARTED long {tag}")
+        if notify:
+            await started_log(ctx, tag)
         for i in range(steps):
             await asyncio.sleep(ms / 1000)
             await ctx.report_progress(i + 1, steps)
         return f"done {steps}"
+
+    if STATE_TOOLS:
+        kept = {}  # Mcp-Session-Id -> value
+
+        @mcp.tool()
+        def remember(value: str, ctx: Context) -> str:
+            """Keeps value for the calling session."""
+            key = session_key(ctx.headers)
+            if key:
+                kept[key] = value
+            return f"remembered {value}"
+
+        @mcp.tool()
+        def recall(ctx: Context) -> str:
+            """Returns the value the calling session kept."""
+            return f"recalled {kept.get(session_key(ctx.headers), '')}"
 
     options = {}
     if IDLE_TIMEOUT is not None:
