@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/redis/go-redis/v9"
 
@@ -230,7 +228,7 @@ var sharedClients = []string{"ts-sdk-v1", "ts-sdk-v2", "mcp-remote", "go-sdk"}
 func newSharedAgent(t *testing.T, flavour, url, name string) agent {
 	t.Helper()
 	if flavour == "go-sdk" {
-		return &goAgent{t: t, url: url, name: name}
+		return &goResumer{t: t, url: url, name: name}
 	}
 	return newAgent(t, flavour, url, name)
 }
@@ -473,16 +471,17 @@ type goWorkIn struct {
 	Notify bool   `json:"notify,omitempty"`
 }
 
-// goAgent is the Go SDK client as an agent, in the session era
-// (ProtocolVersion 2025-11-25), resuming a dropped answer on its own.
-type goAgent struct {
+// goResumer is the Go SDK client as an agent in the session era
+// (ProtocolVersion 2025-11-25), resuming a dropped answer on its own
+// (goAgent, ownanswers_test.go, speaks 2026-07-28 and never retries).
+type goResumer struct {
 	t    *testing.T
 	url  string
 	name string
 	cs   *mcp.ClientSession
 }
 
-func (g *goAgent) connect() result {
+func (g *goResumer) connect() result {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	c := mcp.NewClient(&mcp.Implementation{Name: g.name, Version: "1.0.0"}, nil)
@@ -495,7 +494,7 @@ func (g *goAgent) connect() result {
 	return result{Op: "connect", OK: true}
 }
 
-func (g *goAgent) list() result {
+func (g *goResumer) list() result {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	res, err := g.cs.ListTools(ctx, nil)
@@ -505,9 +504,9 @@ func (g *goAgent) list() result {
 	return result{Op: "list", OK: true, Count: len(res.Tools)}
 }
 
-func (g *goAgent) call(name string, args map[string]any) result { return g.callAsync(name, args)() }
+func (g *goResumer) call(name string, args map[string]any) result { return g.callAsync(name, args)() }
 
-func (g *goAgent) callAsync(name string, args map[string]any) func() result {
+func (g *goResumer) callAsync(name string, args map[string]any) func() result {
 	done := make(chan result, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -528,16 +527,4 @@ func (g *goAgent) callAsync(name string, args map[string]any) func() result {
 	return func() result { return <-done }
 }
 
-// goResult is a failed operation of the Go SDK client, with the JSON-RPC
-// error's code when it is one.
-func goResult(op string, err error) result {
-	r := result{Op: op, Kind: "error", Message: err.Error()}
-	var we *jsonrpc.Error
-	if errors.As(err, &we) {
-		c := int(we.Code)
-		r.Code, r.Message = &c, we.Message
-	}
-	return r
-}
-
-var _ agent = (*goAgent)(nil)
+var _ agent = (*goResumer)(nil)
