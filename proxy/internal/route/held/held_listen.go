@@ -243,7 +243,7 @@ func (h *Route) hub(sess *session.Session) *Hub {
 		return hub
 	}
 	s := h.S
-	g := &stream.Stream{S: s, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: make(chan []byte, 16), Quit: make(chan struct{}),
+	g := &stream.Stream{S: s, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: make(chan []byte, 16), Quit: make(chan struct{}), Wake: make(chan struct{}, 1),
 		Done: make(chan struct{})}
 	hub := &Hub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
 	if sess.Removed() {

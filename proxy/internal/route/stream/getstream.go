@@ -47,9 +47,16 @@ type Stream struct {
 	// take the place of the standalone stream.
 	resume bool
 
-	mu   sync.Mutex // protects resp, gen
+	mu   sync.Mutex // protects resp, gen, opened, healing
 	resp *upstream.Response
 	gen  uint64
+	// opened is closed (and replaced) whenever an upstream stream opens;
+	// healing: the pump itself heals the session.
+	opened  chan struct{}
+	healing bool
+	// Wake cuts short the wait before a reopen: a heal made the session
+	// the stream reopens on (healed).
+	Wake chan struct{}
 }
 
 // streamRoute is the route of an agent's GET: its standalone stream
@@ -66,7 +73,7 @@ type Route struct {
 // outlives upstream sessions.
 func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute bool) {
 	s, sess := sr.Env, r.Sess
-	g := &Stream{S: s, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader),
+	g := &Stream{S: s, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader), Wake: make(chan struct{}, 1),
 		Out: make(chan []byte, 16), Quit: make(chan struct{}), Done: make(chan struct{})}
 	r.Hdr.CopyTo(g.Hdr)
 	wire.StripRequestHeader(g.Hdr, s.Link.RequestDrops())
@@ -247,7 +254,7 @@ func (g *Stream) Reopen(lastID string, retryMs int) bool {
 			return false
 		default:
 		}
-		if delay > 0 && !wire.SleepUnless(delay, g.Quit, g.S.Done) {
+		if delay > 0 && !g.sleep(delay) {
 			return false
 		}
 		delay = wait.Next()
@@ -263,6 +270,10 @@ func (g *Stream) Reopen(lastID string, retryMs int) bool {
 		case resp != nil:
 			g.mu.Lock()
 			g.resp, g.gen = resp, gen
+			if g.opened != nil {
+				close(g.opened)
+				g.opened = nil
+			}
 			g.mu.Unlock()
 			return true
 		case cls == classify.SessionGone && up == "":
@@ -321,17 +332,80 @@ func openGET(s *exchange.Env, hdr *fasthttp.RequestHeader, up session.UpstreamID
 func (g *Stream) heal(seen uint64) bool {
 	ctx, cancel := contextWithTimeout(g.S.Cfg.HealTimeout, g.Quit)
 	defer cancel()
+	g.mu.Lock()
+	g.healing = true // its own heal does not wait for it (awaitGen)
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.healing = false
+		g.mu.Unlock()
+	}()
 	_, _, err := g.S.Healer.Heal(ctx, g.Sess, seen, obs.ReasonSessionGone, g.Hdr)
 	return err == nil
 }
 
+// sleep waits d before a reopen, less if a heal wakes the stream: a
+// server keeps no notification it sent while no GET stream was open (a
+// tools/list_changed right after the heal), so the stream reopens on the
+// healed session at once. False when the stream or mcpheal stops.
+func (g *Stream) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-g.Wake:
+	case <-g.Quit:
+		return false
+	case <-g.S.Done:
+		return false
+	}
+	return true
+}
+
+// awaitGen waits until the stream is open upstream on generation gen or
+// later, until deadline: false if it is not by then (the upstream refused
+// it, or the stream ended). A stream whose pump heals the session itself
+// is not waited for.
+func (g *Stream) awaitGen(gen uint64, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for {
+		g.mu.Lock()
+		if g.healing || g.resp != nil && g.gen >= gen {
+			g.mu.Unlock()
+			return true
+		}
+		if g.opened == nil {
+			g.opened = make(chan struct{})
+		}
+		opened := g.opened
+		g.mu.Unlock()
+		select {
+		case <-opened:
+		case <-g.Done:
+			return false
+		case <-g.Quit:
+			return false
+		case <-t.C:
+			return false
+		}
+	}
+}
+
 // reconnectBefore cuts the upstream stream if it belongs to a generation
-// older than gen; the pump then reopens on the new session.
+// older than gen, and wakes one waiting to reopen; the pump then reopens
+// on the new session.
 func (g *Stream) reconnectBefore(gen uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.resp != nil && g.gen < gen {
 		g.resp.Interrupt()
+	}
+	if g.resp == nil && g.Wake != nil {
+		select {
+		case g.Wake <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -55,10 +55,19 @@ func (ss *Set) each(id session.ClientID, f func(*Stream)) {
 // stop ends the session's streams for good.
 func (ss *Set) Stop(id session.ClientID) { ss.each(id, (*Stream).Stop) }
 
-// healed moves the session's streams to generation gen.
+// Healed moves the session's streams to generation gen, and waits (up to
+// healedWait) until they are open on it: the request that healed the
+// session is sent again only then, so that what the server sends on the
+// GET stream in answer (a tools/list_changed) is not lost, as it is not
+// for a client that re-initializes itself and opens its GET first.
 func (ss *Set) Healed(id session.ClientID, gen uint64) {
 	ss.each(id, func(g *Stream) { g.reconnectBefore(gen) })
+	deadline := time.Now().Add(healedWait)
+	ss.each(id, func(g *Stream) { g.awaitGen(gen, deadline) })
 }
+
+// healedWait bounds the wait for a healed session's GET streams.
+const healedWait = time.Second
 
 // inject sends one event to the session's streams (dropped if none is open).
 func (ss *Set) Inject(id session.ClientID, event []byte) {
