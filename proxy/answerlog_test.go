@@ -69,19 +69,7 @@ func TestAgentResumesFromLog(t *testing.T) {
 	}
 	_ = resp.Body.Close() // the agent's connection drops mid-call
 	// The keepalive comments find the connection gone; then the result comes.
-	PeerWait(t, "mcpheal to notice the agent gone", func() bool {
-		s.answers.Mu.Lock()
-		defer s.answers.Mu.Unlock()
-		for _, l := range s.answers.M {
-			l.Mu.Lock()
-			left := l.Left
-			l.Mu.Unlock()
-			if left {
-				return true
-			}
-		}
-		return false
-	})
+	PeerWait(t, "mcpheal to notice the agent gone", func() bool { return agentLeft(s) })
 	close(release)
 
 	got, body := resumeGet(t, url, sid, id)
