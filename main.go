@@ -7,6 +7,7 @@
 //	mcpheal --config mcpheal.yaml                        # several upstreams, /<name>/mcp each
 //	mcpheal --check-config mcpheal.yaml                  # validate and exit 0/1
 //	mcpheal doctor URL                                   # can mcpheal heal this server?
+//	mcpheal login -token-file F URL                      # log in to an OAuth server once, for every agent
 //	mcpheal healthcheck [URL]                            # GET /healthz, for container HEALTHCHECKs
 package main
 
@@ -148,7 +149,8 @@ const usage = `usage:
   mcpheal --upstream URL [flags]       heal one MCP server; agents use http://127.0.0.1:8787/mcp
   mcpheal --config FILE [flags]        several servers from a YAML file, /<name>/mcp each; SIGHUP reloads
   mcpheal --check-config FILE          validate a config file: exit 0, or 1 with file:line: key: problem
-  mcpheal doctor [-H 'K: V']... URL    probe an MCP server: can mcpheal heal it? (exit 0 yes, 1 no)
+  mcpheal doctor [-H 'K: V']... URL    probe an MCP server: can mcpheal heal it? (exit 0 yes, 1 no;
+                                       -upstream-login FILE or -config FILE: with that login, as mcpheal would)
   mcpheal login -token-file F URL      log in to an OAuth-protected server once, for every agent (docs/oauth.md)
   mcpheal healthcheck [URL]            exit 0 if the proxy's /healthz answers 200 (container HEALTHCHECK)
 
