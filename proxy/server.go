@@ -106,7 +106,7 @@ func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 		Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
 		Answers: &s.answers, ReplayTools: s.replayTools, Challenges: &exchange.Challenges{Link: s.link, Path: s.cfg.Path}}
 	if sh, ok := s.cfg.Shared.(session.Answers); ok && s.cfg.ResumeBuffer > 0 && s.cfg.ResumeWindow > 0 {
-		s.answers.Sharing(sh, rand.Text(), s.env) // answers outlive their replica (docs/streams.md "Across replicas")
+		s.env.ShareAnswers(sh, rand.Text()) // answers outlive their replica (docs/streams.md "Across replicas")
 	}
 	s.streams.Env = s.env
 	s.bridge = &bridge.Route{S: s.env}

@@ -895,3 +895,36 @@ func EndResumption(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }
+
+// open starts the log of a's answer, whose events carry a.rw.own.
+func (ls *AnswerLogs) open(a *Attempt) *AnswerLog {
+	key := "m" + strconv.FormatUint(a.Rw.Own, 36) // as appendOwnID writes it
+	l := &AnswerLog{Key: key, sess: a.Sess.ID, Ls: ls, Mem: a.S.Mem, Max: a.S.Cfg.ResumeBuffer,
+		Window: a.S.Cfg.ResumeWindow, call: a, Wake: make(chan struct{})}
+	if a.Sess != nil {
+		l.share = ls.share(l, a)
+	}
+	ls.Mu.Lock()
+	if ls.M == nil {
+		ls.M = make(map[string]*AnswerLog)
+	}
+	ls.M[key] = l
+	ls.Mu.Unlock()
+	return l
+}
+
+// share starts sharing the answer logged in l, nil when answers are not
+// shared (or not now).
+func (ls *AnswerLogs) share(l *AnswerLog, a *Attempt) *AnswerShare {
+	if ls.Shared == nil || time.Now().UnixNano() < ls.holdOff.Load() {
+		return nil
+	}
+	sh := ls.newShare(l.Key)
+	sh.log, sh.sess, sh.request = l, a.Sess.ID, strings.Clone(a.Msg.IdOrNull())
+	sh.upstream, sh.version = a.up, a.Sess.Recipe.ProtocolVersion
+	return sh
+}
+
+// upstreamLastID is the upstream's id of the last event of the answer that
+// ended (answerCall).
+func (a *Attempt) upstreamLastID() string { return a.Rw.LastID }

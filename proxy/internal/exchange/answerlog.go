@@ -3,7 +3,6 @@ package exchange
 import (
 	crand "crypto/rand"
 	"encoding/binary"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,13 +41,8 @@ type AnswerLogs struct {
 	Mu sync.Mutex // protects m
 	M  map[string]*AnswerLog
 
-	// Shared, when not nil, keeps the answers for the fleet too
-	// (answershare.go), Owner naming this process there; holdOff is when
-	// (unix ns) answers are shared again after a failed write.
-	Shared  session.Answers
-	Owner   string
-	env     *Env
-	holdOff atomic.Int64
+	// FleetAnswers: a fleet's copy of the answers (answershare.go).
+	FleetAnswers
 }
 
 // SharedKey returns the answer and event an agent's Last-Event-ID names,
@@ -58,23 +52,6 @@ func (ls *AnswerLogs) SharedKey(lastEventID []byte) (key string, seq int, ok boo
 		return "", 0, false
 	}
 	return wire.ParseOwnID(lastEventID)
-}
-
-// open starts the log of a's answer, whose events carry a.rw.own.
-func (ls *AnswerLogs) open(a *Attempt) *AnswerLog {
-	key := "m" + strconv.FormatUint(a.Rw.Own, 36) // as appendOwnID writes it
-	l := &AnswerLog{Key: key, sess: a.Sess.ID, Ls: ls, Mem: a.S.Mem, Max: a.S.Cfg.ResumeBuffer,
-		Window: a.S.Cfg.ResumeWindow, a: a, Wake: make(chan struct{})}
-	if a.Sess != nil {
-		l.share = ls.share(l, a)
-	}
-	ls.Mu.Lock()
-	if ls.M == nil {
-		ls.M = make(map[string]*AnswerLog)
-	}
-	ls.M[key] = l
-	ls.Mu.Unlock()
-	return l
 }
 
 // find returns the log an agent's Last-Event-ID names, and the number of
@@ -102,6 +79,14 @@ func (ls *AnswerLogs) forget(l *AnswerLog) {
 	ls.Mu.Unlock()
 }
 
+// answerCall is what a log needs of the exchange that writes its answer
+// (an Attempt): the upstream's id of the last event that ended, and
+// ending it.
+type answerCall interface {
+	upstreamLastID() string
+	Abandon()
+}
+
 // logChunk is the unit an answerLog stores and charges memory_budget in;
 // chunks are pooled, so that a streamed answer's log allocates nothing in
 // the steady state.
@@ -121,9 +106,9 @@ type AnswerLog struct {
 	Window time.Duration
 
 	Mu sync.Mutex // protects everything below
-	// a is the attempt that writes the answer, until done: the window's
-	// end abandons its exchange.
-	a      *Attempt
+	// call is the exchange that writes the answer, until done: the
+	// window's end abandons it.
+	call   answerCall
 	Chunks []*[LogChunk]byte
 	base   int // offset of chunks[0][0]
 	size   int // offset of the end of what was appended
@@ -198,7 +183,7 @@ func (l *AnswerLog) Append(p []byte) {
 		l.wakeLocked()
 	}
 	if ended && l.share != nil {
-		l.share.Notify(l.skipped+len(l.ends), l.a.Rw.LastID)
+		l.share.Notify(l.skipped+len(l.ends), l.call.upstreamLastID())
 	}
 	l.giveUpLocked()
 }
@@ -214,10 +199,10 @@ func (l *AnswerLog) takenOver() {
 	if l.readers > 0 || l.over {
 		return
 	}
-	a, done := l.a, l.done
+	call, done := l.call, l.done
 	l.dropLocked()
-	if a != nil && !done {
-		a.Abandon()
+	if call != nil && !done {
+		call.Abandon()
 	}
 }
 
@@ -352,7 +337,7 @@ func (l *AnswerLog) Finish() {
 	if l.done {
 		return
 	}
-	l.done, l.a = true, nil
+	l.done, l.call = true, nil
 	l.wakeLocked()
 	if l.share != nil {
 		l.share.End()
@@ -392,7 +377,7 @@ func (l *AnswerLog) windowEnded() {
 		// Nobody came back for it: the call ends as when its agent goes
 		// away without a log (nothing is sent again).
 		l.expired = true
-		l.a.Abandon()
+		l.call.Abandon()
 		return
 	}
 	l.dropLocked()

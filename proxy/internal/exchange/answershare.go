@@ -5,12 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
+	"github.com/rs/zerolog"
 )
 
 // Answers a fleet shares (docs/streams.md "Across replicas"). With a shared
@@ -49,10 +52,20 @@ const (
 	shareHoldOff = 5 * time.Second
 )
 
-// Sharing sets up the fleet's answer log: shared keeps the answers,
-// owner names this process in it.
-func (ls *AnswerLogs) Sharing(shared session.Answers, owner string, env *Env) {
-	ls.Shared, ls.Owner, ls.env = shared, owner, env
+// FleetAnswers is a process's part in a fleet's answers: Shared, when not
+// nil, keeps them, Owner naming this process there; holdOff is when (unix
+// ns) answers are shared again after a failed write.
+type FleetAnswers struct {
+	Shared  session.Answers
+	Owner   string
+	holdOff atomic.Int64
+	// What the writes use of the stages below (Env.ShareAnswers).
+	cfg   *conf.Config
+	log   *zerolog.Logger
+	count *obs.Counters
+	mem   *wire.Budget
+	bg    *wire.BgGroup
+	done  <-chan struct{}
 }
 
 // SessionDigest is how the shared log names an answer's agent session.
@@ -61,21 +74,9 @@ func SessionDigest(id session.ClientID) string {
 	return hex.EncodeToString(h[:16])
 }
 
-// share starts sharing the answer logged in l, nil when answers are not
-// shared (or not now).
-func (ls *AnswerLogs) share(l *AnswerLog, a *Attempt) *AnswerShare {
-	if ls.Shared == nil || time.Now().UnixNano() < ls.holdOff.Load() {
-		return nil
-	}
-	sh := ls.newShare(l.Key)
-	sh.log, sh.sess, sh.request = l, a.Sess.ID, strings.Clone(a.Msg.IdOrNull())
-	sh.upstream, sh.version = a.up, a.Sess.Recipe.ProtocolVersion
-	return sh
-}
-
 // Adopt shares an answer this process took over (route/stream): its log
 // exists, and its next event is numbered next.
-func (ls *AnswerLogs) Adopt(key string, next int) *AnswerShare {
+func (ls *FleetAnswers) Adopt(key string, next int) *AnswerShare {
 	sh := ls.newShare(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -85,19 +86,25 @@ func (ls *AnswerLogs) Adopt(key string, next int) *AnswerShare {
 	return sh
 }
 
-func (ls *AnswerLogs) newShare(key string) *AnswerShare {
-	s := ls.env
+func (ls *FleetAnswers) newShare(key string) *AnswerShare {
 	return &AnswerShare{ls: ls, key: key, w: session.AnswerWrite{Owner: ls.Owner,
-		Max: s.Cfg.ResumeBuffer, Lease: ShareLease, Window: s.Cfg.ResumeWindow}}
+		Max: ls.cfg.ResumeBuffer, Lease: ShareLease, Window: ls.cfg.ResumeWindow}}
+}
+
+// answerSource is the local log an answer's events are read from (an
+// AnswerLog).
+type answerSource interface {
+	eventsBetween(dst [][]byte, from, upto int) (_ [][]byte, first, size int)
+	takenOver()
 }
 
 // AnswerShare writes one answer's events to the shared log: those of its
 // local log, read from it when they are written (the relay copies
 // nothing for it), or those a route adds (an answer taken over).
 type AnswerShare struct {
-	ls  *AnswerLogs
+	ls  *FleetAnswers
 	key string
-	log *AnswerLog // where the events are read; nil: Add gives them
+	log answerSource // where the events are read; nil: Add gives them
 	// What the first write starts the shared log with.
 	sess     session.ClientID
 	request  string
@@ -150,7 +157,7 @@ func (sh *AnswerShare) Add(events [][]byte, upLast string) {
 	if sh.closed || sh.done || sh.stoppingLocked() {
 		return
 	}
-	if !sh.ls.env.Mem.Take(int64(n)) {
+	if !sh.ls.mem.Take(int64(n)) {
 		sh.failLocked("memory_budget has no room for the events waiting to be written")
 		return
 	}
@@ -242,7 +249,7 @@ func (sh *AnswerShare) Release() {
 func (sh *AnswerShare) stoppingLocked() bool {
 	if !sh.released {
 		select {
-		case <-sh.ls.env.Done:
+		case <-sh.ls.done:
 			sh.released = true
 			if sh.timer != nil {
 				sh.timer.Stop()
@@ -264,13 +271,13 @@ func (sh *AnswerShare) Next() int {
 // this process's (one whose first write is in flight is deleted when it
 // lands).
 func (sh *AnswerShare) dropLocked() {
-	if sh.opened && !sh.lost && !sh.released && sh.ls.env.Bg.Add(1) {
+	if sh.opened && !sh.lost && !sh.released && sh.ls.bg.Add(1) {
 		go sh.drop()
 	}
 }
 
 func (sh *AnswerShare) drop() {
-	defer sh.ls.env.Bg.Done()
+	defer sh.ls.bg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), shareTimeout)
 	defer cancel()
 	_ = sh.ls.Shared.DropAnswer(ctx, sh.key, sh.ls.Owner)
@@ -278,7 +285,7 @@ func (sh *AnswerShare) drop() {
 
 // kickLocked starts the writer, unless it runs (it will see what waits).
 func (sh *AnswerShare) kickLocked() {
-	if sh.running || sh.closed || !sh.ls.env.Bg.Add(1) {
+	if sh.running || sh.closed || !sh.ls.bg.Add(1) {
 		return
 	}
 	sh.running = true
@@ -287,8 +294,8 @@ func (sh *AnswerShare) kickLocked() {
 
 // write writes what waits, a batch at a time, until nothing does.
 func (sh *AnswerShare) write() {
-	defer sh.ls.env.Bg.Done()
-	mem := sh.ls.env.Mem
+	defer sh.ls.bg.Done()
+	mem := sh.ls.mem
 	for {
 		sh.mu.Lock()
 		if sh.closed || !sh.opened && !sh.due && !sh.left ||
@@ -341,7 +348,7 @@ func (sh *AnswerShare) write() {
 		default:
 			sh.written = upto
 			if !sh.opened {
-				sh.ls.env.Count.SharedAnswers[obs.SharedWritten].Add(1)
+				sh.ls.count.SharedAnswers[obs.SharedWritten].Add(1)
 				sh.opened = true
 				if !w.Done && !sh.closed && !sh.released {
 					sh.armRenewLocked()
@@ -387,8 +394,8 @@ func (sh *AnswerShare) failLocked(why string) {
 	}
 	sh.closeLocked()
 	sh.dropLocked() // a copy that is not the whole answer misleads a replica that takes it over
-	sh.ls.env.Count.SharedAnswers[obs.SharedFallback].Add(1)
-	sh.ls.env.Log.Warn().Str("answer", sh.key).Str("why", why).
+	sh.ls.count.SharedAnswers[obs.SharedFallback].Add(1)
+	sh.ls.log.Warn().Str("answer", sh.key).Str("why", why).
 		Msg("answer no longer written to the shared store: it can be resumed on this replica only")
 }
 
@@ -402,7 +409,7 @@ func (sh *AnswerShare) closeLocked() {
 }
 
 func (sh *AnswerShare) releaseLocked() {
-	sh.ls.env.Mem.Give(int64(sh.bytes))
+	sh.ls.mem.Give(int64(sh.bytes))
 	sh.pending, sh.bytes = nil, 0
 }
 

@@ -1,12 +1,11 @@
 package exchange
 
 import (
+	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/proxy/internal/heal"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
-
-import "github.com/mcpheal/mcpheal/classify"
 
 // answerRoute points the agent's answer to a server→client request at the
 // upstream session that asked (docs/streams.md "Streams and session state across a
