@@ -127,15 +127,11 @@ func startGoEverything(t *testing.T, bin string, versions []string, stateless bo
 	return startEverythingBinary(t, bin, "-versions", strings.Join(versions, ","), "-stateless="+strconv.FormatBool(stateless))
 }
 
-// tableLifetime bounds a table server's life (guard.mjs), past the
-// table's whole run.
-const tableLifetime = "INTEROP_LIFETIME_MS=900000"
-
 // startV1Everything serves testdata/v1everything.mjs (the TypeScript SDK
 // v1, the session era only) and returns its MCP URL.
 func startV1Everything(t *testing.T) string {
 	t.Helper()
-	return startServer(t, "v1everything", 0, []string{tableLifetime}, "v1everything.mjs").url()
+	return startServer(t, "v1everything", 0, nil, "v1everything.mjs").url()
 }
 
 // startV2Everything serves testdata/v2everything.mjs (the TypeScript SDK
@@ -143,5 +139,5 @@ func startV1Everything(t *testing.T) string {
 // returns its MCP URL.
 func startV2Everything(t *testing.T, legacy string) string {
 	t.Helper()
-	return startServer(t, "v2everything-"+legacy, 0, []string{tableLifetime, "LEGACY=" + legacy}, "v2everything.mjs").url()
+	return startServer(t, "v2everything-"+legacy, 0, []string{"LEGACY=" + legacy}, "v2everything.mjs").url()
 }

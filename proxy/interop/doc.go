@@ -15,5 +15,6 @@
 //
 // Every process a test starts listens on 127.0.0.1 only, lives in its own
 // process group (killed in cleanup), and also exits by itself when its stdin
-// closes or after a few minutes (testdata/guard.mjs, testdata/python/guard.py).
+// closes or once go test's deadline (-timeout) is past (testdata/guard.mjs,
+// testdata/python/guard.py).
 package interop

@@ -225,13 +225,28 @@ func startNode(t testing.TB, name string, env []string, args ...string) *nodePro
 	return startProcess(t, name, testdata, env, "node", args...)
 }
 
+// lifetimeEnv bounds a process's life (guard.mjs, guard.py) by the test
+// binary's own deadline (go test -timeout) and a little more: a parallel
+// test may start its servers long before its subtests get to run, and a
+// server must not end under them; one still running after the deadline
+// outlives the run. An INTEROP_LIFETIME_MS in a process's env wins.
+func lifetimeEnv(t testing.TB) string {
+	life := 30 * time.Minute
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if at, ok := d.Deadline(); ok {
+			life = time.Until(at) + 30*time.Second
+		}
+	}
+	return fmt.Sprintf("INTEROP_LIFETIME_MS=%d", life.Milliseconds())
+}
+
 // startProcess runs prog with args in dir, as startNode runs node: in its
 // own process group, killed in cleanup, stdout collected line by line.
 func startProcess(t testing.TB, name, dir string, env []string, prog string, args ...string) *nodeProc {
 	t.Helper()
 	cmd := exec.Command(prog, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), lifetimeEnv(t)), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := &nodeProc{name: name, cmd: cmd, out: newLineLog(), stderr: &tail{max: 16 << 10}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr

@@ -5,8 +5,9 @@
 //   - once listening, it prints "LISTENING <port>" on stdout, so a server
 //     started on port 0 tells the test where it is;
 //   - the process exits when stdin closes (the test, or the go test binary,
-//     went away) or after INTEROP_LIFETIME_MS (default 180000), so no server
-//     outlives the test run.
+//     went away) or after INTEROP_LIFETIME_MS (default 180000; the tests
+//     set it from go test's deadline), so no server outlives the test run,
+//     and says so on stderr.
 import net from "node:net";
 
 const loopback = "127.0.0.1";
@@ -31,4 +32,8 @@ net.Server.prototype.listen = function (...args) {
 process.stdin.on("end", () => process.exit(0));
 process.stdin.on("error", () => process.exit(0));
 process.stdin.resume();
-setTimeout(() => process.exit(3), Number(process.env.INTEROP_LIFETIME_MS || 180000)).unref();
+const lifetime = Number(process.env.INTEROP_LIFETIME_MS || 180000);
+setTimeout(() => {
+  process.stderr.write(`guard: lifetime of ${lifetime} ms over, exiting\n`);
+  process.exit(3);
+}, lifetime).unref();

@@ -33,7 +33,13 @@ def take_stdout() -> None:
 def start_lifetime() -> None:
     """Ends the process after INTEROP_LIFETIME_MS, whatever it is doing."""
     ms = int(os.environ.get("INTEROP_LIFETIME_MS") or 180000)
-    timer = threading.Timer(ms / 1000, lambda: os._exit(3))
+
+    def end() -> None:
+        sys.stderr.write(f"guard: lifetime of {ms} ms over, exiting\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    timer = threading.Timer(ms / 1000, end)
     timer.daemon = True
     timer.start()
 
