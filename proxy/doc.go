@@ -15,7 +15,8 @@
 //	internal/exchange      the one loop (send, judge, decide, act) and the one answer writer
 //	internal/heal          sessions, their sealed ids, heals, keepalive, the fleet
 //	internal/era           the upstream's protocol era
-//	internal/link          every request sent upstream; the breaker; outages
+//	internal/link          every request sent upstream; the breaker; outages;
+//	                       the one retry policy (link.Retry)
 //	internal/obs           counters and traces
 //	internal/wire          JSON-RPC, headers, SSE events, the memory budget
 //	internal/conf          the configuration
@@ -69,6 +70,12 @@
 //
 //   - No route answers an agent before the guard ran; no route sends
 //     upstream but through the exchange's loop or the link.
+//   - Every loop that tries the upstream again (a request, its answer
+//     stream's resumption, a heal, a GET stream, a bridged listen, the
+//     outage watcher) paces, budgets and asks the breaker through one
+//     link.Retry at a pace named in retry.go; what is tried again is
+//     exchange.Decide's rule (and a loop's own switch where no agent's
+//     request is in it).
 //   - A request that is not replay-safe is sent a second time only on proof
 //     that the upstream did not run it (nothing written, a refused
 //     connection, a session rejection, a 5xx that is a known server

@@ -50,9 +50,9 @@ type Attempt struct {
 	// mayHaveRun: an exchange of this request may have reached the
 	// upstream's dispatcher (see facts.dispatched).
 	mayHaveRun bool
-	budget     time.Time // end of the heal budget; zero until the first failure
-	waited     bool      // waited out a busy upstream's Retry-After once (actWait)
-	wait       upstream.Backoff
+	// retry paces the request's tries within its heal budget, which
+	// begins at the first failure (link.Retry).
+	retry link.Retry
 	// probing: this request is its session's probe of an outage (see
 	// session.Probe); it must end the probe before it answers.
 	probing bool
@@ -126,7 +126,8 @@ var attemptPool = sync.Pool{New: func() any { return new(Attempt) }}
 func NewAttempt(s *Env, ctx *fasthttp.RequestCtx, r *Request) *Attempt {
 	a := attemptPool.Get().(*Attempt)
 	// Its answer state was reset by release (or is new): its buffers stay.
-	*a = Attempt{S: s, Ctx: ctx, R: r, Sess: r.Sess, Msg: r.Msg, Watch: a.Watch, tryAnswer: a.tryAnswer}
+	*a = Attempt{S: s, Ctx: ctx, R: r, Sess: r.Sess, Msg: r.Msg, Watch: a.Watch, tryAnswer: a.tryAnswer,
+		retry: s.Link.Retry(link.PaceRequest, s.Cfg.HealTimeout)}
 	if a.Watch == nil {
 		a.Watch = NewAgentWatch()
 	} else if a.Watch.state.Load() != watchIdle || a.Watch.Gone.Load() {
@@ -200,14 +201,14 @@ func (a *Attempt) Loop() Outcome {
 	}
 	for {
 		if ok, wait := a.S.Link.Breaker.Allow(); !ok {
-			if a.budget.IsZero() {
+			if !a.retry.Begun() {
 				// A new request waits out a young outage (a redeploy) to
 				// its end, and fails fast past it.
 				end := a.S.Link.OutageEnd()
 				if !time.Now().Before(end) {
 					return Outcome{Kind: outBreakerOpen, wait: wait}
 				}
-				a.budget = end
+				a.retry.Until(end)
 			}
 			// Already waiting out the outage within its heal budget: it
 			// goes on waiting (the outage watcher wakes it when the
@@ -256,8 +257,7 @@ func (a *Attempt) Loop() Outcome {
 				return Outcome{Kind: OutDown, Why: "upstream unreachable"}
 			}
 		case actWait:
-			a.waited = true
-			if !a.S.Link.Sleep(link.RetryAfter(&a.Resp.Header, time.Now())) {
+			if !a.retry.WaitBusy(link.RetryAfter(&a.Resp.Header, time.Now())) {
 				return Outcome{Kind: OutDown, Why: "mcpheal is shutting down"}
 			}
 			if a.AgentGone() {
@@ -367,11 +367,7 @@ func (a *Attempt) judge(err error) Facts {
 			f.Class = classify.Busy // it says when to come back: a wait, not an outage
 		}
 		if f.Class == classify.Busy {
-			if a.budget.IsZero() {
-				a.budget = time.Now().Add(a.S.Cfg.HealTimeout)
-			}
-			now := time.Now()
-			f.waited, f.waitFits = a.waited, now.Add(link.RetryAfter(&r.Header, now)).Before(a.budget)
+			f.waited, f.waitFits = a.retry.BusyWait(link.RetryAfter(&r.Header, time.Now()))
 		}
 	}
 	return f
@@ -416,10 +412,7 @@ func (t *tryAnswer) readBuf() []byte {
 // out is what the agent gets.
 func (a *Attempt) heal(reason int) (out Outcome, ok bool) {
 	a.Next()
-	if a.budget.IsZero() {
-		a.budget = time.Now().Add(a.S.Cfg.HealTimeout)
-	}
-	ctx, cancel := context.WithDeadline(a.traceContext(), a.budget)
+	ctx, cancel := context.WithDeadline(a.traceContext(), a.retry.Begin())
 	defer cancel()
 	up, gen, err := a.S.Healer.Heal(ctx, a.Sess, a.Gen, reason, a.R.Hdr)
 	if err != nil {
@@ -477,13 +470,7 @@ func (a *Attempt) afterHeal() (Outcome, bool) {
 // outage by trying (session.Probe); the others wait for it.
 func (a *Attempt) backoff() bool {
 	a.Next()
-	if a.budget.IsZero() {
-		a.budget = time.Now().Add(a.S.Cfg.HealTimeout)
-	}
-	if a.wait.Min == 0 {
-		a.wait = upstream.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
-	}
-	left := time.Until(a.budget)
+	left := time.Until(a.retry.Begin())
 	if left <= 0 {
 		return false
 	}
@@ -498,7 +485,7 @@ func (a *Attempt) backoff() bool {
 		}
 		a.probing = true
 	}
-	return a.S.Link.Sleep(min(a.wait.Next(), left))
+	return a.retry.Wait()
 }
 
 // traceContext is the context of the request's span, for work done on
@@ -564,7 +551,7 @@ func (a *Attempt) Abandon() {
 func (a *Attempt) Renew() {
 	a.Next()
 	a.mayHaveRun, a.healed, a.adopted, a.eof = false, false, false, false
-	a.budget, a.wait = time.Time{}, upstream.Backoff{}
+	a.retry = a.S.Link.Retry(link.PaceRequest, a.S.Cfg.HealTimeout)
 }
 
 // peeked returns, once, the whole events the first exchange's peek read

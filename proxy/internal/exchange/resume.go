@@ -109,14 +109,14 @@ func (us *upstreamStream) resume(cause error) bool {
 		a.resumeBy = time.Now().Add(delay + a.S.Cfg.HealTimeout)
 	}
 	clean := errors.Is(cause, io.EOF)
-	wait := upstream.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
+	retry := a.S.Link.Retry(link.PaceRequest, 0)
+	retry.Until(a.resumeBy) // the budget, renewed by progress
 	for {
 		a.resumes++
 		if a.resumes > maxResumes {
 			return us.noResume("the upstream ended it " + strconv.Itoa(maxResumes) + " times without a new event")
 		}
-		left := time.Until(a.resumeBy)
-		if delay >= left {
+		if !retry.Fits(delay) {
 			return us.noResume("the heal budget ran out before the upstream's retry interval")
 		}
 		if delay > 0 && !wire.SleepUnless(delay, nil, a.S.Done) {
@@ -140,7 +140,7 @@ func (us *upstreamStream) resume(cause error) bool {
 			if a.AgentGone() {
 				return us.noResume("the agent went away")
 			}
-			delay = wait.Next() // the upstream may be restarting: try again within the budget
+			delay = retry.Next() // the upstream may be restarting: try again within the budget
 			continue
 		case classify.SessionGone:
 			return us.noResume("the upstream session ended (" + strconv.Itoa(status) + ")")

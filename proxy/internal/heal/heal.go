@@ -191,16 +191,13 @@ func (h *Healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 		case !errors.Is(err, errAdopt):
 			return "", 0, err
 		}
-		wait := upstream.Backoff{Min: 25 * time.Millisecond, Max: time.Second}
-		busyWaited := false
+		dl, _ := ctx.Deadline()
+		retry := h.Link.Retry(link.PaceHeal, 0)
+		retry.Until(dl)
 		for try := 1; ; try++ {
-			if ok, w := h.Link.Breaker.Allow(); !ok {
-				// Open while this heal waits out the outage: it waits on
-				// within its budget, woken when the upstream is back.
-				dl, _ := ctx.Deadline()
-				if d := min(w, wait.Next()); time.Now().Add(d).Before(dl) && h.Link.Sleep(d) {
-					continue
-				}
+			// Open while this heal waits out the outage: it waits on
+			// within its budget, woken when the upstream is back.
+			if ok, w := retry.Gate(); !ok {
 				return "", 0, &BreakerOpenError{Wait: w}
 			}
 			up, err := h.initUpstream(ctx, hdr, sess.Recipe.InitBody, sess.Recipe.ProtocolVersion)
@@ -215,13 +212,11 @@ func (h *Healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 				be *BusyError
 			)
 			if errors.As(err, &be) {
-				// At capacity, not down: wait its Retry-After once if the
-				// budget allows, never counted against the breaker.
-				dl, _ := ctx.Deadline()
-				if busyWaited || !time.Now().Add(be.Wait).Before(dl) || !h.Link.Sleep(be.Wait) {
+				// At capacity, not down: its Retry-After is waited out
+				// once if the budget allows, never counted against the breaker.
+				if waited, fits := retry.BusyWait(be.Wait); waited || !fits || !retry.WaitBusy(be.Wait) {
 					return "", 0, err
 				}
-				busyWaited = true
 				continue
 			}
 			if errors.Is(err, ErrRecipeRefused) || errors.As(err, &ce) || errors.As(err, &he) {
@@ -229,11 +224,9 @@ func (h *Healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, de
 			}
 			h.Link.Failure()
 			h.Log.Debug().Str(obs.LogSession, sess.ID.Short()).Int("try", try).Err(err).Msg("upstream initialize failed; retrying")
-			d := wait.Next()
-			if dl, _ := ctx.Deadline(); time.Now().Add(d).After(dl) {
+			if d := retry.Next(); !retry.Fits(d) {
 				return "", 0, fmt.Errorf("reinit after %d tries: %w", try, err)
-			}
-			if !h.Link.Sleep(d) {
+			} else if !h.Link.Sleep(d) {
 				return "", 0, ErrClosing
 			}
 		}

@@ -117,7 +117,9 @@ func (l *Link) watchOutage() {
 	defer l.watching.Store(false)
 	t := time.NewTimer(watchEvery)
 	defer t.Stop()
-	pause := upstream.Backoff{Min: watchEvery, Max: time.Second}
+	// pause: how often it wakes the waiters while the upstream takes
+	// connections (and may still fail requests).
+	pause := l.Retry(PaceWatch, 0)
 	refused := false // the last connection tried was refused
 	for {
 		select {

@@ -112,7 +112,7 @@ func (b *Route) StopListen(id session.ClientID) {
 func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out chan<- []byte) {
 	s := b.S
 	defer s.Bg.Done()
-	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	retry := s.Link.Retry(link.PaceListen, 0) // no budget: it tries while the agent listens
 	delay := time.Duration(0)
 	for {
 		if delay > 0 && !wire.SleepUnless(delay, l.quit, s.Done) {
@@ -131,10 +131,10 @@ func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.
 			continue
 		}
 		if b.listenOnce(sess, l, hdr, body, out) {
-			wait.Reset()
+			retry.Reset()
 			delay = 50 * time.Millisecond // ended or reopened: again, at once but not in a tight loop
 		} else {
-			delay = wait.Next()
+			delay = retry.Next()
 		}
 	}
 }

@@ -244,7 +244,7 @@ func (g *Stream) send(ev []byte) bool {
 // upstream says it has no GET stream.
 func (g *Stream) Reopen(lastID string, retryMs int) bool {
 	delay := time.Duration(retryMs) * time.Millisecond
-	wait := upstream.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	retry := g.S.Link.Retry(link.PaceListen, 0) // no budget: it tries while the agent listens
 	g.mu.Lock()
 	prevGen := g.gen
 	g.mu.Unlock()
@@ -257,7 +257,7 @@ func (g *Stream) Reopen(lastID string, retryMs int) bool {
 		if delay > 0 && !g.sleep(delay) {
 			return false
 		}
-		delay = wait.Next()
+		delay = retry.Next()
 		if g.Sess.Removed() {
 			return false
 		}
@@ -285,7 +285,7 @@ func (g *Stream) Reopen(lastID string, retryMs int) bool {
 				continue // budget spent; keep trying while the agent listens
 			}
 			delay = 0
-			wait.Reset()
+			retry.Reset()
 		case cls == classify.Protocol || cls == classify.Auth:
 			return false // 405, 409, 401…: the agent's SDK decides
 		}
