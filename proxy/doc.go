@@ -74,10 +74,11 @@
 //     stream's resumption, a heal, a GET stream, a bridged listen, the
 //     outage watcher) paces and budgets its tries through one link.Retry,
 //     at a pace named in retry.go; a heal waits out an open breaker
-//     through it (Retry.Gate), the attempt by its outage's own end, and a
-//     GET stream's or bridged listen's try counts an open breaker as a
-//     failed try and backs off. What is tried again is exchange.Decide's
-//     rule (and a loop's own switch where no agent's request is in it).
+//     through it (Retry.Gate), the attempt by its outage's own end; a GET
+//     stream's try counts an open breaker as a failed try, and a bridged
+//     listen backs off on its failures only. What is tried again is
+//     exchange.Decide's rule (and a loop's own switch where no agent's
+//     request is in it).
 //   - A request that is not replay-safe is sent a second time only on proof
 //     that the upstream did not run it (nothing written, a refused
 //     connection, a session rejection, a 5xx that is a known server
