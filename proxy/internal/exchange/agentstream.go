@@ -53,7 +53,8 @@ func (st *AgentStream) Event(msg []byte) bool {
 // goes out, then the stream ends. head writes a comment at once, so that
 // the answer's head reaches the agent before any event (the Go SDK's
 // client waits for it).
-func (st *AgentStream) Pump(out <-chan []byte, done, quit <-chan struct{}, head bool) {
+func (st *AgentStream) Pump(out *wire.Queue, done, quit <-chan struct{}, head bool) {
+	defer out.Close() // what is still queued is nobody's now
 	t := time.NewTicker(st.S.Cfg.StreamKeepalive)
 	defer t.Stop()
 	if head && !st.Write(KeepaliveComment) {
@@ -62,12 +63,14 @@ func (st *AgentStream) Pump(out <-chan []byte, done, quit <-chan struct{}, head 
 	for {
 		var b []byte
 		select {
-		case b = <-out:
+		case b = <-out.C:
 		case <-done:
 			for {
 				select {
-				case b = <-out:
-					if !st.Write(b) {
+				case b = <-out.C:
+					ok := st.Write(b)
+					out.Took(b)
+					if !ok {
 						return
 					}
 				default:
@@ -75,13 +78,18 @@ func (st *AgentStream) Pump(out <-chan []byte, done, quit <-chan struct{}, head 
 				}
 			}
 		case <-t.C:
-			b = KeepaliveComment
+			if !st.Write(KeepaliveComment) {
+				return
+			}
+			continue
 		case <-quit:
 			return
 		case <-st.S.Done:
 			return
 		}
-		if !st.Write(b) {
+		ok := st.Write(b) // counted until written
+		out.Took(b)
+		if !ok {
 			return
 		}
 	}

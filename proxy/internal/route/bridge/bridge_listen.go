@@ -15,6 +15,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/era"
 	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/upstream"
@@ -70,7 +71,7 @@ func (b *Route) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	ctx.SetContentTypeBytes(wire.MimeEventStream)
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	s.Count.Request(&wire.Message{Get: true}, classify.OK)
-	out := make(chan []byte, 16)
+	out := wire.NewQueue(s.Mem, 16)
 	if s.Bg.Add(1) {
 		go b.listenPump(sess, l, hdr, out)
 	}
@@ -109,7 +110,7 @@ func (b *Route) StopListen(id session.ClientID) {
 
 // listenPump keeps one upstream listen open for the agent's stream and
 // hands its notifications, framed as events, to the writer.
-func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out chan<- []byte) {
+func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out *wire.Queue) {
 	s := b.S
 	defer s.Bg.Done()
 	retry := s.Link.Retry(link.PaceListen, 0) // no budget: it tries while the agent listens
@@ -141,7 +142,7 @@ func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.
 
 // listenOnce opens one upstream listen and relays it until it ends. It
 // reports false when the listen could not be opened.
-func (b *Route) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, body []byte, out chan<- []byte) bool {
+func (b *Route) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, body []byte, out *wire.Queue) bool {
 	s := b.S
 	req := fasthttp.AcquireRequest()
 	s.Link.Build(req, &link.Upcall{Hdr: hdr, Body: wire.Envelope(body, s.Link.UpcallID("listen"), sess, nil, ""), Version: wire.StatelessVersion,
@@ -176,9 +177,13 @@ func (b *Route) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.
 			if gjson.GetBytes(data, "method").Type != gjson.String {
 				continue // the listen's own result: it ends
 			}
-			select {
-			case out <- sse.AppendEvent(nil, "message", data):
-			case <-l.quit:
+			if out.Put(sse.AppendEvent(nil, "message", data), l.quit, nil) == wire.OverBudget {
+				// The agent reads slower than the upstream writes: its
+				// stream ends, and its SDK opens another.
+				s.Log.Warn().Str(obs.LogSession, sess.ID.Short()).Int64("budget", s.Mem.Limit).
+					Msg("bridged GET stream events waiting for a slow agent would pass the memory budget; stream ended")
+				l.stop()
+				return true
 			}
 		}
 		if rerr != nil {

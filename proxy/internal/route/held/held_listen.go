@@ -53,7 +53,7 @@ type heldListen struct {
 	// prompts and resources: the list-changed notifications it wants.
 	prompts, resources bool
 	uris               map[string]bool
-	out                chan []byte
+	out                *wire.Queue
 	quit               chan struct{}
 	once               sync.Once
 	st                 exchange.AgentStream
@@ -77,7 +77,7 @@ const (
 func (h *Route) listenFilter(r *exchange.Request, caps gjson.Result) *heldListen {
 	f := gjson.GetBytes(r.Body, "params.notifications")
 	l := &heldListen{h: h, sess: r.Sess, id: string(append([]byte(nil), r.Msg.ID...)), uris: map[string]bool{},
-		out: make(chan []byte, 64), quit: make(chan struct{})}
+		out: wire.NewQueue(h.S.Mem, 64), quit: make(chan struct{})}
 	l.tools = f.Get("toolsListChanged").Bool() && caps.Get("tools.listChanged").Bool()
 	l.prompts = f.Get("promptsListChanged").Bool() && caps.Get("prompts.listChanged").Bool()
 	l.resources = f.Get("resourcesListChanged").Bool() && caps.Get("resources.listChanged").Bool()
@@ -243,7 +243,8 @@ func (h *Route) hub(sess *session.Session) *Hub {
 		return hub
 	}
 	s := h.S
-	g := &stream.Stream{S: s, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: make(chan []byte, 16), Quit: make(chan struct{}), Wake: make(chan struct{}, 1),
+	g := &stream.Stream{S: s, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: wire.NewQueue(s.Mem, stream.QueueLen), Lossy: true,
+		Quit: make(chan struct{}), Wake: make(chan struct{}, 1),
 		Done: make(chan struct{})}
 	hub := &Hub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
 	if sess.Removed() {
@@ -279,11 +280,13 @@ func (h *Route) hub(sess *session.Session) *Hub {
 // input only in a call's answer): it is refused.
 func (hub *Hub) fan(h *Route) {
 	defer h.S.Bg.Done()
+	defer hub.g.Out.Close()
 	var data []byte
 	for {
 		var ev []byte
 		select {
-		case ev = <-hub.g.Out:
+		case ev = <-hub.g.Out.C:
+			hub.g.Out.Took(ev) // each listen queues its own copy
 		case <-hub.g.Done:
 			return
 		}
@@ -335,11 +338,12 @@ func (hub *Hub) deliver(h *Route, msg []byte) {
 	hub.mu.Unlock()
 	for _, l := range to {
 		b := WithSubscription(msg, l.id)
-		select {
-		case l.out <- sse.AppendEvent(nil, "message", b):
-		case <-l.quit:
-		case <-time.After(h.S.Cfg.WriteTimeout):
+		switch l.out.Put(sse.AppendEvent(nil, "message", b), l.quit, time.After(h.S.Cfg.WriteTimeout)) {
+		case wire.Late:
 			h.S.Log.Warn().Str(obs.LogSession, l.sess.ID.Short()).Msg("listen: agent not reading; notification dropped")
+		case wire.OverBudget:
+			h.S.Log.Warn().Str(obs.LogSession, l.sess.ID.Short()).Int64("budget", h.S.Mem.Limit).
+				Msg("listen: notification would pass the memory budget; dropped")
 		}
 	}
 }

@@ -37,10 +37,14 @@ type Stream struct {
 	conn net.Conn // the agent's connection: each write is bounded by WriteTimeout
 	Sess *session.Session
 	Hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
-	Out  chan []byte             // rewritten events, pump → writer
-	Quit chan struct{}           // closed by stop
-	Done chan struct{}           // closed when the pump has ended
-	once sync.Once
+	Out  *wire.Queue             // rewritten events, pump → writer, counted in memory_budget
+	// Lossy: an event the budget cannot queue is dropped, and the stream
+	// goes on (the held route's hub, whose listens drop what their agents
+	// do not read); otherwise the stream ends.
+	Lossy bool
+	Quit  chan struct{} // closed by stop
+	Done  chan struct{} // closed when the pump has ended
+	once  sync.Once
 	// resume: the agent's GET carried a Last-Event-ID of the live
 	// generation, so it resumes one upstream stream (most often a call's):
 	// it ends with that stream, is not moved across heals, and does not
@@ -74,7 +78,7 @@ type Route struct {
 func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute bool) {
 	s, sess := sr.Env, r.Sess
 	g := &Stream{S: s, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader), Wake: make(chan struct{}, 1),
-		Out: make(chan []byte, 16), Quit: make(chan struct{}), Done: make(chan struct{})}
+		Out: wire.NewQueue(s.Mem, QueueLen), Quit: make(chan struct{}), Done: make(chan struct{})}
 	r.Hdr.CopyTo(g.Hdr)
 	wire.StripRequestHeader(g.Hdr, s.Link.RequestDrops())
 	s.Link.SetOperatorHeaders(g.Hdr)
@@ -198,7 +202,18 @@ func (g *Stream) Pump() {
 				}
 				out = er.Event(out, ev)
 			}
-			if len(out) > 0 && !g.send(out) {
+			if sent := g.send(out); sent == wire.OverBudget && g.Lossy {
+				g.S.Log.Warn().Str(obs.LogSession, g.Sess.ID.Short()).Int64("budget", g.S.Mem.Limit).
+					Msg("GET stream events would pass the memory budget; dropped")
+			} else if sent == wire.OverBudget {
+				// The agent reads slower than the upstream writes, and
+				// what waits for it would pass the budget: its stream
+				// ends (Reopen sees it stopped), and its SDK opens another.
+				g.S.Log.Warn().Str(obs.LogSession, g.Sess.ID.Short()).Int64("budget", g.S.Mem.Limit).
+					Msg("GET stream events waiting for a slow agent would pass the memory budget; stream ended")
+				g.Stop()
+				break
+			} else if sent != wire.Queued {
 				break
 			}
 			if ferr != nil {
@@ -228,15 +243,17 @@ func (g *Stream) Pump() {
 	}
 }
 
-// send queues an event for the agent; false once the stream is stopped.
-func (g *Stream) send(ev []byte) bool {
-	select {
-	case g.Out <- ev:
-		return true
-	case <-g.Quit:
-		return false
+// send queues an event for the agent (wire.Queue.Put): Queued, or
+// Stopped once the stream is stopped, or OverBudget.
+func (g *Stream) send(ev []byte) int {
+	if len(ev) == 0 {
+		return wire.Queued
 	}
+	return g.Out.Put(ev, g.Quit, nil)
 }
+
+// QueueLen is how many events a stream queues for its agent's writer.
+const QueueLen = 16
 
 // reopen opens the next upstream GET. It waits the server's retry: interval
 // (or a backoff while the upstream is down), heals a session found gone, and
