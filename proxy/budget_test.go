@@ -328,69 +328,96 @@ func checkBigEventCalls(t *testing.T, s *Server, up *scripted, tool string, code
 // it while it does not read are counted in memory_budget, and the stream
 // ends before they would pass it (its SDK opens another); when the agent
 // goes, what they held is given back. The upstream sends 1 MiB
-// notifications on its GET stream, more than the 8 MiB budget could hold
-// in the stream's queue (16 events); before, the queue held them uncounted.
+// notifications, more than the 8 MiB budget could hold in the stream's
+// queue (16 events): on a session-era server's GET stream (pass-through)
+// and on a 2026-07-28 server's subscriptions/listen (the bridge). Before,
+// the queue held them uncounted.
 func TestSlowAgentStreamInBudget(t *testing.T) {
 	t.Parallel()
-	event := "data: " + `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"` +
-		strings.Repeat("x", 1<<20) + `"}}` + "\n\n"
+	pad := strings.Repeat("x", 1<<20)
 	var sent atomic.Int64
-	up := startStub(t, func(w http.ResponseWriter, r *http.Request) {
+	flood := func(w http.ResponseWriter, r *http.Request, first, each string) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, first)
 		for i := 0; i < 64; i++ {
-			if _, err := io.WriteString(w, event); err != nil {
+			if _, err := io.WriteString(w, "data: "+each+"\n\n"); err != nil {
 				return
 			}
 			w.(http.Flusher).Flush()
 			sent.Add(1)
 		}
 		<-r.Context().Done()
-	}, nil)
-	s, url, logs := startProxyLog(t, up, func(c *conf.Config) { c.MemoryBudget = 8 << 20; c.Keepalive = -1 })
-	sid := agentInitialize(t, url, "")
-	base := s.mem.Used.Load() // the session's own cost included
+	}
+	for _, route := range []struct {
+		name, ended string
+		start       func(t *testing.T) string
+	}{
+		{"session pass-through", "GET stream events waiting for a slow agent would pass the memory budget; stream ended",
+			func(t *testing.T) string {
+				return startStub(t, func(w http.ResponseWriter, r *http.Request) {
+					flood(w, r, "", `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`+pad+`"}}`)
+				}, nil)
+			}},
+		{"bridge", "bridged GET stream events waiting for a slow agent would pass the memory budget; stream ended",
+			func(t *testing.T) string {
+				return startScriptedModern(t, &scriptedModern{
+					discover: modernDiscover(`{"tools":{"listChanged":true}}`, ""),
+					handle: func(w http.ResponseWriter, r *http.Request, c scriptedCall) {
+						if c.method != "subscriptions/listen" {
+							scriptedJSON(w, http.StatusOK, `{"jsonrpc":"2.0","id":`+c.msg.Get("id").Raw+`,"error":{"code":-32601,"message":"Method not found"}}`)
+							return
+						}
+						flood(w, r, "data: "+`{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{}}`+"\n\n",
+							`{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"pad":"`+pad+`"}}}`)
+					},
+				}).url
+			}},
+	} {
+		t.Run(route.name, func(t *testing.T) {
+			t.Parallel()
+			s, url, logs := startProxyLog(t, route.start(t), func(c *conf.Config) { c.MemoryBudget = 8 << 20; c.Keepalive = -1 })
+			sid := agentInitialize(t, url, "")
+			base := s.mem.Used.Load() // the session's own cost included
 
-	// The agent opens its GET stream and reads nothing more than the head.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10)
-	fmt.Fprintf(conn, "GET /mcp HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-11-25\r\n\r\n",
-		strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://"), sid)
+			// The agent opens its GET stream and reads nothing.
+			host := strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://")
+			conn, err := net.Dial("tcp", host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10)
+			fmt.Fprintf(conn, "GET /mcp HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-11-25\r\n\r\n", host, sid)
 
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			if u := s.mem.Used.Load(); u > peak.Load() {
-				peak.Store(u)
+			var peak atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					if u := s.mem.Used.Load(); u > peak.Load() {
+						peak.Store(u)
+					}
+					select {
+					case <-stop:
+						return
+					default:
+						time.Sleep(100 * time.Microsecond)
+					}
+				}
+			}()
+			// The end says the queued events were counted up to the budget.
+			PeerWait(t, "the stream ended at the budget", func() bool { return strings.Contains(logs.String(), route.ended) })
+			close(stop)
+			wg.Wait()
+			if p := peak.Load(); p > s.mem.Limit {
+				t.Errorf("the budget counted %d bytes at its peak, past its limit of %d", p, s.mem.Limit)
 			}
-			select {
-			case <-stop:
-				return
-			default:
-				time.Sleep(100 * time.Microsecond)
-			}
-		}
-	}()
-	PeerWait(t, "the stream ended at the budget", func() bool {
-		return strings.Contains(logs.String(), "GET stream events waiting for a slow agent would pass the memory budget; stream ended")
-	})
-	close(stop)
-	wg.Wait()
-	if p := peak.Load(); p > s.mem.Limit {
-		t.Errorf("the budget counted %d bytes at its peak, past its limit of %d", p, s.mem.Limit)
+			t.Logf("the budget counted %d bytes at its peak (limit %d)", peak.Load(), s.mem.Limit)
+			conn.Close()
+			PeerWait(t, "what the stream held given back", func() bool { return s.mem.Used.Load() == base })
+		})
 	}
-	if p := peak.Load() - base; p < 4<<20 {
-		t.Errorf("at most %d bytes counted while the stream held events for its agent; the queue is not counted", p)
-	}
-	t.Logf("upstream sent %d events of 1 MiB; the budget counted %d bytes at its peak (limit %d)", sent.Load(), peak.Load(), s.mem.Limit)
-	conn.Close()
-	PeerWait(t, "what the stream held given back", func() bool { return s.mem.Used.Load() == base })
 }
