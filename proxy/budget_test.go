@@ -329,13 +329,14 @@ func checkBigEventCalls(t *testing.T, s *Server, up *scripted, tool string, code
 // ends before they would pass it (its SDK opens another); when the agent
 // goes, what they held is given back. The upstream sends 1 MiB
 // notifications, more than the 8 MiB budget could hold in the stream's
-// queue (16 events): on a session-era server's GET stream (pass-through)
-// and on a 2026-07-28 server's subscriptions/listen (the bridge). Before,
-// the queue held them uncounted.
+// queue (16 events): on a session-era server's GET stream (pass-through),
+// on a 2026-07-28 server's subscriptions/listen (the bridge), and to a
+// 2026-07-28 agent's subscriptions/listen of a session-era server (the
+// held route, which drops notifications rather than ending the listen).
+// Before, the queues held them uncounted.
 func TestSlowAgentStreamInBudget(t *testing.T) {
 	t.Parallel()
 	pad := strings.Repeat("x", 1<<20)
-	var sent atomic.Int64
 	flood := func(w http.ResponseWriter, r *http.Request, first, each string) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -345,22 +346,46 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 				return
 			}
 			w.(http.Flusher).Flush()
-			sent.Add(1)
 		}
 		<-r.Context().Done()
 	}
+	getStream := func(conn net.Conn, host, sid string) {
+		fmt.Fprintf(conn, "GET /mcp HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-11-25\r\n\r\n", host, sid)
+	}
 	for _, route := range []struct {
-		name, ended string
-		start       func(t *testing.T) string
+		name  string
+		ended []string // what mcpheal logs when the budget stops it (one of)
+		start func(t *testing.T) string
+		open  func(conn net.Conn, host, sid string) // the agent's stream, on conn
+		// kept: what the route keeps after the agent goes (a held
+		// session); zero: every byte given back.
+		kept int64
 	}{
-		{"session pass-through", "GET stream events waiting for a slow agent would pass the memory budget; stream ended",
-			func(t *testing.T) string {
+		{name: "session pass-through", ended: []string{"GET stream events waiting for a slow agent would pass the memory budget; stream ended"},
+			start: func(t *testing.T) string {
 				return startStub(t, func(w http.ResponseWriter, r *http.Request) {
 					flood(w, r, "", `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`+pad+`"}}`)
 				}, nil)
-			}},
-		{"bridge", "bridged GET stream events waiting for a slow agent would pass the memory budget; stream ended",
-			func(t *testing.T) string {
+			}, open: getStream},
+		// A 2026-07-28 agent's subscriptions/listen of a session-era
+		// server: notifications are dropped, the listen stays (the
+		// listen's queue or the session's GET stream finds the budget
+		// full first, as it comes).
+		{name: "held", ended: []string{"listen: notification would pass the memory budget; dropped",
+			"GET stream events would pass the memory budget; dropped", "GET stream event would pass the memory budget held whole; stream ended"},
+			start: func(t *testing.T) string {
+				return startStubWith(t, `{"tools":{"listChanged":true}}`, func(w http.ResponseWriter, r *http.Request) {
+					flood(w, r, "", `{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"pad":"`+pad+`"}}}`)
+				}, nil)
+			}, open: func(conn net.Conn, host, _ string) {
+				body := `{"jsonrpc":"2.0","id":9,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
+					`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"l","version":"1"},` +
+					`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+				fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+					"Mcp-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
+			}, kept: 1 << 20},
+		{name: "bridge", ended: []string{"bridged GET stream events waiting for a slow agent would pass the memory budget; stream ended"},
+			open: getStream, start: func(t *testing.T) string {
 				return startScriptedModern(t, &scriptedModern{
 					discover: modernDiscover(`{"tools":{"listChanged":true}}`, ""),
 					handle: func(w http.ResponseWriter, r *http.Request, c scriptedCall) {
@@ -377,7 +402,10 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 		t.Run(route.name, func(t *testing.T) {
 			t.Parallel()
 			s, url, logs := startProxyLog(t, route.start(t), func(c *conf.Config) { c.MemoryBudget = 8 << 20; c.Keepalive = -1 })
-			sid := agentInitialize(t, url, "")
+			sid := ""
+			if route.name != "held" { // a 2026-07-28 agent has no session
+				sid = agentInitialize(t, url, "")
+			}
 			base := s.mem.Used.Load() // the session's own cost included
 
 			// The agent opens its GET stream and reads nothing.
@@ -388,7 +416,7 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 			}
 			defer conn.Close()
 			_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10)
-			fmt.Fprintf(conn, "GET /mcp HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-11-25\r\n\r\n", host, sid)
+			route.open(conn, host, sid)
 
 			var peak atomic.Int64
 			stop := make(chan struct{})
@@ -409,7 +437,14 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 				}
 			}()
 			// The end says the queued events were counted up to the budget.
-			PeerWait(t, "the stream ended at the budget", func() bool { return strings.Contains(logs.String(), route.ended) })
+			PeerWait(t, "the stream stopped at the budget", func() bool {
+				for _, l := range route.ended {
+					if strings.Contains(logs.String(), l) {
+						return true
+					}
+				}
+				return false
+			})
 			close(stop)
 			wg.Wait()
 			if p := peak.Load(); p > s.mem.Limit {
@@ -417,7 +452,7 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 			}
 			t.Logf("the budget counted %d bytes at its peak (limit %d)", peak.Load(), s.mem.Limit)
 			conn.Close()
-			PeerWait(t, "what the stream held given back", func() bool { return s.mem.Used.Load() == base })
+			PeerWait(t, "what the stream held given back", func() bool { return s.mem.Used.Load() <= base+route.kept })
 		})
 	}
 }

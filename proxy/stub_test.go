@@ -28,6 +28,13 @@ import (
 // notifications, given their JSON-RPC method.
 func startStub(t testing.TB, get http.HandlerFunc, post func(w http.ResponseWriter, r *http.Request, method string)) string {
 	t.Helper()
+	return startStubWith(t, "{}", get, post)
+}
+
+// startStubWith is startStub whose initialize answer offers capabilities
+// (raw JSON).
+func startStubWith(t testing.TB, capabilities string, get http.HandlerFunc, post func(w http.ResponseWriter, r *http.Request, method string)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +58,7 @@ func startStub(t testing.TB, get http.HandlerFunc, post func(w http.ResponseWrit
 		case m.Method == "initialize":
 			w.Header().Set("Mcp-Session-Id", "UP-1")
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"stub","version":"1"}}}`)
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":`+capabilities+`,"serverInfo":{"name":"stub","version":"1"}}}`)
 		case strings.HasPrefix(m.Method, "notifications/") || post == nil:
 			w.WriteHeader(http.StatusAccepted)
 		default:
