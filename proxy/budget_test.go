@@ -337,6 +337,7 @@ func checkBigEventCalls(t *testing.T, s *Server, up *scripted, tool string, code
 func TestSlowAgentStreamInBudget(t *testing.T) {
 	t.Parallel()
 	pad := strings.Repeat("x", 1<<20)
+	var floods atomic.Int64 // events the held route's server sent
 	flood := func(w http.ResponseWriter, r *http.Request, first, each string) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -360,6 +361,8 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 		// kept: what the route keeps after the agent goes (a held
 		// session); zero: every byte given back.
 		kept int64
+		// after, if set, checks the route once the agent went.
+		after func(t *testing.T, url string)
 	}{
 		{name: "session pass-through", ended: []string{"GET stream events waiting for a slow agent would pass the memory budget; stream ended"},
 			start: func(t *testing.T) string {
@@ -375,7 +378,29 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 			"GET stream events would pass the memory budget; dropped", "GET stream event would pass the memory budget held whole; stream ended"},
 			start: func(t *testing.T) string {
 				return startStubWith(t, `{"tools":{"listChanged":true}}`, func(w http.ResponseWriter, r *http.Request) {
-					flood(w, r, "", `{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"pad":"`+pad+`"}}}`)
+					// 64 big notifications, then a small one every 50 ms,
+					// on this stream or the next.
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(http.StatusOK)
+					big := "data: " + `{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"pad":"` + pad + `"}}}` + "\n\n"
+					small := "data: " + `{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{}}` + "\n\n"
+					for {
+						ev := small
+						if floods.Add(1) <= 64 {
+							ev = big
+						}
+						if _, err := io.WriteString(w, ev); err != nil {
+							return
+						}
+						w.(http.Flusher).Flush()
+						if ev == small {
+							select {
+							case <-r.Context().Done():
+								return
+							case <-time.After(50 * time.Millisecond):
+							}
+						}
+					}
 				}, nil)
 			}, open: func(conn net.Conn, host, _ string) {
 				body := `{"jsonrpc":"2.0","id":9,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` +
@@ -383,7 +408,41 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 					`"io.modelcontextprotocol/clientCapabilities":{}}}}`
 				fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
 					"Mcp-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
-			}, kept: 1 << 20},
+			}, kept: 1 << 20,
+			// The session's notifications still reach a listen that reads
+			// (the session's GET stream, if the budget ended it, opened
+			// again).
+			after: func(t *testing.T, url string) {
+				resp, errBody := openListen(t, url, 77)
+				if resp == nil {
+					t.Fatalf("a second listen: %s", errBody)
+				}
+				got := make(chan bool, 1)
+				go func() {
+					buf := make([]byte, 64<<10)
+					var seen []byte
+					for {
+						n, err := resp.Body.Read(buf)
+						seen = append(seen, buf[:n]...)
+						if strings.Contains(string(seen), "notifications/tools/list_changed") {
+							got <- true
+							return
+						}
+						if err != nil {
+							got <- false
+							return
+						}
+					}
+				}()
+				select {
+				case ok := <-got:
+					if !ok {
+						t.Fatal("the second listen ended without a notification")
+					}
+				case <-time.After(2 * PeerTimeout):
+					t.Fatal("no notification reached a listen that reads after the budget stopped the first")
+				}
+			}},
 		{name: "bridge", ended: []string{"bridged GET stream events waiting for a slow agent would pass the memory budget; stream ended"},
 			open: getStream, start: func(t *testing.T) string {
 				return startScriptedModern(t, &scriptedModern{
@@ -453,6 +512,9 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 			t.Logf("the budget counted %d bytes at its peak (limit %d)", peak.Load(), s.mem.Limit)
 			conn.Close()
 			PeerWait(t, "what the stream held given back", func() bool { return s.mem.Used.Load() <= base+route.kept })
+			if route.after != nil {
+				route.after(t, url)
+			}
 		})
 	}
 }

@@ -174,6 +174,7 @@ func (g *Stream) Pump() {
 		// with its stream is dropped, never spliced onto the next stream.
 		er := wire.EventRewriter{Gen: gen, Fr: sse.Framer{Max: g.S.Cfg.MaxSSELine}}
 		er.Meter.Mem = g.S.Mem
+		lost := false // a Lossy stream let go of an event the budget could not hold whole
 		for {
 			if er.Fr.Buffered() == 0 && er.Fr.Held() > wire.FreeHold {
 				er.Fr.Reset(wire.FreeHold) // a large event has passed: its room is not kept
@@ -182,7 +183,15 @@ func (g *Stream) Pump() {
 			er.Fr.Feed(buf[:n])
 			// An event is framed whole: counted past FreeHold, with its
 			// rewritten copy on its way to the agent.
-			if !er.Meter.Hold(2 * er.Fr.Held()) {
+			if held := er.Meter.Hold(2 * er.Fr.Held()); !held && g.Lossy {
+				// The event goes with the stream, which opens again after
+				// a pause, without Last-Event-ID: a server that keeps
+				// events would send this one again.
+				g.S.Log.Warn().Str(obs.LogSession, g.Sess.ID.Short()).Int64("budget", g.S.Mem.Limit).
+					Msg("GET stream event would pass the memory budget held whole; dropped, stream opened again")
+				lost = true
+				break
+			} else if !held {
 				g.S.Log.Warn().Str(obs.LogSession, g.Sess.ID.Short()).Int64("budget", g.S.Mem.Limit).
 					Msg("GET stream event would pass the memory budget held whole; stream ended")
 				er.Meter.Release()
@@ -237,7 +246,11 @@ func (g *Stream) Pump() {
 		g.resp = nil
 		g.mu.Unlock()
 		upstream.ReleaseResponse(resp)
-		if g.resume || !g.Reopen(er.LastID, er.RetryMs) {
+		lastID, retryMs := er.LastID, er.RetryMs
+		if lost {
+			lastID, retryMs = "", int(lostPause/time.Millisecond)
+		}
+		if g.resume || !g.Reopen(lastID, retryMs) {
 			return
 		}
 	}
@@ -251,6 +264,10 @@ func (g *Stream) send(ev []byte) int {
 	}
 	return g.Out.Put(ev, g.Quit, nil)
 }
+
+// lostPause is how long a Lossy stream that let an event go waits before
+// it opens again: the budget was full.
+const lostPause = time.Second
 
 // QueueLen is how many events a stream queues for its agent's writer.
 const QueueLen = 16
