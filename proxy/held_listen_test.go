@@ -202,3 +202,111 @@ func TestHeldRefusalsBounded(t *testing.T) {
 		t.Errorf("%d refusals for a flood of %d while %d were pending: not bounded", n, flood, held.MaxRefusing)
 	}
 }
+
+// TestHeldSlowListenHoldsNoOther: a listen whose agent reads nothing does
+// not hold the session's other listens. Each notification was handed to
+// the listens in turn, waiting up to write_timeout for room in a full
+// one: every other listen waited with it, until the slow one's own write
+// timed out. The upstream sends a prompts/list_changed (16 KiB) every
+// 5 ms on its GET stream; one listen reads nothing, the other reads, and
+// must never wait a second for the next.
+func TestHeldSlowListenHoldsNoOther(t *testing.T) {
+	t.Parallel()
+	pad := strings.Repeat("x", 16<<10)
+	up := startStubWith(t, `{"prompts":{"listChanged":true}}`, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		for {
+			if _, err := io.WriteString(w, "data: "+`{"jsonrpc":"2.0","method":"notifications/prompts/list_changed","params":{"_meta":{"pad":"`+pad+`"}}}`+"\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}, nil)
+	_, url, logs := startProxyLog(t, up, func(c *conf.Config) { c.WriteTimeout = 10 * time.Second; c.Keepalive = -1 })
+	body := `{"jsonrpc":"2.0","id":5,"method":"subscriptions/listen","params":{"notifications":{"promptsListChanged":true},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"l","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	host := strings.TrimPrefix(strings.TrimSuffix(url, "/mcp"), "http://")
+	slow, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	_ = slow.(*net.TCPConn).SetReadBuffer(4 << 10)
+	if _, err := io.WriteString(slow, "POST /mcp HTTP/1.1\r\nHost: "+host+"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+		"Mcp-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(strings.Replace(body, `"id":5`, `"id":6`, 1)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := peerRawClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// The reading listen's notifications, as they come: the longest wait
+	// between two over 2 s.
+	seen := make(chan time.Time, 1024)
+	go func() {
+		buf := make([]byte, 64<<10)
+		var pending []byte
+		for {
+			n, err := resp.Body.Read(buf)
+			pending = append(pending, buf[:n]...)
+			for {
+				i := strings.Index(string(pending), "notifications/prompts/list_changed")
+				if i < 0 {
+					break
+				}
+				pending = pending[i+len("notifications/prompts/list_changed"):]
+				select {
+				case seen <- time.Now():
+				default:
+				}
+			}
+			if err != nil {
+				close(seen)
+				return
+			}
+		}
+	}()
+	// Until the slow listen's queue has been full for 2 s (mcpheal says
+	// so when it drops a notification for it), at most 20 s.
+	dropped := func() bool { return strings.Contains(logs.String(), "listen: agent not reading; notification dropped") }
+	var last, full time.Time
+	longest, count := time.Duration(0), 0
+	limit := time.After(20 * time.Second)
+	for done := false; !done; {
+		select {
+		case at, ok := <-seen:
+			if !ok {
+				t.Fatal("the reading listen ended")
+			}
+			if !last.IsZero() && at.Sub(last) > longest {
+				longest = at.Sub(last)
+			}
+			last, count = at, count+1
+		case <-time.After(time.Second):
+			t.Fatalf("the reading listen waited a second for a notification (%d so far) while the other read nothing", count)
+		case <-limit:
+			t.Fatal("in 20 s no notification was dropped for the listen that reads nothing")
+		}
+		if full.IsZero() && dropped() {
+			full = time.Now()
+		}
+		done = !full.IsZero() && time.Since(full) > 2*time.Second
+	}
+	if count < 10 || longest > time.Second {
+		t.Errorf("the reading listen got %d notifications, the longest wait %v; want a steady flow", count, longest)
+	}
+	t.Logf("the reading listen got %d notifications, the longest wait %v", count, longest)
+}

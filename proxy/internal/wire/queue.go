@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"sync"
-	"time"
-)
+import "sync"
 
 // Queue carries whole events from a stream's reader (an upstream GET
 // stream, a listen) to the writer of its agent's stream. An event is
@@ -29,36 +26,52 @@ const (
 	Queued     = iota
 	Stopped    // quit closed, or the queue closed
 	OverBudget // ev would pass the memory budget: nothing was queued
-	Late       // no room before giveUp: nothing was queued
+	Late       // no room now (TryPut): nothing was queued
 )
 
-// Put queues ev, counted, waiting for room until quit closes or giveUp
-// fires (nil: never).
-func (q *Queue) Put(ev []byte, quit <-chan struct{}, giveUp <-chan time.Time) int {
-	n := int64(len(ev))
-	q.mu.Lock()
-	switch {
-	case q.closed:
-		q.mu.Unlock()
-		return Stopped
-	case q.mem != nil && !q.mem.Take(n):
-		q.mu.Unlock()
-		return OverBudget
+// Put queues ev, counted, waiting for room until quit closes.
+func (q *Queue) Put(ev []byte, quit <-chan struct{}) int {
+	if r := q.charge(ev); r != Queued {
+		return r
 	}
-	if q.mem != nil {
-		q.held += n
-	}
-	q.mu.Unlock()
 	select {
 	case q.C <- ev:
 		return Queued
 	case <-quit:
 		q.Took(ev)
 		return Stopped
-	case <-giveUp:
+	}
+}
+
+// TryPut queues ev, counted, if there is room now.
+func (q *Queue) TryPut(ev []byte) int {
+	if r := q.charge(ev); r != Queued {
+		return r
+	}
+	select {
+	case q.C <- ev:
+		return Queued
+	default:
 		q.Took(ev)
 		return Late
 	}
+}
+
+// charge counts ev before it is queued.
+func (q *Queue) charge(ev []byte) int {
+	n := int64(len(ev))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.closed:
+		return Stopped
+	case q.mem == nil:
+		return Queued
+	case !q.mem.Take(n):
+		return OverBudget
+	}
+	q.held += n
+	return Queued
 }
 
 // Took gives back the count of ev, received from C.

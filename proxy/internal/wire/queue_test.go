@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // TestQueueCounts: a queued event is counted until taken or the queue
 // closes, never past the budget, and never given back twice.
@@ -13,7 +10,7 @@ func TestQueueCounts(t *testing.T) {
 	quit := make(chan struct{})
 	ev := make([]byte, 40)
 	for i, want := range []int{Queued, Queued, OverBudget} {
-		if got := q.Put(ev, quit, nil); got != want {
+		if got := q.Put(ev, quit); got != want {
 			t.Fatalf("put %d: %d, want %d", i, got, want)
 		}
 	}
@@ -32,28 +29,26 @@ func TestQueueCounts(t *testing.T) {
 	if u := mem.Used.Load(); u != 0 {
 		t.Fatalf("a take after the close gave back again: %d", u)
 	}
-	if got := q.Put(ev, quit, nil); got != Stopped {
+	if got := q.Put(ev, quit); got != Stopped {
 		t.Fatalf("put after close: %d, want Stopped", got)
 	}
 }
 
 // TestQueueGivesUp: a Put that finds no room gives its count back when
-// quit closes or its giveUp fires.
+// quit closes, a TryPut at once.
 func TestQueueGivesUp(t *testing.T) {
 	mem := &Budget{Limit: 1 << 20}
 	q := NewQueue(mem, 1)
 	quit := make(chan struct{})
 	ev := make([]byte, 10)
-	if q.Put(ev, quit, nil) != Queued {
+	if q.Put(ev, quit) != Queued {
 		t.Fatal("first put")
 	}
-	late := make(chan time.Time, 1)
-	late <- time.Now()
-	if got := q.Put(ev, quit, late); got != Late {
-		t.Fatalf("full queue, giveUp fired: %d, want Late", got)
+	if got := q.TryPut(ev); got != Late {
+		t.Fatalf("full queue, TryPut: %d, want Late", got)
 	}
 	close(quit)
-	if got := q.Put(ev, quit, nil); got != Stopped {
+	if got := q.Put(ev, quit); got != Stopped {
 		t.Fatalf("full queue, quit closed: %d, want Stopped", got)
 	}
 	if u := mem.Used.Load(); u != 10 {

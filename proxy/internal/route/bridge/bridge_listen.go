@@ -177,7 +177,7 @@ func (b *Route) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.
 			if gjson.GetBytes(data, "method").Type != gjson.String {
 				continue // the listen's own result: it ends
 			}
-			if out.Put(sse.AppendEvent(nil, "message", data), l.quit, nil) == wire.OverBudget {
+			if out.Put(sse.AppendEvent(nil, "message", data), l.quit) == wire.OverBudget {
 				// The agent reads slower than the upstream writes: its
 				// stream ends, and its SDK opens another.
 				s.Log.Warn().Str(obs.LogSession, sess.ID.Short()).Int64("budget", s.Mem.Limit).

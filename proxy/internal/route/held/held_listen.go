@@ -338,7 +338,9 @@ func (hub *Hub) deliver(h *Route, msg []byte) {
 	hub.mu.Unlock()
 	for _, l := range to {
 		b := WithSubscription(msg, l.id)
-		switch l.out.Put(sse.AppendEvent(nil, "message", b), l.quit, time.After(h.S.Cfg.WriteTimeout)) {
+		// A listen whose agent left 64 notifications unread gets no more
+		// until it reads: the session's other listens do not wait on it.
+		switch l.out.TryPut(sse.AppendEvent(nil, "message", b)) {
 		case wire.Late:
 			h.S.Log.Warn().Str(obs.LogSession, l.sess.ID.Short()).Msg("listen: agent not reading; notification dropped")
 		case wire.OverBudget:

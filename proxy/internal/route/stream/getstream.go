@@ -262,7 +262,7 @@ func (g *Stream) send(ev []byte) int {
 	if len(ev) == 0 {
 		return wire.Queued
 	}
-	return g.Out.Put(ev, g.Quit, nil)
+	return g.Out.Put(ev, g.Quit)
 }
 
 // lostPause is how long a Lossy stream that let an event go waits before
