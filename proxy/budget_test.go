@@ -375,7 +375,8 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 		// listen's queue or the session's GET stream finds the budget
 		// full first, as it comes).
 		{name: "held", ended: []string{"listen: notification would pass the memory budget; dropped",
-			"GET stream events would pass the memory budget; dropped", "GET stream event would pass the memory budget held whole; stream ended"},
+			"GET stream events would pass the memory budget; dropped",
+			"GET stream event would pass the memory budget held whole; dropped, stream opened again"},
 			start: func(t *testing.T) string {
 				return startStubWith(t, `{"tools":{"listChanged":true}}`, func(w http.ResponseWriter, r *http.Request) {
 					// 64 big notifications, then a small one every 50 ms,

@@ -248,7 +248,9 @@ func TestHeldSlowListenHoldsNoOther(t *testing.T) {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", "subscriptions/listen")
-	resp, err := peerRawClient.Do(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // past the 20 s below
+	defer cancel()
+	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req.WithContext(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
