@@ -22,6 +22,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // slowUpstream is a stub whose tools/call and resources/read run until
@@ -120,12 +121,12 @@ func TestAgentGoneInterruptsUpstream(t *testing.T) {
 			t.Parallel()
 			up := startSlowUpstream(t, tc.sse)
 			s, url := startProxy(t, up.url, nil)
-			sid := peerRawInitialize(t, url)
+			sid := peers.RawInitialize(t, url)
 			c, addr := dialAgent(t, url)
 			if _, err := io.WriteString(c, rawRequest(addr, sid, tc.body)); err != nil {
 				t.Fatal(err)
 			}
-			PeerWait(t, "the call upstream", func() bool { return up.runs.Load() == 1 })
+			peers.Wait(t, "the call upstream", func() bool { return up.runs.Load() == 1 })
 			time.Sleep(200 * time.Millisecond)
 			closed := time.Now()
 			_ = c.Close()
@@ -139,14 +140,14 @@ func TestAgentGoneInterruptsUpstream(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the upstream's request still runs 10 s after the agent left")
 			}
-			PeerWait(t, "the agent counted gone", func() bool { return s.Stats().AgentGone == 1 })
+			peers.Wait(t, "the agent counted gone", func() bool { return s.Stats().AgentGone == 1 })
 			if got := metricValue(s, "mcpheal_agent_gone_total"); got != 1 {
 				t.Fatalf("mcpheal_agent_gone_total = %v, want 1", got)
 			}
 			// Another agent's session, and the same one, still work.
-			other := peerRawInitialize(t, url)
+			other := peers.RawInitialize(t, url)
 			for _, id := range []string{other, sid} {
-				resp, raw := peerRawPost(t, url, id, `{"jsonrpc":"2.0","id":2,"method":"resources/list"}`)
+				resp, raw := peers.RawPost(t, url, id, `{"jsonrpc":"2.0","id":2,"method":"resources/list"}`)
 				if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"resources"`) {
 					t.Fatalf("resources/list after the agent left: %d %s", resp.StatusCode, raw)
 				}
@@ -170,7 +171,7 @@ func TestAgentPipelinesWhileWaiting(t *testing.T) {
 	t.Parallel()
 	up := startSlowUpstream(t, false)
 	s, url := startProxy(t, up.url, nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	c, addr := dialAgent(t, url)
 	if _, err := io.WriteString(c, rawRequest(addr, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow","arguments":{}}}`)); err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestAgentPipelinesWhileWaiting(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	close(up.release)
 	br := bufio.NewReader(c)
-	_ = c.SetReadDeadline(time.Now().Add(PeerTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(peers.Timeout))
 	for _, want := range []string{`"text":"done"`, `"resources"`} {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -206,12 +207,12 @@ func TestSlowAnswerReachesAgent(t *testing.T) {
 	for _, sse := range []bool{false, true} {
 		up := startSlowUpstream(t, sse)
 		s, url := startProxy(t, up.url, nil)
-		sid := peerRawInitialize(t, url)
+		sid := peers.RawInitialize(t, url)
 		c, addr := dialAgent(t, url)
 		br := bufio.NewReader(c)
 		read := func(want string) {
 			t.Helper()
-			_ = c.SetReadDeadline(time.Now().Add(PeerTimeout))
+			_ = c.SetReadDeadline(time.Now().Add(peers.Timeout))
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil {
 				t.Fatalf("sse %v: answer with %s: %v", sse, want, err)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -33,8 +34,8 @@ func TestCutStreamSaysSo(t *testing.T) {
 		panic(http.ErrAbortHandler) // the server dies mid-answer
 	})
 	_, url, logs := startProxyLog(t, up, nil)
-	sid := peerRawInitialize(t, url)
-	resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge","arguments":{}}}`)
+	sid := peers.RawInitialize(t, url)
+	resp, raw := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge","arguments":{}}}`)
 	code, msg, _ := rpcError(t, raw)
 	if resp.StatusCode != http.StatusOK || code != wire.CodeMaybeExecuted {
 		t.Fatalf("cut answer: %d %s; want 200 with -32011", resp.StatusCode, raw)

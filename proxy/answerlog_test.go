@@ -13,6 +13,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -57,9 +58,9 @@ func TestAgentResumesFromLog(t *testing.T) {
 	release := make(chan struct{})
 	up := agentResumeStub(t, &st, release)
 	s, url := startProxy(t, up, func(c *conf.Config) { c.StreamKeepalive = 20 * time.Millisecond })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	before := s.mem.Used.Load()
-	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, resumeCall))
+	resp, err := peers.RawClient.Do(peers.PostRequest(t, url, sid, resumeCall))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestAgentResumesFromLog(t *testing.T) {
 	}
 	_ = resp.Body.Close() // the agent's connection drops mid-call
 	// The keepalive comments find the connection gone; then the result comes.
-	PeerWait(t, "mcpheal to notice the agent gone", func() bool { return agentLeft(s) })
+	peers.Wait(t, "mcpheal to notice the agent gone", func() bool { return agentLeft(s) })
 	close(release)
 
 	got, body := resumeGet(t, url, sid, id)
@@ -103,20 +104,20 @@ func TestAgentNeverResumes(t *testing.T) {
 		c.StreamKeepalive = 20 * time.Millisecond
 		c.ResumeWindow = 200 * time.Millisecond
 	})
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	before := s.mem.Used.Load()
-	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, resumeCall))
+	resp, err := peers.RawClient.Do(peers.PostRequest(t, url, sid, resumeCall))
 	if err != nil {
 		t.Fatal(err)
 	}
 	readFirstEvent(t, bufio.NewReader(resp.Body))
 	_ = resp.Body.Close()
-	PeerWait(t, "the log to be forgotten", func() bool {
+	peers.Wait(t, "the log to be forgotten", func() bool {
 		s.answers.Mu.Lock()
 		defer s.answers.Mu.Unlock()
 		return len(s.answers.M) == 0
 	})
-	PeerWait(t, "the memory budget to be back", func() bool { return s.mem.Used.Load() == before })
+	peers.Wait(t, "the memory budget to be back", func() bool { return s.mem.Used.Load() == before })
 	// A late resume finds nothing: an empty stream, as for a dead session's.
 	got, body := resumeGet(t, url, sid, "m1-1")
 	if got.StatusCode != http.StatusOK || len(body) != 0 {
@@ -207,8 +208,8 @@ func TestAgentResumeAtAnotherReplica(t *testing.T) {
 	mod := func(c *conf.Config) { c.SessionKeys = keys; c.StreamKeepalive = 20 * time.Millisecond }
 	_, urlA := startProxy(t, up, mod)
 	b, urlB := startProxy(t, up, mod)
-	sid := peerRawInitialize(t, urlA)
-	resp, err := peerRawClient.Do(peerPostRequest(t, urlA, sid, resumeCall))
+	sid := peers.RawInitialize(t, urlA)
+	resp, err := peers.RawClient.Do(peers.PostRequest(t, urlA, sid, resumeCall))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func resumeGet(t *testing.T, url, sid, lastEventID string) (*http.Response, []by
 	req.Header.Set("Mcp-Session-Id", sid)
 	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
 	req.Header.Set("Last-Event-ID", lastEventID)
-	return peerRawDo(t, req)
+	return peers.RawDo(t, req)
 }
 
 // TestAgentLeavesAnEndlessLine: an agent that drops in the middle of an
@@ -267,8 +268,8 @@ func TestAgentLeavesAnEndlessLine(t *testing.T) {
 		c.ResumeBuffer = 1 << 20
 		c.ResumeWindow = time.Minute
 	})
-	sid := peerRawInitialize(t, url)
-	resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"endless","arguments":{}}}`))
+	sid := peers.RawInitialize(t, url)
+	resp, err := peers.RawClient.Do(peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"endless","arguments":{}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tidwall/gjson"
 )
@@ -49,9 +50,9 @@ func startCapacityServer(t *testing.T) *capacityServer {
 	t.Helper()
 	c := &capacityServer{queue: map[string][]busyAnswer{}, posted: map[string]int{}}
 	c.srv = mcp.NewServer(&mcp.Implementation{Name: "capacity", Version: "1"}, nil)
-	mcp.AddTool(c.srv, &mcp.Tool{Name: "counter"}, func(context.Context, *mcp.CallToolRequest, peerNoIn) (*mcp.CallToolResult, any, error) {
+	mcp.AddTool(c.srv, &mcp.Tool{Name: "counter"}, func(context.Context, *mcp.CallToolRequest, peers.NoIn) (*mcp.CallToolResult, any, error) {
 		c.runs.Add(1)
-		return peerText("counted"), nil, nil
+		return peers.Text("counted"), nil, nil
 	})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return c.srv }, &mcp.StreamableHTTPOptions{JSONResponse: true})
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,10 +112,10 @@ func TestBusyUpstream(t *testing.T) {
 		t.Parallel()
 		up := startCapacityServer(t)
 		s, url := startProxy(t, up.url, nil)
-		sid := peerRawInitialize(t, url)
+		sid := peers.RawInitialize(t, url)
 		up.busyNext("tools/call", busyAnswer{503, "1", pythonFull})
 		start := time.Now()
-		resp, body := peerRawPost(t, url, sid, counterCall)
+		resp, body := peers.RawPost(t, url, sid, counterCall)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "counted") {
 			t.Fatalf("%d %s; want the call's result after the wait", resp.StatusCode, body)
 		}
@@ -132,11 +133,11 @@ func TestBusyUpstream(t *testing.T) {
 		t.Parallel()
 		up := startCapacityServer(t)
 		s, url := startProxy(t, up.url, nil) // heal budget 5 s
-		sid := peerRawInitialize(t, url)
+		sid := peers.RawInitialize(t, url)
 		for range 3 {
 			up.busyNext("tools/call", busyAnswer{503, "30", pythonFull})
 			start := time.Now()
-			resp, body := peerRawPost(t, url, sid, counterCall)
+			resp, body := peers.RawPost(t, url, sid, counterCall)
 			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "30" ||
 				!strings.Contains(string(body), "Too many open sessions") {
 				t.Fatalf("%d Retry-After %q %s; want the server's 503, its words and its Retry-After", resp.StatusCode,
@@ -153,7 +154,7 @@ func TestBusyUpstream(t *testing.T) {
 			t.Errorf("breaker state %d after 3 busy answers, want closed", st)
 		}
 		// The server's live sessions still work, and so does mcpheal.
-		if resp, body := peerRawPost(t, url, sid, counterCall); resp.StatusCode != http.StatusOK {
+		if resp, body := peers.RawPost(t, url, sid, counterCall); resp.StatusCode != http.StatusOK {
 			t.Fatalf("after: %d %s", resp.StatusCode, body)
 		}
 	})
@@ -161,10 +162,10 @@ func TestBusyUpstream(t *testing.T) {
 		t.Parallel()
 		up := startCapacityServer(t)
 		_, url := startProxy(t, up.url, nil)
-		sid := peerRawInitialize(t, url)
+		sid := peers.RawInitialize(t, url)
 		up.busyNext("tools/call", busyAnswer{429, "", `{"jsonrpc":"2.0","id":5,"error":{"code":-32000,"message":"rate limited"}}`},
 			busyAnswer{429, "", `{"jsonrpc":"2.0","id":5,"error":{"code":-32000,"message":"rate limited"}}`})
-		resp, body := peerRawPost(t, url, sid, counterCall)
+		resp, body := peers.RawPost(t, url, sid, counterCall)
 		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "rate limited") {
 			t.Fatalf("%d Retry-After %q %s; want the server's 429 with a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
@@ -176,9 +177,9 @@ func TestBusyUpstream(t *testing.T) {
 		t.Parallel()
 		up := startCapacityServer(t)
 		_, url := startProxy(t, up.url, nil)
-		sid := peerRawInitialize(t, url)
+		sid := peers.RawInitialize(t, url)
 		up.busyNext("tools/call", busyAnswer{503, "1", `{"jsonrpc":"2.0","id":5,"error":{"code":-32603,"message":"Overloaded"}}`})
-		resp, body := peerRawPost(t, url, sid, counterCall)
+		resp, body := peers.RawPost(t, url, sid, counterCall)
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "Overloaded") {
 			t.Fatalf("%d %s; want the server's 503", resp.StatusCode, body)
 		}
@@ -190,12 +191,12 @@ func TestBusyUpstream(t *testing.T) {
 		t.Parallel()
 		up := startCapacityServer(t)
 		s, url := startProxy(t, up.url, nil)
-		sid := peerRawInitialize(t, url)
+		sid := peers.RawInitialize(t, url)
 		up.expire()
 		up.busyNext("initialize", busyAnswer{503, "30", pythonFull})
 		inits := up.sent("initialize")
 		start := time.Now()
-		resp, body := peerRawPost(t, url, sid, counterCall)
+		resp, body := peers.RawPost(t, url, sid, counterCall)
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Retry-After") != "30" ||
 			!strings.Contains(string(body), "Too many open sessions") || gjson.GetBytes(body, "error.code").Int() != -32600 {
 			t.Fatalf("%d Retry-After %q %s; want 200, the server's words and code, Retry-After 30", resp.StatusCode,
@@ -211,7 +212,7 @@ func TestBusyUpstream(t *testing.T) {
 			t.Errorf("breaker state %d, want closed", st)
 		}
 		// Room again: the session heals on the next call, which runs once.
-		if resp, body := peerRawPost(t, url, sid, counterCall); resp.StatusCode != http.StatusOK || up.runs.Load() != 1 {
+		if resp, body := peers.RawPost(t, url, sid, counterCall); resp.StatusCode != http.StatusOK || up.runs.Load() != 1 {
 			t.Fatalf("after: %d %s, %d runs", resp.StatusCode, body, up.runs.Load())
 		}
 	})

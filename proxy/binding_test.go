@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
@@ -159,8 +160,8 @@ func startJWTServer(t *testing.T) *jwtServer {
 	t.Helper()
 	j := &jwtServer{}
 	j.srv = mcp.NewServer(&mcp.Implementation{Name: "jwt-peer", Version: "1"}, nil)
-	mcp.AddTool(j.srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
-		return peerText(in.Text), nil, nil
+	mcp.AddTool(j.srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peers.EchoIn) (*mcp.CallToolResult, any, error) {
+		return peers.Text(in.Text), nil, nil
 	})
 	verify := func(_ context.Context, tok string, _ *http.Request) (*auth.TokenInfo, error) {
 		c := jwtClaims(tok)
@@ -257,7 +258,7 @@ func TestJWTRotationKeepsSession(t *testing.T) {
 // creator's GET got 404 and its session could no longer heal.
 func TestStrangerCannotMoveBinding(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
 	const owner, stranger = "owner-token-0000001", "stranger-token-00001"
 	sid := authInit(t, url, owner)
@@ -280,7 +281,7 @@ func TestStrangerCannotMoveBinding(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodDelete, url, nil)
 		req.Header.Set("Mcp-Session-Id", sid)
 		req.Header.Set("Authorization", "Bearer "+tok)
-		return peerRawDo(t, req)
+		return peers.RawDo(t, req)
 	}
 
 	resp, body := authPost(t, url, sid, stranger, echoCall)

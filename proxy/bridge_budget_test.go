@@ -18,6 +18,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -56,8 +57,8 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 
 	// One agent first: the upstream's era is asked, and the budget's base
 	// is known.
-	peerRawInitialize(t, url)
-	PeerWait(t, "the first answer let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
+	peers.RawInitialize(t, url)
+	peers.Wait(t, "the first answer let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
 
 	var peak atomic.Int64
 	stop := make(chan struct{})
@@ -117,7 +118,7 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(4 * PeerTimeout))
+			_ = c.SetDeadline(time.Now().Add(4 * peers.Timeout))
 			if _, a.err = io.WriteString(c, raw); a.err != nil {
 				return
 			}
@@ -174,7 +175,7 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 		t.Errorf("the memory budget counted %d bytes while %d answers of %d bytes waited for their agents; want them counted",
 			held, ok, size)
 	}
-	PeerWait(t, "the answers let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
+	peers.Wait(t, "the answers let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
 
 	// Nothing broke: the sessions created work, and once the answers are
 	// gone a new agent fits again.
@@ -182,12 +183,12 @@ func TestBridgeInitializeAnswersCountInBudget(t *testing.T) {
 		if a.sid == "" {
 			continue
 		}
-		if resp, body := peerRawPost(t, url, a.sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); resp.StatusCode != http.StatusOK {
+		if resp, body := peers.RawPost(t, url, a.sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); resp.StatusCode != http.StatusOK {
 			t.Errorf("agent %d's ping after the burst: %d %s; want 200", i, resp.StatusCode, body)
 		}
 	}
-	peerRawInitialize(t, url)
-	PeerWait(t, "the last answer let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
+	peers.RawInitialize(t, url)
+	peers.Wait(t, "the last answer let go", func() bool { return s.mem.Used.Load() == bridgeHeld(s) })
 	noPanics(t, s)
 	if n := agentInits(up); n != 0 {
 		t.Errorf("the upstream got %d initialize, want 0 (the bridge answers it)", n)

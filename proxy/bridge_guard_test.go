@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/tidwall/gjson"
 )
 
@@ -90,10 +91,10 @@ func testBridgeRefusesStrangers(t *testing.T, judges bool) {
 	if judges {
 		// A 2026-07-28 request the upstream refuses: mcpheal learns that
 		// the upstream judges credentials (binding.go).
-		req := peerPostRequest(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{`+
+		req := peers.PostRequest(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{`+
 			`"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`)
 		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-		if resp, body := peerRawDo(t, req); resp.StatusCode != http.StatusUnauthorized {
+		if resp, body := peers.RawDo(t, req); resp.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("a 2026-07-28 request without credential: %d %s; want the upstream's 401", resp.StatusCode, body)
 		}
 	}
@@ -181,7 +182,7 @@ func testBridgeRefusesStrangers(t *testing.T, judges bool) {
 	if resp, _ := agentOpen(t, get); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the creator's GET stream: %d; want 200", resp.StatusCode)
 	}
-	PeerWait(t, "the upstream listen with the creator's subscription", func() bool {
+	peers.Wait(t, "the upstream listen with the creator's subscription", func() bool {
 		for _, c := range up.received("subscriptions/listen", "") {
 			if strings.Contains(string(c.body), "test://mine") {
 				return true
@@ -210,7 +211,7 @@ func testBridgeRefusesStrangers(t *testing.T, judges bool) {
 func askAndAnswer(t *testing.T, url, sid string, callID int, name string, meanwhile func(inputID string)) string {
 	t.Helper()
 	cid := strconv.Itoa(callID)
-	req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":`+cid+`,"method":"tools/call","params":{"name":"ask"}}`)
+	req := peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":`+cid+`,"method":"tools/call","params":{"name":"ask"}}`)
 	req.Header.Set("Authorization", creatorToken)
 	resp, events := agentOpen(t, req)
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {

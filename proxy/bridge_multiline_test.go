@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/tidwall/gjson"
 )
 
@@ -74,8 +75,8 @@ func TestBridgeGetStreamKeepsMultiLineEvents(t *testing.T) {
 		},
 	})
 	_, url := startProxy(t, up.url, nil)
-	sid := peerRawInitialize(t, url)
-	if resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"test://r1"}}`); resp.StatusCode != http.StatusOK {
+	sid := peers.RawInitialize(t, url)
+	if resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"test://r1"}}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("resources/subscribe: %d %s; want 200", resp.StatusCode, body)
 	}
 	get, _ := http.NewRequest(http.MethodGet, url, nil)
@@ -116,8 +117,8 @@ func TestBridgeCallStreamKeepsMultiLineEvents(t *testing.T) {
 		},
 	})
 	_, url := startProxy(t, up.url, nil)
-	sid := peerRawInitialize(t, url)
-	resp, events := agentOpen(t, peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"steps"}}`))
+	sid := peers.RawInitialize(t, url)
+	resp, events := agentOpen(t, peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"steps"}}`))
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("steps: %d %s; want 200 and an event stream", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}

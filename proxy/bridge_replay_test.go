@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -65,12 +66,12 @@ func TestBridgeReplaysReplaySafeTools(t *testing.T) {
 			t.Parallel()
 			up := startFlakyModern(t)
 			_, url := startProxy(t, up.url, func(c *conf.Config) { c.ReplayTools = tc.replayTools })
-			sid := peerRawInitialize(t, url)
-			resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+			sid := peers.RawInitialize(t, url)
+			resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 			if resp.StatusCode != http.StatusOK || len(gjson.GetBytes(body, "result.tools").Array()) != 3 {
 				t.Fatalf("tools/list: %d %s; want 200 and 3 tools", resp.StatusCode, body)
 			}
-			resp, body = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`)
+			resp, body = peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`)
 			runs := len(up.received("tools/call", tc.tool))
 			if tc.replayed {
 				if text := rpcAnswer(body).Get("result.content.0.text").Str; resp.StatusCode != http.StatusOK || text != tc.tool+" done" {
@@ -124,11 +125,11 @@ func TestBridgeCutStreamSaysWhetherRetryIsSafe(t *testing.T) {
 				},
 			})
 			_, url := startProxy(t, up.url, nil)
-			sid := peerRawInitialize(t, url)
-			if resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); resp.StatusCode != http.StatusOK {
+			sid := peers.RawInitialize(t, url)
+			if resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); resp.StatusCode != http.StatusOK {
 				t.Fatalf("tools/list: %d %s; want 200", resp.StatusCode, body)
 			}
-			resp, events := agentOpen(t, peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`))
+			resp, events := agentOpen(t, peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"`+tc.tool+`"}}`))
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("%s: %d; want 200 and an event stream", tc.tool, resp.StatusCode)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -104,7 +105,7 @@ func legacyClient(t *testing.T, url string, opts *mcp.ClientOptions) (*mcp.Clien
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	c := mcp.NewClient(&mcp.Implementation{Name: "legacy-agent", Version: "1"}, opts)
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: tr}},
 		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
@@ -156,24 +157,24 @@ func TestBridgeGoSDK(t *testing.T) {
 	if got := cs.InitializeResult(); got.ServerInfo == nil || got.ServerInfo.Name != "modern-go" || got.Instructions != "modern instructions" {
 		t.Fatalf("initialize through the bridge: %+v", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil || len(tools.Tools) != 4 {
 		t.Fatalf("tools/list: %v, %v", tools, err)
 	}
-	callEcho(t, cs, "bridged")
+	peers.CallEcho(t, cs, "bridged")
 	if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
 		t.Fatalf("logging/setLevel: %v", err)
 	}
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "steps", Meta: mcp.Meta{"progressToken": "p1"}})
-	if err != nil || peerResultText(res) != "done" {
-		t.Fatalf("steps: %v, %v", peerResultText(res), err)
+	if err != nil || peers.ResultText(res) != "done" {
+		t.Fatalf("steps: %v, %v", peers.ResultText(res), err)
 	}
-	PeerWait(t, "3 progress and 3 log messages", func() bool { return progress.Load() == 3 && logs.Load() == 3 })
-	res, err = goSDKCall(t, cs, "sample", map[string]any{"text": "hi"})
-	if err != nil || peerResultText(res) != "sampled <hi> state=round-1" {
-		t.Fatalf("sample: %q, %v", peerResultText(res), err)
+	peers.Wait(t, "3 progress and 3 log messages", func() bool { return progress.Load() == 3 && logs.Load() == 3 })
+	res, err = peers.GoSDKCall(t, cs, "sample", map[string]any{"text": "hi"})
+	if err != nil || peers.ResultText(res) != "sampled <hi> state=round-1" {
+		t.Fatalf("sample: %q, %v", peers.ResultText(res), err)
 	}
 	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://r1"}); err != nil {
 		t.Fatalf("resources/subscribe: %v", err)
@@ -208,8 +209,8 @@ func TestBridgeCancel(t *testing.T) {
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow"}); err == nil {
 		t.Fatal("slow returned before it was cancelled")
 	}
-	PeerWait(t, "the server to see the call cancelled", func() bool { return up.aborted.Load() == 1 })
-	callEcho(t, cs, "after a cancel") // the session goes on
+	peers.Wait(t, "the server to see the call cancelled", func() bool { return up.aborted.Load() == 1 })
+	peers.CallEcho(t, cs, "after a cancel") // the session goes on
 }
 
 // TestBridgeEraChange: the upstream is deployed again as a 2026-07-28-only
@@ -245,11 +246,11 @@ func TestBridgeEraChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	callEcho(t, cs, "on the session-era server")
+	peers.CallEcho(t, cs, "on the session-era server")
 	isModern.Store(true)        // the redeploy
 	hs.CloseClientConnections() // on loopback its FIN is here when this returns: the next write peeks it
-	callEcho(t, cs, "on the 2026-07-28 server")
-	callEcho(t, cs, "and again")
+	peers.CallEcho(t, cs, "on the 2026-07-28 server")
+	peers.CallEcho(t, cs, "and again")
 	if n, m := legacyEchoes.Load(), modern.echoes.Load(); n != 1 || m != 2 {
 		t.Fatalf("echo ran %d times on the old server and %d on the new one, want 1 and 2", n, m)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -81,11 +82,11 @@ func TestJSONAnswerChargedWhileRead(t *testing.T) {
 	t.Parallel()
 	up := startChunkedUpstream(t, 3<<20, 2<<20)
 	s, url := startProxy(t, up.url, nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	base := s.mem.Used.Load()
 	done := make(chan []byte, 1)
 	go func() {
-		resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`))
+		resp, err := peers.RawClient.Do(peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`))
 		if err != nil {
 			done <- nil
 			return
@@ -94,12 +95,12 @@ func TestJSONAnswerChargedWhileRead(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		done <- b
 	}()
-	PeerWait(t, "the partial answer charged", func() bool { return s.mem.Used.Load()-base >= 4<<20 })
+	peers.Wait(t, "the partial answer charged", func() bool { return s.mem.Used.Load()-base >= 4<<20 })
 	up.open()
 	if b := <-done; len(b) != 3<<20 {
 		t.Fatalf("the agent got %d bytes, want the whole 3 MiB answer", len(b))
 	}
-	PeerWait(t, "the charge given back", func() bool { return s.mem.Used.Load() == base })
+	peers.Wait(t, "the charge given back", func() bool { return s.mem.Used.Load() == base })
 }
 
 // TestJSONAnswersPastBudget: concurrent chunked answers that would pass the
@@ -114,7 +115,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 		c.MemoryBudget = 16 << 20 // room for 4 stalled answers at most (2 MiB read, 4 MiB charged each)
 		c.ReplayTools = []string{"big"}
 	})
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	base := s.mem.Used.Load()
 	type answer struct {
 		status int
@@ -124,7 +125,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 	var wg sync.WaitGroup
 	for range calls {
 		wg.Go(func() {
-			resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`))
+			resp, err := peers.RawClient.Do(peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`))
 			if err != nil {
 				answers <- answer{}
 				return
@@ -158,7 +159,7 @@ func TestJSONAnswersPastBudget(t *testing.T) {
 	if st := s.Stats(); st.Replays != 0 || st.UpstreamDown != 0 || s.breakerState() != 0 {
 		t.Fatalf("stats %+v, breaker %d: an answer past the budget is no outage", st, s.breakerState())
 	}
-	PeerWait(t, "the charges given back", func() bool { return s.mem.Used.Load() == base })
+	peers.Wait(t, "the charges given back", func() bool { return s.mem.Used.Load() == base })
 }
 
 // TestSlowAgentAnswerCharged: an answer waiting for an agent that does not
@@ -169,18 +170,18 @@ func TestSlowAgentAnswerCharged(t *testing.T) {
 	const size = 16 << 20
 	up := startChunkedUpstream(t, size, -1)
 	s, url := startProxy(t, up.url, func(c *conf.Config) { c.WriteTimeout = 2 * time.Second })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	base := s.mem.Used.Load()
 	c, addr := dialAgent(t, url)
 	_ = c.(*net.TCPConn).SetReadBuffer(4096)
 	if _, err := io.WriteString(c, rawRequest(addr, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{}}}`)); err != nil {
 		t.Fatal(err)
 	}
-	PeerWait(t, "the handler done", func() bool { return up.runs.Load() == 1 && s.inflight.Load() == 0 })
+	peers.Wait(t, "the handler done", func() bool { return up.runs.Load() == 1 && s.inflight.Load() == 0 })
 	if held := s.mem.Used.Load() - base; held < 2*size {
 		t.Fatalf("%d bytes charged while the answer waits for the agent, want at least %d", held, 2*size)
 	}
-	PeerWait(t, "the answer let go", func() bool { return s.mem.Used.Load() == base })
+	peers.Wait(t, "the answer let go", func() bool { return s.mem.Used.Load() == base })
 }
 
 // rawRequest is the bytes of one agent POST on session sid.
@@ -236,7 +237,7 @@ func bigEventCalls(t *testing.T, s *Server, up *scripted, calls, through int, se
 			answers <- answer{st, msg}
 		}()
 	}
-	PeerWait(t, "every call but those the budget holds answered", func() bool { return returned.Load() >= int64(calls-through) })
+	peers.Wait(t, "every call but those the budget holds answered", func() bool { return returned.Load() >= int64(calls-through) })
 	close(up.hold)
 	for range calls {
 		a := <-answers
@@ -278,14 +279,14 @@ func TestRewrittenLineInBudget(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, func(sc *scripted) { sc.bigEvent = 6 << 20; sc.hold = make(chan struct{}) })
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MemoryBudget = 24 << 20; c.Keepalive = -1 })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	up.Expire()
-	if resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); resp.StatusCode != http.StatusOK {
+	if resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("ping that heals: %d %s", resp.StatusCode, body)
 	}
 	const calls = 6
 	codes, peak := bigEventCalls(t, s, up, calls, 1, func(i int) (int, gjson.Result) {
-		resp, body := peerRawPost(t, url, sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"big_request"}}`, 10+i))
+		resp, body := peers.RawPost(t, url, sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"big_request"}}`, 10+i))
 		msg := body
 		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 			for _, line := range strings.Split(string(body), "\n") {
@@ -440,7 +441,7 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 					if !ok {
 						t.Fatal("the second listen ended without a notification")
 					}
-				case <-time.After(2 * PeerTimeout):
+				case <-time.After(2 * peers.Timeout):
 					t.Fatal("no notification reached a listen that reads after the budget stopped the first")
 				}
 			}},
@@ -480,7 +481,7 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 
 			// The end says the queued events were counted up to the budget
 			// (the budget itself never lets Used pass Limit: Take).
-			PeerWait(t, "the stream stopped at the budget", func() bool {
+			peers.Wait(t, "the stream stopped at the budget", func() bool {
 				for _, l := range route.ended {
 					if strings.Contains(logs.String(), l) {
 						return true
@@ -489,7 +490,7 @@ func TestSlowAgentStreamInBudget(t *testing.T) {
 				return false
 			})
 			conn.Close()
-			PeerWait(t, "what the stream held given back", func() bool { return s.mem.Used.Load() <= base+route.kept })
+			peers.Wait(t, "what the stream held given back", func() bool { return s.mem.Used.Load() <= base+route.kept })
 			if route.after != nil {
 				route.after(t, url)
 			}

@@ -25,9 +25,14 @@ var stages = [][]string{
 	{"conf"},                       // the configuration
 }
 
+// testOnly are the packages of proxy/internal that tests import and no
+// product package may: the real peers and the keyed scripted fake.
+var testOnly = map[string]bool{"peers": true}
+
 // TestStageDirection: every import between proxy's packages runs down the
 // stages, and every package of proxy/ has its stage. A new upward import (a
-// stage reaching back to one that calls it) fails here.
+// stage reaching back to one that calls it) fails here, as does a product
+// package importing a test-only one.
 func TestStageDirection(t *testing.T) {
 	t.Parallel()
 	goTool, err := exec.LookPath("go")
@@ -58,7 +63,12 @@ func TestStageDirection(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fs := strings.Fields(line)
 		from, ok := stageOf(fs[0])
-		if !ok {
+		for _, imp := range fs[1:] {
+			if to, _ := stageOf(imp); testOnly[to] {
+				t.Errorf("%s imports %s: a package for tests only", fs[0], imp)
+			}
+		}
+		if !ok || testOnly[from] {
 			continue
 		}
 		rf, known := rank[from]

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/era"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // Tests of the era probe (era.go).
@@ -27,13 +28,13 @@ func TestEraUnderAgentCredential(t *testing.T) {
 	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
 		`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`
 	modern := func(auth string) (*http.Response, []byte) {
-		req := peerPostRequest(t, url, "", list)
+		req := peers.PostRequest(t, url, "", list)
 		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 		req.Header.Set("Mcp-Method", "tools/list")
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}
-		return peerRawDo(t, req)
+		return peers.RawDo(t, req)
 	}
 	for range 2 {
 		resp, body := modern("")
@@ -66,11 +67,11 @@ func TestEraUnderAgentCredential(t *testing.T) {
 // server and against a stateless one.
 func TestStatelessEraProbe(t *testing.T) {
 	t.Parallel()
-	for _, o := range []goSDKOpts{{}, {Stateless: true}} {
-		up := startGoSDK(t, o)
+	for _, o := range []peers.GoSDKOpts{{}, {Stateless: true}} {
+		up := peers.StartGoSDK(t, o)
 		s, url := startProxy(t, up.URL(), nil)
-		cs := goSDK2026Client(t, url, nil)
-		callEcho(t, cs, "probe")
+		cs := peers.GoSDK2026Client(t, url, nil)
+		peers.CallEcho(t, cs, "probe")
 		if up.Calls("server/discover") == 0 {
 			t.Errorf("stateless=%v: no server/discover reached the upstream", o.Stateless)
 		}

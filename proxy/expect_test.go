@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"fmt"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"io"
 	"net"
 	"net/http"
@@ -18,8 +19,8 @@ import (
 func TestExpectContinueNoDesync(t *testing.T) {
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sidA := peerRawInitialize(t, url)
-	sidB := peerRawInitialize(t, url)
+	sidA := peers.RawInitialize(t, url)
+	sidB := peers.RawInitialize(t, url)
 	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
 	c, err := net.Dial("tcp", host)
 	if err != nil {

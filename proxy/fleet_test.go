@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
 
@@ -30,7 +31,7 @@ func TestFleetDeleteRacesItsOwnEvent(t *testing.T) {
 		ping := `{"jsonrpc":"2.0","id":2,"method":"ping"}`
 		var refused []int
 		for i := range n {
-			sid := peerRawInitialize(t, f.replica(0))
+			sid := peers.RawInitialize(t, f.replica(0))
 			if status, ans := agentRPC(t, f.replica(1), sid, ping); status != http.StatusOK {
 				t.Fatalf("session %d: ping on replica 1: %d %s", i, status, ans.Raw)
 			}
@@ -57,10 +58,10 @@ func TestFleetDeleteRacesItsOwnEvent(t *testing.T) {
 	})
 }
 
-// peerWaitOrNot polls cond like peerWait, and returns when it holds or the
+// peerWaitOrNot polls cond like peers.Wait, and returns when it holds or the
 // time is up, leaving the verdict to the caller.
 func peerWaitOrNot(cond func() bool) {
-	deadline := time.Now().Add(PeerTimeout)
+	deadline := time.Now().Add(peers.Timeout)
 	for !cond() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // unless the tool answered text.
 func footprintCall(t *testing.T, url, sid, text string) {
 	t.Helper()
-	resp, body := peerRawPost(t, url, sid,
+	resp, body := peers.RawPost(t, url, sid,
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"`+text+`"}}}`)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), text) {
 		t.Fatalf("tools/call echo %q: %d %s", text, resp.StatusCode, body)
@@ -34,9 +35,9 @@ func quietGC(t *testing.T) {
 // TestFootprintCall: two calls on one live session, no heal.
 func TestFootprintCall(t *testing.T) {
 	quietGC(t)
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	footprintCall(t, url, sid, "one")
 	footprintCall(t, url, sid, "two")
 	if n := s.Stats().Heals; n != 0 || up.ToolCalls("echo") != 2 {
@@ -48,9 +49,9 @@ func TestFootprintCall(t *testing.T) {
 // heal, and the second call ran once.
 func TestFootprintHeal(t *testing.T) {
 	quietGC(t)
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	footprintCall(t, url, sid, "one")
 	up.ExpireSessions()
 	footprintCall(t, url, sid, "two")

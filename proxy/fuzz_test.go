@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // handle runs one request through the full handler in-process and returns
@@ -61,7 +62,7 @@ func handle(s *Server, method, host, ct, accept, origin, sid string, body []byte
 // not), always a well-formed HTTP answer (a JSON body when it says JSON), no
 // other session's ids in the answer, and that session still works.
 func FuzzProxy(f *testing.F) {
-	up := startGoSDK(f, goSDKOpts{JSONResponse: true}) // a real server, so every upstream answer is well-formed
+	up := peers.StartGoSDK(f, peers.GoSDKOpts{JSONResponse: true}) // a real server, so every upstream answer is well-formed
 	s, err := New(conf.Config{Upstream: up.URL(), Listen: "127.0.0.1:8787", HealTimeout: 300 * time.Millisecond,
 		ResponseTimeout: 2 * time.Second, Keepalive: -1, StreamKeepalive: 20 * time.Millisecond,
 		MaxSessions: 2000, MaxSessionsPerCredential: 1 << 30}, nopLog())

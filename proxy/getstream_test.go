@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -22,14 +23,14 @@ import (
 // the GET it opened before the restart.
 func TestStateGetStreamAcrossRestart(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 	_, url := startProxy(t, up.URL(), nil)
 	tap := &wireTap{}
 	var changed atomic.Int64
-	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
+	cs := peers.GoSDKClientVia(t, url, &mcp.ClientOptions{
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed.Add(1) },
 	}, tap.wrap)
-	PeerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+	peers.Wait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
 	var n atomic.Int64
 	addResource := func() { up.AddResource(fmt.Sprintf("test://peer/added/%d", n.Add(1))) }
 	nudge(t, "resources/list_changed before the restart", addResource, func() bool { return changed.Load() > 0 })
@@ -39,7 +40,7 @@ func TestStateGetStreamAcrossRestart(t *testing.T) {
 	}
 
 	up.Restart()
-	PeerWait(t, "the proxy's GET on a new upstream session", func() bool {
+	peers.Wait(t, "the proxy's GET on a new upstream session", func() bool {
 		for _, r := range up.Requests() {
 			if r.HTTPMethod == http.MethodGet && r.SessionID != "" && r.SessionID != old[0] {
 				return true
@@ -55,7 +56,7 @@ func TestStateGetStreamAcrossRestart(t *testing.T) {
 	if got := up.Inits(); got != 2 {
 		t.Errorf("upstream initializes = %d, want 2 (the first, then one heal by the stream)", got)
 	}
-	callEcho(t, cs, "after")
+	peers.CallEcho(t, cs, "after")
 	if got := up.Inits(); got != 2 {
 		t.Errorf("upstream initializes after a call = %d, want still 2: the stream already healed the session", got)
 	}
@@ -70,22 +71,22 @@ func TestStateGetStreamAcrossRestart(t *testing.T) {
 // it releases a GET stream as soon as its connection closes.
 func TestStateGetStreamAgentReconnect(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 	_, url := startProxy(t, up.URL(), nil)
 	tap := &wireTap{}
 	var changed atomic.Int64
-	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
+	cs := peers.GoSDKClientVia(t, url, &mcp.ClientOptions{
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed.Add(1) },
 	}, tap.wrap)
-	PeerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+	peers.Wait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
 
 	tap.cutGET()
 	// go-sdk reconnects after 1-2 s (its first backoff, with jitter).
-	PeerWait(t, "the agent's GET reconnect", func() bool { return len(tap.snapshot().getStatus) >= 2 })
+	peers.Wait(t, "the agent's GET reconnect", func() bool { return len(tap.snapshot().getStatus) >= 2 })
 	if st := tap.snapshot().getStatus; st[1] != http.StatusOK {
 		t.Fatalf("agent's GET reconnect answered %d, want 200 (GET answers %v)", st[1], st)
 	}
-	callEcho(t, cs, "after")
+	peers.CallEcho(t, cs, "after")
 	var n atomic.Int64
 	nudge(t, "resources/list_changed on the reopened stream", func() { up.AddResource(fmt.Sprintf("test://peer/added/%d", n.Add(1))) },
 		func() bool { return changed.Load() > 0 })
@@ -114,7 +115,7 @@ func TestQuietGetStreamHeadAtOnce(t *testing.T) {
 	t.Cleanup(func() { up.CloseClientConnections(); up.Close() })
 	_, url := startProxy(t, up.URL, nil)
 	start := time.Now()
-	goSDKClient(t, url)
+	peers.GoSDKClient(t, url)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("the Go SDK client took %v to connect; want the GET stream's head at once", d)
 	}

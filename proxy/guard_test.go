@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -18,9 +19,9 @@ import (
 // agent's live session keeps working afterwards.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxBody = 64 << 10 })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	before := up.Inits()
 
 	post := func(ct, sid, body string, hdr map[string]string) *http.Request {
@@ -69,7 +70,7 @@ func TestBadInput(t *testing.T) {
 		{"PUT", func() *http.Request { r, _ := http.NewRequest(http.MethodPut, url, nil); return r }(), 405, wire.CodeInvalidRequest, "null"},
 	}
 	for _, tt := range tests {
-		resp, body := peerRawDo(t, tt.req)
+		resp, body := peers.RawDo(t, tt.req)
 		code, msg, id := rpcError(t, body)
 		if resp.StatusCode != tt.status || code != tt.code || id != tt.id || msg == "" {
 			t.Errorf("%s: %d %s; want %d, code %d, id %s", tt.name, resp.StatusCode, body, tt.status, tt.code, tt.id)
@@ -98,7 +99,7 @@ func TestBadInput(t *testing.T) {
 	}
 
 	// Nothing above disturbed the session.
-	resp, body = peerRawPost(t, url, sid, ping)
+	resp, body = peers.RawPost(t, url, sid, ping)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"result"`) {
 		t.Fatalf("ping after bad input: %d %q", resp.StatusCode, body)
 	}

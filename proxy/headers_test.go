@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -51,7 +52,7 @@ func TestHopByHopHeadersDropped(t *testing.T) {
 		writeJSON(w, json.RawMessage("7"), `{"content":[]}`)
 	})
 	_, url := startProxy(t, up, nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	for _, c := range []struct{ second, repeat bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
 		second := c.second
 		want := "1" // the X-Up and X-Custom fields in order

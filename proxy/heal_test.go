@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/upstream"
 )
@@ -23,12 +24,12 @@ import (
 // SessionTimeout); the agent's next call succeeds on a new upstream session.
 func TestHealGoSDKExpiry(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{SessionTimeout: 300 * time.Millisecond})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{SessionTimeout: 300 * time.Millisecond})
 	s, url := startProxy(t, up.URL(), nil)
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "before")
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "before")
 	time.Sleep(700 * time.Millisecond) // idle past the upstream's SessionTimeout
-	callEcho(t, cs, "after")
+	peers.CallEcho(t, cs, "after")
 	// The client's GET stream is held open across the expiry: the proxy
 	// re-creates the session for it as soon as the stream dies (so server
 	// notifications keep flowing), possibly more than once while idle.
@@ -41,32 +42,32 @@ func TestHealGoSDKExpiry(t *testing.T) {
 // the agent's calls keep succeeding.
 func TestHealGoSDKRestart(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
-	cs := goSDKClient(t, url)
+	cs := peers.GoSDKClient(t, url)
 	for i := range 3 {
-		callEcho(t, cs, "round")
+		peers.CallEcho(t, cs, "round")
 		up.Restart()
 		_ = i
 	}
-	callEcho(t, cs, "last")
+	peers.CallEcho(t, cs, "last")
 }
 
 // TestHealRestartWhileDown: the upstream is down for a while when the call
 // comes; within the heal budget the call waits and succeeds.
 func TestHealRestartWhileDown(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "before")
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "before")
 	up.Stop()
 	go func() {
 		time.Sleep(400 * time.Millisecond)
 		up.Start()
 	}()
 	start := time.Now()
-	callEcho(t, cs, "during")
+	peers.CallEcho(t, cs, "during")
 	if el := time.Since(start); el < 300*time.Millisecond {
 		t.Fatalf("call took %v although the upstream was down for 400ms", el)
 	}
@@ -76,14 +77,14 @@ func TestHealRestartWhileDown(t *testing.T) {
 // session ID" once it forgets the session; the agent does not notice.
 func TestHealMCPGoStateful(t *testing.T) {
 	t.Parallel()
-	up := startMCPGo(t, true)
+	up := peers.StartMCPGo(t, true)
 	_, url := startProxy(t, up.URL(), nil)
-	c := mcpGoClient(t, url)
-	mcpGoCallEcho(t, c, "one")
+	c := peers.McpGoClient(t, url)
+	peers.McpGoCallEcho(t, c, "one")
 	up.ExpireSessions()
-	mcpGoCallEcho(t, c, "two")
+	peers.McpGoCallEcho(t, c, "two")
 	up.Restart()
-	mcpGoCallEcho(t, c, "three")
+	peers.McpGoCallEcho(t, c, "three")
 	if got := up.Inits(); got != 3 {
 		t.Fatalf("upstream initializes = %d, want 3", got)
 	}
@@ -93,16 +94,16 @@ func TestHealMCPGoStateful(t *testing.T) {
 // template) or with HTTP 200 and a JSON-RPC error (WordPress), bare or SSE.
 func TestHealDialects(t *testing.T) {
 	t.Parallel()
-	for _, d := range []dialect{dialectTS400, dialectWP200, dialectSSE200} {
+	for _, d := range []peers.Dialect{peers.DialectTS400, peers.DialectWP200, peers.DialectSSE200} {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
-			up := startDialect(t, d)
+			up := peers.StartDialect(t, d)
 			_, url := startProxy(t, up.URL(), nil)
-			sid := peerRawInitialize(t, url)
+			sid := peers.RawInitialize(t, url)
 			call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"dialect"}}}`
-			peerRawPost(t, url, sid, call)
+			peers.RawPost(t, url, sid, call)
 			up.ExpireSessions()
-			resp, body := peerRawPost(t, url, sid, call)
+			resp, body := peers.RawPost(t, url, sid, call)
 			if resp.StatusCode != 200 || !strings.Contains(string(body), `"dialect"`) || strings.Contains(string(body), "expired") {
 				t.Fatalf("after expiry: %d %q", resp.StatusCode, body)
 			}
@@ -120,19 +121,19 @@ func TestHealDialects(t *testing.T) {
 // exactly one upstream initialize, and all succeed.
 func TestHealConcurrentOneInit(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "warm")
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "warm")
 	up.ExpireSessions()
 	var wg sync.WaitGroup
 	for i := range 50 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := goSDKCall(t, cs, "echo", map[string]any{"text": "c"})
-			if err != nil || peerResultText(res) != "c" {
-				t.Errorf("call %d: %v %v", i, peerResultText(res), err)
+			res, err := peers.GoSDKCall(t, cs, "echo", map[string]any{"text": "c"})
+			if err != nil || peers.ResultText(res) != "c" {
+				t.Errorf("call %d: %v %v", i, peers.ResultText(res), err)
 			}
 		}()
 	}
@@ -150,12 +151,12 @@ func TestHealConcurrentOneInit(t *testing.T) {
 // may or may not have run, and the session still works afterwards.
 func TestNoReplayAmbiguousToolCall(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "warm")
-	up.killOnCounter.Store(true)
-	_, err := goSDKCall(t, cs, "counter", map[string]any{})
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "warm")
+	up.KillOnCounter.Store(true)
+	_, err := peers.GoSDKCall(t, cs, "counter", map[string]any{})
 	if err == nil || !strings.Contains(err.Error(), "may or may not have run") {
 		t.Fatalf("counter after crash: err = %v, want 'may or may not have run'", err)
 	}
@@ -165,7 +166,7 @@ func TestNoReplayAmbiguousToolCall(t *testing.T) {
 	if s.Stats().ReplaysRefused != 1 {
 		t.Fatalf("replays refused = %d, want 1", s.Stats().ReplaysRefused)
 	}
-	callEcho(t, cs, "still alive") // heals onto the restarted server
+	peers.CallEcho(t, cs, "still alive") // heals onto the restarted server
 	if got := up.Counter(); got != 1 {
 		t.Fatalf("counter = %d after the next call, want 1", got)
 	}
@@ -175,19 +176,19 @@ func TestNoReplayAmbiguousToolCall(t *testing.T) {
 // annotated readOnlyHint: the proxy heals and replays, and the call succeeds.
 func TestReplayReadOnlyToolCall(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
-	cs := goSDKClient(t, url)
+	cs := peers.GoSDKClient(t, url)
 	if _, err := cs.ListTools(context.Background(), nil); err != nil { // the proxy learns the annotations
 		t.Fatal(err)
 	}
-	up.killOnCounter.Store(true)
-	res, err := goSDKCall(t, cs, "ro_counter", map[string]any{})
+	up.KillOnCounter.Store(true)
+	res, err := peers.GoSDKCall(t, cs, "ro_counter", map[string]any{})
 	if err != nil {
 		t.Fatalf("ro_counter after crash: %v", err)
 	}
-	if got := up.Counter(); got != 2 || peerResultText(res) != "2" {
-		t.Fatalf("counter = %d, result %q; want 2 runs (replayed) and result 2", got, peerResultText(res))
+	if got := up.Counter(); got != 2 || peers.ResultText(res) != "2" {
+		t.Fatalf("counter = %d, result %q; want 2 runs (replayed) and result 2", got, peers.ResultText(res))
 	}
 }
 
@@ -196,12 +197,12 @@ func TestReplayReadOnlyToolCall(t *testing.T) {
 // the session stays valid and heals once the upstream is back.
 func TestUpstreamDownPastBudget(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.HealTimeout = 300 * time.Millisecond })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	up.Stop()
 	start := time.Now()
-	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":"d-1","method":"tools/list"}`)
+	resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":"d-1","method":"tools/list"}`)
 	el := time.Since(start)
 	code, _, id := rpcError(t, body)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Retry-After") == "" ||
@@ -212,7 +213,7 @@ func TestUpstreamDownPastBudget(t *testing.T) {
 		t.Fatalf("503 after %v, want about the 300ms budget", el)
 	}
 	up.Start()
-	resp, body = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	resp, body = peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "echo") {
 		t.Fatalf("after the upstream came back: %d %q", resp.StatusCode, body)
 	}
@@ -247,20 +248,20 @@ func TestRecipeRefused(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	_, url := startProxy(t, srv.URL+"/mcp", nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	mu.Lock()
 	version, epoch = "2025-03-26", 2 // "restart" with another version
 	mu.Unlock()
-	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
 	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != wire.CodeSessionNotFound || id != "3" {
 		t.Fatalf("recipe refused: %d %s; want 404 Session not found with id 3", resp.StatusCode, body)
 	}
-	resp, _ = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	resp, _ = peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"ping"}`)
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("the refused session still answers %d", resp.StatusCode)
 	}
-	sid2 := peerRawInitialize(t, url)
-	if resp, body := peerRawPost(t, url, sid2, `{"jsonrpc":"2.0","id":5,"method":"ping"}`); resp.StatusCode != 200 {
+	sid2 := peers.RawInitialize(t, url)
+	if resp, body := peers.RawPost(t, url, sid2, `{"jsonrpc":"2.0","id":5,"method":"ping"}`); resp.StatusCode != 200 {
 		t.Fatalf("fresh session: %d %q", resp.StatusCode, body)
 	}
 }
@@ -272,10 +273,10 @@ func TestRecipeRefused(t *testing.T) {
 // exactly one initialize.
 func TestOutageOneRetryPerSession(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "warm")
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "warm")
 	dead := lastUpstreamID(t, up)
 	inits := up.Inits()
 	up.Stop()
@@ -286,9 +287,9 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			text := fmt.Sprint("call-", i)
-			res, err := goSDKCall(t, cs, "echo", map[string]any{"text": text})
-			if err != nil || peerResultText(res) != text {
-				t.Errorf("call %d: %q, %v", i, peerResultText(res), err)
+			res, err := peers.GoSDKCall(t, cs, "echo", map[string]any{"text": text})
+			if err != nil || peers.ResultText(res) != text {
+				t.Errorf("call %d: %q, %v", i, peers.ResultText(res), err)
 			}
 		}()
 	}
@@ -296,7 +297,7 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 	// (a call not yet refused when the upstream came back would send the
 	// dead session id on its own).
 	sess := s.sessions.Store.Sessions()[0]
-	if !waitFor(PeerTimeout, func() bool { return sess.ProbeWaiters() >= n-1 }) {
+	if !waitFor(peers.Timeout, func() bool { return sess.ProbeWaiters() >= n-1 }) {
 		t.Fatalf("%d calls wait on the outage's probe; want %d (and one probing)", sess.ProbeWaiters(), n-1)
 	}
 	before := len(up.Requests())
@@ -338,14 +339,14 @@ func TestOutageOneRetryPerSession(t *testing.T) {
 func TestRedeployWaitedOut(t *testing.T) {
 	t.Parallel()
 	const window = 3 * time.Second
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) {
 		c.HealTimeout = window
 		c.Keepalive = -1
 		c.Breaker = upstream.BreakerConfig{Threshold: 3, MinStreak: 200 * time.Millisecond}
 	})
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "warm")
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "warm")
 	up.Stop()
 	var wg sync.WaitGroup
 	var calls atomic.Int64
@@ -353,9 +354,9 @@ func TestRedeployWaitedOut(t *testing.T) {
 		defer wg.Done()
 		calls.Add(1)
 		text := fmt.Sprint("redeploy-", i)
-		res, err := goSDKCall(t, cs, "echo", map[string]any{"text": text})
-		if err != nil || peerResultText(res) != text {
-			t.Errorf("call %d during the redeploy: %q, %v; want its answer", i, peerResultText(res), err)
+		res, err := peers.GoSDKCall(t, cs, "echo", map[string]any{"text": text})
+		if err != nil || peers.ResultText(res) != text {
+			t.Errorf("call %d during the redeploy: %q, %v; want its answer", i, peers.ResultText(res), err)
 		}
 	}
 	wg.Add(1)
@@ -380,13 +381,13 @@ func TestRedeployWaitedOut(t *testing.T) {
 	up.Stop()
 	callAfter := time.Now()
 	for upstreamState(s) != "open" || time.Since(callAfter) < window {
-		_, _ = goSDKCall(t, cs, "echo", map[string]any{"text": "down"})
+		_, _ = peers.GoSDKCall(t, cs, "echo", map[string]any{"text": "down"})
 		if time.Since(callAfter) > 4*window {
 			t.Fatalf("breaker %s %v into the outage", upstreamState(s), time.Since(callAfter))
 		}
 	}
 	start := time.Now()
-	_, err := goSDKCall(t, cs, "echo", map[string]any{"text": "late"})
+	_, err := peers.GoSDKCall(t, cs, "echo", map[string]any{"text": "late"})
 	if took := time.Since(start); err == nil || took > time.Second {
 		t.Errorf("a call %v into an outage of %v budget: %v after %v; want mcpheal's error at once", time.Since(callAfter), window, err, took)
 	}

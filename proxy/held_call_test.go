@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // Tests of a held call (held_call.go): its input rounds, who may resume
@@ -21,7 +22,7 @@ import (
 // whose answer completes it; the tool ran once.
 func TestHeldResumeOnlyByItsAgent(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 	_, url := startProxy(t, up.URL(), nil)
 	call := `"name":"sample","arguments":{"prompt":"p"},`
 	st, first := heldPost(t, url, "alice", "tools/call", call, 1)
@@ -57,7 +58,7 @@ func TestHeldResumeOnlyByItsAgent(t *testing.T) {
 // reaches the server. The tool completes once.
 func TestHeldGathersInputRequests(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 	// A request left unanswered ends with its call (the server's handler
 	// with it) within response_timeout.
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.ResponseTimeout = 5 * time.Second })
@@ -109,7 +110,7 @@ func TestHeldGathersInputRequests(t *testing.T) {
 // back and the tool completes once.
 func TestHeldAsksAside(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.ResponseTimeout = 5 * time.Second })
 	const caps = `{"elicitation":{}}`
 	call := `"name":"ask_aside","arguments":{},`
@@ -120,7 +121,7 @@ func TestHeldAsksAside(t *testing.T) {
 	if st, res := heldPostCaps(t, url, "alice", caps, "tools/list", "", 1); st != http.StatusOK {
 		t.Fatalf("tools/list: %d %s", st, res.Raw)
 	}
-	PeerWait(t, "the held session's GET stream", func() bool {
+	peers.Wait(t, "the held session's GET stream", func() bool {
 		for _, r := range up.Requests() {
 			if r.HTTPMethod == http.MethodGet {
 				return true
@@ -130,7 +131,7 @@ func TestHeldAsksAside(t *testing.T) {
 	})
 	var st int
 	var first gjson.Result
-	if !waitFor(PeerTimeout, func() bool {
+	if !waitFor(peers.Timeout, func() bool {
 		st, first = heldPostCaps(t, url, "alice", caps, "tools/call", call, 1)
 		return !strings.Contains(first.Raw, "stream not connected")
 	}) {
@@ -158,7 +159,7 @@ func TestHeldAsksAside(t *testing.T) {
 // not end that call; the caller's own cancel does.
 func TestHeldCancelOnlyByItsAgent(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
 	send := func(client, body string) (int, gjson.Result) {
 		t.Helper()
@@ -173,7 +174,7 @@ func TestHeldCancelOnlyByItsAgent(t *testing.T) {
 			req.Header.Set("Mcp-Name", name)
 		}
 		req.Header.Set("Authorization", "Bearer shared-token")
-		resp, b := peerRawDo(t, req)
+		resp, b := peers.RawDo(t, req)
 		msg := b
 		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 			for _, line := range strings.Split(string(b), "\n") {
@@ -198,13 +199,13 @@ func TestHeldCancelOnlyByItsAgent(t *testing.T) {
 		}
 	}
 	first := call("5")
-	PeerWait(t, "the call to reach the server", func() bool { return up.ToolCalls("slow") == 1 })
+	peers.Wait(t, "the call to reach the server", func() bool { return up.ToolCalls("slow") == 1 })
 	cancel("bob-client", "5")
 	if m := <-first; m.Get("result.content.0.text").Str != "done" {
 		t.Fatalf("a call another client tried to cancel: %s; want its result", m.Raw)
 	}
 	second := call("6")
-	PeerWait(t, "the second call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
+	peers.Wait(t, "the second call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
 	cancel("alice-client", "6")
 	if m := <-second; m.Get("result.content.0.text").Str == "done" {
 		t.Fatalf("a call its own client cancelled: %s; want it ended", m.Raw)

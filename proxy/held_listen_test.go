@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/route/held"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
@@ -26,7 +27,7 @@ import (
 // process exited 2).
 func TestShutdownEndsHeldListens(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestShutdownEndsHeldListens(t *testing.T) {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", "subscriptions/listen")
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func openListen(t *testing.T, url string, id int) (*http.Response, string) {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", "subscriptions/listen")
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestHeldListensBounded(t *testing.T) {
 	t.Parallel()
 	t.Run("per session", func(t *testing.T) {
 		t.Parallel()
-		up := startGoSDK(t, goSDKOpts{State: true})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 		// A closed listen is noticed at its next write: a keepalive.
 		s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.StreamKeepalive = 50 * time.Millisecond })
 		before := s.mem.Used.Load()
@@ -129,7 +130,7 @@ func TestHeldListensBounded(t *testing.T) {
 	})
 	t.Run("memory budget", func(t *testing.T) {
 		t.Parallel()
-		up := startGoSDK(t, goSDKOpts{State: true})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 		_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MemoryBudget = 6 * held.ListenCost })
 		refused := ""
 		for i := range 10 {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/era"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/route/held"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
@@ -59,8 +60,8 @@ func heldClientOpts(n *heldCounts) *mcp.ClientOptions {
 // is what the held route spares it.
 func TestHeldDirectFails(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
-	cs := goSDK2026Client(t, up.URL(), nil)
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
+	cs := peers.GoSDK2026Client(t, up.URL(), nil)
 	if v := cs.InitializeResult().ProtocolVersion; v == wire.StatelessVersion {
 		t.Fatalf("directly, the session-era server spoke %s: this test proves nothing", v)
 	}
@@ -78,31 +79,31 @@ func TestHeldDirectFails(t *testing.T) {
 // restart of the server, which mcpheal heals; it never initializes.
 func TestHeldGoSDK(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 	s, url := startProxy(t, up.URL(), nil)
 	var n heldCounts
-	cs := goSDK2026Client(t, url, heldClientOpts(&n))
+	cs := peers.GoSDK2026Client(t, url, heldClientOpts(&n))
 	if v := cs.InitializeResult().ProtocolVersion; v != wire.StatelessVersion {
 		t.Fatalf("through mcpheal the client speaks %q; want %s", v, wire.StatelessVersion)
 	}
 	if si := cs.InitializeResult().ServerInfo; si == nil || si.Name != "peer-go-sdk" {
 		t.Fatalf("server/discover's serverInfo %+v; want the upstream's", si)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil || len(tools.Tools) != 8 {
 		t.Fatalf("tools/list: %v, %v", tools, err)
 	}
-	callEcho(t, cs, "held")
+	peers.CallEcho(t, cs, "held")
 
 	// Progress, on the call's own stream.
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 3, "delayMs": 0},
 		Meta: mcp.Meta{"progressToken": "p1"}})
-	if err != nil || peerResultText(res) != "done" {
-		t.Fatalf("slow: %v, %v", peerResultText(res), err)
+	if err != nil || peers.ResultText(res) != "done" {
+		t.Fatalf("slow: %v, %v", peers.ResultText(res), err)
 	}
-	PeerWait(t, "3 progress notifications", func() bool { return n.progress.Load() == 3 })
+	peers.Wait(t, "3 progress notifications", func() bool { return n.progress.Load() == 3 })
 
 	// Log messages at the level the request asks for, none without one.
 	for _, tc := range []struct {
@@ -112,8 +113,8 @@ func TestHeldGoSDK(t *testing.T) {
 		{mcp.Meta{"io.modelcontextprotocol/logLevel": "info"}, 1}} {
 		before := n.logs.Load()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "log", Arguments: map[string]any{"level": "info", "text": "x"}, Meta: tc.meta})
-		if err != nil || peerResultText(res) != "logged" {
-			t.Fatalf("log: %v, %v", peerResultText(res), err)
+		if err != nil || peers.ResultText(res) != "logged" {
+			t.Fatalf("log: %v, %v", peers.ResultText(res), err)
 		}
 		time.Sleep(50 * time.Millisecond)
 		if got := n.logs.Load() - before; got != tc.want {
@@ -123,33 +124,33 @@ func TestHeldGoSDK(t *testing.T) {
 
 	// Sampling: the server asks on the call's stream, the agent answers
 	// through an InputRequiredResult.
-	res, err = goSDKCall(t, cs, "sample", map[string]any{"prompt": "hi"})
-	if err != nil || peerResultText(res) != "<hi>" {
-		t.Fatalf("sample: %q, %v", peerResultText(res), err)
+	res, err = peers.GoSDKCall(t, cs, "sample", map[string]any{"prompt": "hi"})
+	if err != nil || peers.ResultText(res) != "<hi>" {
+		t.Fatalf("sample: %q, %v", peers.ResultText(res), err)
 	}
 	if up.ToolCalls("sample") != 1 {
 		t.Errorf("the sample tool ran %d times; want 1 (the retry resumes it)", up.ToolCalls("sample"))
 	}
 
 	// A resource update through subscriptions/listen.
-	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: peerResourceURI}); err != nil {
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: peers.ResourceURI}); err != nil {
 		t.Fatalf("subscribe: %v", err)
 	}
-	nudge(t, "resources/updated through subscriptions/listen", func() { up.UpdateResource(peerResourceURI) },
+	nudge(t, "resources/updated through subscriptions/listen", func() { up.UpdateResource(peers.ResourceURI) },
 		func() bool { return n.updates.Load() > 0 })
 
 	// The upstream session expires, then the server restarts: the client
 	// notices nothing.
 	up.ExpireSessions()
-	callEcho(t, cs, "after expiry")
+	peers.CallEcho(t, cs, "after expiry")
 	up.Restart()
-	callEcho(t, cs, "after restart")
-	res, err = goSDKCall(t, cs, "sample", map[string]any{"prompt": "again"})
-	if err != nil || peerResultText(res) != "<again>" {
-		t.Fatalf("sample after the restart: %q, %v", peerResultText(res), err)
+	peers.CallEcho(t, cs, "after restart")
+	res, err = peers.GoSDKCall(t, cs, "sample", map[string]any{"prompt": "again"})
+	if err != nil || peers.ResultText(res) != "<again>" {
+		t.Fatalf("sample after the restart: %q, %v", peers.ResultText(res), err)
 	}
 	before := n.updates.Load()
-	nudge(t, "resources/updated after the restart", func() { up.UpdateResource(peerResourceURI) },
+	nudge(t, "resources/updated after the restart", func() { up.UpdateResource(peers.ResourceURI) },
 		func() bool { return n.updates.Load() > before })
 
 	// Cancelling a call: the agent's connection closes; mcpheal tells the
@@ -160,12 +161,12 @@ func TestHeldGoSDK(t *testing.T) {
 		_, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 1, "delayMs": 20000}})
 		done <- err
 	}()
-	PeerWait(t, "the slow call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
+	peers.Wait(t, "the slow call to reach the server", func() bool { return up.ToolCalls("slow") == 2 })
 	ccancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled call: %v; want context.Canceled", err)
 	}
-	PeerWait(t, "notifications/cancelled upstream", func() bool { return up.Calls("notifications/cancelled") >= 1 })
+	peers.Wait(t, "notifications/cancelled upstream", func() bool { return up.Calls("notifications/cancelled") >= 1 })
 
 	if up.Calls("initialize") < 2 || s.Stats().Sessions != 1 {
 		t.Errorf("%d upstream initializes, %d sessions held; want ≥ 2 (one per heal) and 1", up.Calls("initialize"), s.Stats().Sessions)
@@ -190,27 +191,27 @@ func TestHeldGoSDK(t *testing.T) {
 // body); a read-only one is, and the agent gets its answer.
 func TestHeldNeverRunsTwice(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
-	cs := goSDK2026Client(t, url, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	cs := peers.GoSDK2026Client(t, url, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	if _, err := cs.ListTools(ctx, nil); err != nil { // the annotations, learned
 		t.Fatal(err)
 	}
-	up.killOnCounter.Store(true)
-	_, err := goSDKCall(t, cs, "counter", nil)
+	up.KillOnCounter.Store(true)
+	_, err := peers.GoSDKCall(t, cs, "counter", nil)
 	if err == nil || !strings.Contains(err.Error(), "may or may not have run") {
 		t.Fatalf("counter across a crash: %v; want -32011", err)
 	}
 	if got := up.Counter(); got != 1 {
 		t.Fatalf("INVARIANT: the counter tool ran %d times; want 1", got)
 	}
-	callEcho(t, cs, "heals the session the crash took")
-	up.killOnCounter.Store(true)
-	res, err := goSDKCall(t, cs, "ro_counter", nil)
-	if err != nil || peerResultText(res) != "3" {
-		t.Fatalf("ro_counter across a crash: %q, %v; want the replay's 3", peerResultText(res), err)
+	peers.CallEcho(t, cs, "heals the session the crash took")
+	up.KillOnCounter.Store(true)
+	res, err := peers.GoSDKCall(t, cs, "ro_counter", nil)
+	if err != nil || peers.ResultText(res) != "3" {
+		t.Fatalf("ro_counter across a crash: %q, %v; want the replay's 3", peers.ResultText(res), err)
 	}
 }
 
@@ -219,17 +220,17 @@ func TestHeldNeverRunsTwice(t *testing.T) {
 // its own.
 func TestHeldSessionsPerClient(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
-	a := goSDK2026Client(t, url, nil)
-	b := goSDK2026Client(t, url, nil)
-	callEcho(t, a, "a")
-	callEcho(t, b, "b")
+	a := peers.GoSDK2026Client(t, url, nil)
+	b := peers.GoSDK2026Client(t, url, nil)
+	peers.CallEcho(t, a, "a")
+	peers.CallEcho(t, b, "b")
 	if n := s.Stats().Sessions; n != 1 {
 		t.Errorf("two agents of one client: %d held sessions; want 1", n)
 	}
 	other := mcp.NewClient(&mcp.Implementation{Name: "another-agent", Version: "2"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -238,7 +239,7 @@ func TestHeldSessionsPerClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	callEcho(t, cs, "c")
+	peers.CallEcho(t, cs, "c")
 	if n := s.Stats().Sessions; n != 2 {
 		t.Errorf("another client: %d held sessions; want 2", n)
 	}
@@ -267,7 +268,7 @@ func heldPostCaps(t *testing.T, url, auth, caps, method, params string, id int) 
 		req.Header.Set("Mcp-Name", name.Str) // as 2026-07-28 clients send it (SEP-2243)
 	}
 	req.Header.Set("Authorization", "Bearer "+auth)
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func FuzzHeldTranslate(f *testing.F) {
 // gives back what the old one held: its initialize answer's share of the
 // memory budget, and its place in held.infos.
 func TestHeldSessionReleasedWhileInUse(t *testing.T) {
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
 	base := s.mem.Used.Load()
 	if st, _ := heldPost(t, url, "alice", "tools/list", "", 1); st != http.StatusOK {
@@ -366,15 +367,15 @@ func TestHeldSessionReleasedWhileInUse(t *testing.T) {
 // tools/list_changed; one with another tool brings it exactly one.
 func TestHeldLearnsTools(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	relay := NewTCPRelay(t, up.Addr())
 	s, url, logs := startProxyLog(t, relay.URL(), nil)
 	var changed atomic.Int64
-	cs := goSDK2026Client(t, url, &mcp.ClientOptions{
+	cs := peers.GoSDK2026Client(t, url, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) },
 	})
 	var held []*session.Session
-	PeerWait(t, "mcpheal to learn the held session's tools", func() bool {
+	peers.Wait(t, "mcpheal to learn the held session's tools", func() bool {
 		held = s.sessions.Store.Sessions()
 		return len(held) == 1 && held[0].Replayable("ro_counter")
 	})
@@ -383,14 +384,14 @@ func TestHeldLearnsTools(t *testing.T) {
 	}
 
 	relay.CutRequest(`"name":"ro_counter"`)
-	res, err := goSDKCall(t, cs, "ro_counter", map[string]any{})
-	if err != nil || peerResultText(res) != "1" || relay.Cuts() != 1 {
-		t.Fatalf("ro_counter cut on its way upstream: %v, %s, %d cuts; want it sent again and run once", err, peerResultText(res), relay.Cuts())
+	res, err := peers.GoSDKCall(t, cs, "ro_counter", map[string]any{})
+	if err != nil || peers.ResultText(res) != "1" || relay.Cuts() != 1 {
+		t.Fatalf("ro_counter cut on its way upstream: %v, %s, %d cuts; want it sent again and run once", err, peers.ResultText(res), relay.Cuts())
 	}
 	relay.CutRequest(`"name":"counter"`)
-	res, err = goSDKCall(t, cs, "counter", map[string]any{})
+	res, err = peers.GoSDKCall(t, cs, "counter", map[string]any{})
 	if err == nil && !res.IsError || relay.Cuts() != 2 {
-		t.Fatalf("counter cut on its way upstream: %v, %s, %d cuts; want -32011", err, peerResultText(res), relay.Cuts())
+		t.Fatalf("counter cut on its way upstream: %v, %s, %d cuts; want -32011", err, peers.ResultText(res), relay.Cuts())
 	}
 	if n := up.Counter(); n != 1 {
 		t.Errorf("the server's counter is %d; want 1 (ro_counter once, counter never)", n)
@@ -398,7 +399,7 @@ func TestHeldLearnsTools(t *testing.T) {
 
 	// The agent lists tools now: the list mcpheal records from the answer
 	// it translated is the one it compares after a heal.
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -412,17 +413,17 @@ func TestHeldLearnsTools(t *testing.T) {
 		up.Restart()
 		// A read-only call heals the session (a call that is not could
 		// meet the dead connection and get -32011).
-		if res, err := goSDKCall(t, cs, "ro_counter", map[string]any{}); err != nil || peerResultText(res) != strconv.Itoa(2+i) {
-			t.Fatalf("ro_counter after restart %d: %v, %s", i+1, err, peerResultText(res))
+		if res, err := peers.GoSDKCall(t, cs, "ro_counter", map[string]any{}); err != nil || peers.ResultText(res) != strconv.Itoa(2+i) {
+			t.Fatalf("ro_counter after restart %d: %v, %s", i+1, err, peers.ResultText(res))
 		}
 		// One tools/list when the session was held, one after each heal
 		// (and one more for any list_changed the server sends itself).
-		PeerWait(t, "mcpheal's tools/list after the heal", func() bool { return count(notified)+count(learnt) >= 2+i })
+		peers.Wait(t, "mcpheal's tools/list after the heal", func() bool { return count(notified)+count(learnt) >= 2+i })
 		if n := count(notified); n > i {
 			t.Fatalf("after restart %d (the list changed: %v) mcpheal told the agent %d times; want at most %d", i+1, extra != nil, n, i)
 		}
 	}
-	PeerWait(t, "the client to be told the list changed", func() bool { return changed.Load() >= 1 })
+	peers.Wait(t, "the client to be told the list changed", func() bool { return changed.Load() >= 1 })
 	if n := changed.Load(); n != 1 {
 		t.Errorf("the client was told %d times that the list changed; want once", n)
 	}
@@ -520,7 +521,7 @@ func TestHeldPassesChallenges(t *testing.T) {
 		if c.auth != "" {
 			req.Header.Set("Authorization", "Bearer "+c.auth)
 		}
-		resp, b := peerRawDo(t, req)
+		resp, b := peers.RawDo(t, req)
 		if resp.StatusCode != c.status || resp.Header.Get("WWW-Authenticate") != c.want {
 			t.Errorf("token %q: %d %q %s; want %d %q", c.auth, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), b, c.status, c.want)
 		}
@@ -530,7 +531,7 @@ func TestHeldPassesChallenges(t *testing.T) {
 	for range 3 {
 		select {
 		case <-up.getSeen:
-		case <-time.After(PeerTimeout):
+		case <-time.After(peers.Timeout):
 			t.Fatal("the held sessions opened no GET stream")
 		}
 	}
@@ -551,7 +552,7 @@ func TestHeldPassesChallenges(t *testing.T) {
 // 3.84 MB clientCapabilities, kept for the session's life.
 func TestHeldMaxInitBody(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxInitBody = 4096; c.MaxBody = 1 << 20 })
 	big := `"x":"` + strings.Repeat("a", 8192) + `"`
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
@@ -561,7 +562,7 @@ func TestHeldMaxInitBody(t *testing.T) {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", "tools/list")
-	resp, b := peerRawDo(t, req)
+	resp, b := peers.RawDo(t, req)
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "max_init_body") {
 		t.Fatalf("%d %s; want 413 naming max_init_body", resp.StatusCode, b)
 	}
@@ -583,7 +584,7 @@ func TestHeldMaxInitBody(t *testing.T) {
 // upstream. They were forwarded, or answered 200.
 func TestHeldAnswersAs2026(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
 	meta := func(v string, caps bool) string {
 		m := `"_meta":{"io.modelcontextprotocol/protocolVersion":"` + v + `","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"}`
@@ -618,7 +619,7 @@ func TestHeldAnswersAs2026(t *testing.T) {
 		if c.name2 != "" {
 			req.Header.Set("Mcp-Name", c.name2)
 		}
-		resp, b := peerRawDo(t, req)
+		resp, b := peers.RawDo(t, req)
 		if resp.StatusCode != c.status || gjson.GetBytes(b, "error.code").Int() != c.code {
 			t.Errorf("%s: %d %s; want %d and %d", c.name, resp.StatusCode, b, c.status, c.code)
 		}
@@ -652,12 +653,12 @@ func TestHeldSessionBelongsToCredential(t *testing.T) {
 		mu.Lock()
 		stored[req.Session.ID()] = in.V
 		mu.Unlock()
-		return peerText("ok"), nil, nil
+		return peers.Text("ok"), nil, nil
 	})
-	mcp.AddTool(srv, &mcp.Tool{Name: "get"}, func(_ context.Context, req *mcp.CallToolRequest, _ peerNoIn) (*mcp.CallToolResult, any, error) {
+	mcp.AddTool(srv, &mcp.Tool{Name: "get"}, func(_ context.Context, req *mcp.CallToolRequest, _ peers.NoIn) (*mcp.CallToolResult, any, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return peerText("[" + stored[req.Session.ID()] + "]"), nil, nil
+		return peers.Text("[" + stored[req.Session.ID()] + "]"), nil, nil
 	})
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
@@ -690,20 +691,20 @@ func TestHeldSessionBelongsToCredential(t *testing.T) {
 // -32022 for no answer, left the era unknown and passed the agent through.
 func TestHeldOnRealRefusal(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{Versions: []string{"2025-11-25", "2025-06-18", "2025-03-26"}})
-	direct := goSDK2026Client(t, up.URL(), nil)
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{Versions: []string{"2025-11-25", "2025-06-18", "2025-03-26"}})
+	direct := peers.GoSDK2026Client(t, up.URL(), nil)
 	if v := direct.InitializeResult().ProtocolVersion; v == wire.StatelessVersion {
 		t.Fatalf("directly the session-era server spoke %s: this test proves nothing", v)
 	}
 	s, url := startProxy(t, up.URL(), nil)
-	cs := goSDK2026Client(t, url, nil)
+	cs := peers.GoSDK2026Client(t, url, nil)
 	if v := cs.InitializeResult().ProtocolVersion; v != wire.StatelessVersion {
 		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, wire.StatelessVersion)
 	}
 	if v := s.eras.V.Load(); v != era.EraLegacy {
 		t.Errorf("era %s, want %s", era.EraNames[v], era.EraNames[era.EraLegacy])
 	}
-	callEcho(t, cs, "held on a real refusal")
+	peers.CallEcho(t, cs, "held on a real refusal")
 	if n := up.ToolCalls("echo"); n != 1 {
 		t.Errorf("echo ran %d times, want 1", n)
 	}
@@ -719,9 +720,9 @@ func TestHeldOnRealRefusal(t *testing.T) {
 // resuming, and the agent got -32011 for a call that had run.
 func TestHeldResumesPolledStream(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{EventStore: true, Polls: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: true, Polls: true})
 	_, url := startProxy(t, up.URL(), nil)
-	cs := goSDK2026Client(t, url, nil)
+	cs := peers.GoSDK2026Client(t, url, nil)
 	if v := cs.InitializeResult().ProtocolVersion; v != wire.StatelessVersion {
 		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, wire.StatelessVersion)
 	}
@@ -737,9 +738,9 @@ func TestHeldResumesPolledStream(t *testing.T) {
 	}
 	before := gets()
 	const polls = 3
-	res, err := goSDKCall(t, cs, "poll", map[string]any{"times": polls, "retryMs": 20, "delayMs": 100})
-	if err != nil || peerResultText(res) != "polled" {
-		t.Fatalf("poll through the held route: %q, %v; want its answer", peerResultText(res), err)
+	res, err := peers.GoSDKCall(t, cs, "poll", map[string]any{"times": polls, "retryMs": 20, "delayMs": 100})
+	if err != nil || peers.ResultText(res) != "polled" {
+		t.Fatalf("poll through the held route: %q, %v; want its answer", peers.ResultText(res), err)
 	}
 	if n := up.ToolCalls("poll"); n != 1 {
 		t.Errorf("poll ran %d times, want 1", n)
@@ -791,15 +792,15 @@ func forgetAfter(t *testing.T, upstream string, n int) string {
 // the tools/list went first, and the replay met a session already gone.
 func TestHeldReplayFirst(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, proxyURL := startProxy(t, forgetAfter(t, up.URL(), 3), func(c *conf.Config) { c.Keepalive = -1 })
-	cs := goSDK2026Client(t, proxyURL, nil)
+	cs := peers.GoSDK2026Client(t, proxyURL, nil)
 	if v := cs.InitializeResult().ProtocolVersion; v != wire.StatelessVersion {
 		t.Fatalf("through mcpheal the client speaks %q; want %s (the held route)", v, wire.StatelessVersion)
 	}
 	const calls = 7
 	for i := range calls {
-		callEcho(t, cs, fmt.Sprint("quota-", i))
+		peers.CallEcho(t, cs, fmt.Sprint("quota-", i))
 	}
 	if n := up.ToolCalls("echo"); n != calls {
 		t.Errorf("echo ran %d times for %d calls, want once each", n, calls)

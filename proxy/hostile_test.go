@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
@@ -31,7 +32,7 @@ func TestNestedJSONBounded(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	resp, raw := peerRawPost(t, url, "", body)
+	resp, raw := peers.RawPost(t, url, "", body)
 	runtime.ReadMemStats(&after)
 	if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != wire.CodeInvalidRequest ||
 		!strings.Contains(string(raw), "max_json_depth") {
@@ -56,7 +57,7 @@ func TestInitializeBodyCapped(t *testing.T) {
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxInitBody = 4 << 10 })
 	fat := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"` +
 		strings.Repeat("f", 8<<10) + `","version":"1"}}}`
-	resp, raw := peerRawPost(t, url, "", fat)
+	resp, raw := peers.RawPost(t, url, "", fat)
 	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusRequestEntityTooLarge || code != wire.CodeInvalidRequest ||
 		!strings.Contains(msg, "max_init_body") {
 		t.Fatalf("8 KiB initialize: %d %s; want 413 naming max_init_body", resp.StatusCode, raw)
@@ -64,9 +65,9 @@ func TestInitializeBodyCapped(t *testing.T) {
 	if n := up.inits.Load(); n != 0 {
 		t.Fatalf("the upstream saw %d initializes, want 0", n)
 	}
-	peerRawInitialize(t, url)
+	peers.RawInitialize(t, url)
 	runtime.GC() // interning must outlive a collection
-	peerRawInitialize(t, url)
+	peers.RawInitialize(t, url)
 	ss := s.sessions.Store.Sessions()
 	if len(ss) != 2 || unsafe.StringData(ss[0].Recipe.InitBody) != unsafe.StringData(ss[1].Recipe.InitBody) {
 		t.Fatal("two identical initialize bodies are kept twice")
@@ -80,13 +81,13 @@ func TestFloodKeepsSessionsAtWork(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxSessions = 10 })
-	victim := peerRawInitialize(t, url)
+	victim := peers.RawInitialize(t, url)
 	if status, _ := callTool(t, url, victim, "lookup"); status != http.StatusOK {
 		t.Fatalf("victim's first call: %d", status)
 	}
 	refused := 0
 	for range 30 {
-		resp, raw := peerRawPost(t, url, "",
+		resp, raw := peers.RawPost(t, url, "",
 			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"junk","version":"1"}}}`)
 		if code, _, _ := rpcError(t, raw); resp.StatusCode == http.StatusOK && code != 0 {
 			if code != wire.CodeTooMany || resp.Header.Get("Retry-After") == "" {
@@ -109,10 +110,10 @@ func TestSessionHeaderTwice(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
-	req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"lookup"}}`)
+	sid := peers.RawInitialize(t, url)
+	req := peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"lookup"}}`)
 	req.Header.Add("Mcp-Session-Id", "another")
-	resp, raw := peerRawDo(t, req)
+	resp, raw := peers.RawDo(t, req)
 	if code, _, id := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != wire.CodeInvalidRequest || id != "3" {
 		t.Fatalf("two session headers: %d %s; want 400 -32600 with id 3", resp.StatusCode, raw)
 	}
@@ -127,8 +128,8 @@ func TestUpstreamSessionIDTwice(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
-	resp, _ := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"dup_sid"}}`)
+	sid := peers.RawInitialize(t, url)
+	resp, _ := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"dup_sid"}}`)
 	if got := resp.Header.Values("Mcp-Session-Id"); len(got) != 1 || got[0] != sid {
 		t.Fatalf("Mcp-Session-Id = %q, want only the agent's %q", got, sid)
 	}
@@ -145,9 +146,9 @@ func TestOversizedAnswerNotReplayed(t *testing.T) {
 		c.MaxAnswer = 1 << 20
 		c.ReplayTools = []string{"huge_json"}
 	})
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	for range 3 {
-		resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
+		resp, raw := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
 		if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != wire.CodeTooLarge ||
 			!strings.Contains(msg, "max_answer") {
 			t.Fatalf("huge_json: %d %s; want 200 -32016 naming max_answer", resp.StatusCode, raw)
@@ -169,10 +170,10 @@ func TestEndlessSSELineStreams(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
-	req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"endless"}}`)
+	sid := peers.RawInitialize(t, url)
+	req := peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"endless"}}`)
 	start := time.Now()
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +197,10 @@ func TestSlowAgentLetGo(t *testing.T) {
 		c.WriteTimeout = 300 * time.Millisecond
 		c.MaxAnswer = 64 << 20
 	})
-	sid := peerRawInitialize(t, url)
-	peerRawClient.CloseIdleConnections()
+	sid := peers.RawInitialize(t, url)
+	peers.RawClient.CloseIdleConnections()
 	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
-	PeerWait(t, "no connection open", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
+	peers.Wait(t, "no connection open", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -213,10 +214,10 @@ func TestSlowAgentLetGo(t *testing.T) {
 	if _, err := c.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	PeerWait(t, "the huge answer", func() bool { return up.Runs("huge_json") == 1 })
+	peers.Wait(t, "the huge answer", func() bool { return up.Runs("huge_json") == 1 })
 	// The agent reads nothing: past write_timeout, mcpheal lets go of the
 	// connection and the 16 MiB answer it could not write.
-	PeerWait(t, "the stalled connection closed", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
+	peers.Wait(t, "the stalled connection closed", func() bool { return s.srv.GetOpenConnectionsCount() == 0 })
 }
 
 // TestDeleteAndGetNeedTheSessionsCredential: a DELETE or a GET of a session
@@ -230,7 +231,7 @@ func TestDeleteAndGetNeedTheSessionsCredential(t *testing.T) {
 	sid := authInit(t, url, "victim-token-0001")
 	stream := openAuthGet(t, url, sid, "victim-token-0001")
 	defer stream.Body.Close()
-	PeerWait(t, "the victim's stream", func() bool { return s.streams.Set.Count(session.ClientID(sid)) == 1 })
+	peers.Wait(t, "the victim's stream", func() bool { return s.streams.Set.Count(session.ClientID(sid)) == 1 })
 	for _, tok := range []string{"", "attacker-token-01"} {
 		for _, method := range []string{http.MethodDelete, http.MethodGet} {
 			req, _ := http.NewRequest(method, url, nil)
@@ -239,7 +240,7 @@ func TestDeleteAndGetNeedTheSessionsCredential(t *testing.T) {
 			if tok != "" {
 				req.Header.Set("Authorization", "Bearer "+tok)
 			}
-			if resp, raw := peerRawDo(t, req); resp.StatusCode != http.StatusNotFound {
+			if resp, raw := peers.RawDo(t, req); resp.StatusCode != http.StatusNotFound {
 				t.Fatalf("%s under %q: %d %s; want 404", method, tok, resp.StatusCode, raw)
 			}
 		}
@@ -261,7 +262,7 @@ func openAuthGet(t *testing.T, url, sid, token string) *http.Response {
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("victim's GET: %v %v", resp, err)
 	}
@@ -284,7 +285,7 @@ func TestMemoryBudget(t *testing.T) {
 	for i := range 150 {
 		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"` +
 			strings.Repeat(string(rune('a'+i%26)), 60<<10) + strconv.Itoa(i) + `","version":"1"}}}`
-		resp, raw := peerRawPost(t, url, "", body)
+		resp, raw := peers.RawPost(t, url, "", body)
 		code, _, _ := rpcError(t, raw)
 		switch {
 		case resp.StatusCode == http.StatusOK && code == 0:
@@ -309,7 +310,7 @@ func TestMemoryBudget(t *testing.T) {
 		t.Fatalf("an admitted session at the budget: %d", status)
 	}
 	// A 16 MiB answer cannot be buffered under an 8 MiB budget.
-	resp, raw := peerRawPost(t, url, admitted[0], `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
+	resp, raw := peers.RawPost(t, url, admitted[0], `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"huge_json"}}`)
 	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusOK || code != wire.CodeBudget ||
 		!strings.Contains(msg, "memory_budget") {
 		t.Fatalf("huge answer at the budget: %d %.200s", resp.StatusCode, raw)
@@ -317,9 +318,9 @@ func TestMemoryBudget(t *testing.T) {
 	for _, sid := range admitted[:20] {
 		req, _ := http.NewRequest(http.MethodDelete, url, nil)
 		req.Header.Set("Mcp-Session-Id", sid)
-		peerRawDo(t, req)
+		peers.RawDo(t, req)
 	}
-	if resp, _ := peerRawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"late","version":"1"}}}`); resp.StatusCode != http.StatusOK {
+	if resp, _ := peers.RawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"late","version":"1"}}}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("initialize after 20 sessions ended: %d; the budget must come back", resp.StatusCode)
 	}
 }
@@ -347,13 +348,13 @@ func TestCutHeldLineNotCompleted(t *testing.T) {
 // tool name added 15 MB of log lines of 3 MB each.
 func TestLogLinesBounded(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	relay := NewTCPRelay(t, up.Addr())
 	_, url, logs := startProxyLog(t, relay.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	name := "t" + strings.Repeat("x", 1<<20)
 	relay.CutRequest(`"name":"t`) // the call is cut on its way: mcpheal logs that it did not replay it
-	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+name+`"}}`)
+	resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+name+`"}}`)
 	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusOK || code != wire.CodeMaybeExecuted {
 		t.Fatalf("tools/call cut on its way upstream: %d %.200s; want -32011", resp.StatusCode, body)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // TestIdleAnswerKeptAlive: a call that sends one event and then nothing for
@@ -34,9 +35,9 @@ func TestIdleAnswerKeptAlive(t *testing.T) {
 			_, url := startProxy(t, up, func(c *conf.Config) { c.StreamKeepalive = every })
 			relay := NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
 			relay.CloseIdle(400 * time.Millisecond)
-			sid := peerRawInitialize(t, relay.URL())
-			req := peerPostRequest(t, relay.URL(), sid, resumeCall)
-			resp, err := peerRawClient.Do(req)
+			sid := peers.RawInitialize(t, relay.URL())
+			req := peers.PostRequest(t, relay.URL(), sid, resumeCall)
+			resp, err := peers.RawClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,15 +79,15 @@ func TestIdleAnswerKeptAlive(t *testing.T) {
 // not known yet.
 func TestLongQuietCallBehindIdleTimeout(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{EventStore: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: true})
 	_, url := startProxy(t, up.URL(), nil)
 	call := func(target string) (*mcp.CallToolResult, *TcpRelay, error) {
 		relay := NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(target, "http://"), "/mcp"))
 		relay.CloseIdle(30 * time.Second)
-		cs := goSDKClient(t, relay.URL())
+		cs := peers.GoSDKClient(t, relay.URL())
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: peerSlowIn{Steps: 1, DelayMs: 90_000}})
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: peers.SlowIn{Steps: 1, DelayMs: 90_000}})
 		return res, relay, err
 	}
 	type outcome struct {
@@ -100,11 +101,11 @@ func TestLongQuietCallBehindIdleTimeout(t *testing.T) {
 		direct <- outcome{res, relay, err}
 	}()
 	res, relay, err := call(url)
-	if err != nil || peerResultText(res) != "done" || relay.IdleClosed() != 0 {
-		t.Errorf("through mcpheal: %v, %s, the relay closed %d idle connections; want done, none closed", err, peerResultText(res), relay.IdleClosed())
+	if err != nil || peers.ResultText(res) != "done" || relay.IdleClosed() != 0 {
+		t.Errorf("through mcpheal: %v, %s, the relay closed %d idle connections; want done, none closed", err, peers.ResultText(res), relay.IdleClosed())
 	}
 	if d := <-direct; d.relay.IdleClosed() == 0 {
-		t.Errorf("directly (%v, %s) the relay closed no idle connection; want it to cut the quiet call", d.err, peerResultText(d.res))
+		t.Errorf("directly (%v, %s) the relay closed no idle connection; want it to cut the quiet call", d.err, peers.ResultText(d.res))
 	}
 	if n := up.ToolCalls("slow"); n != 2 {
 		t.Errorf("the server ran the tool %d times, want 2 (once directly, once through mcpheal)", n)

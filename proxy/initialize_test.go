@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // TestInitializeNotKeptIsDeleted: an initialize whose answer mcpheal cannot
@@ -65,14 +66,14 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 					}
 					continue
 				}
-				resp, body := peerRawPost(t, url, "",
+				resp, body := peers.RawPost(t, url, "",
 					`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
 				if resp.StatusCode != http.StatusOK || gjson.GetBytes(body, "error.code").Int() == 0 {
 					t.Fatalf("initialize answered %d %.80s; want mcpheal's refusal", resp.StatusCode, body)
 				}
 			}
 			// The DELETEs go in the background, each at once.
-			PeerWait(t, "a DELETE of every upstream session", func() bool {
+			peers.Wait(t, "a DELETE of every upstream session", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(deleted) >= len(created)
@@ -96,8 +97,8 @@ func TestInitializeNotKeptIsDeleted(t *testing.T) {
 func TestChurnDeletesEverySession(t *testing.T) {
 	t.Parallel()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "churn", Version: "1"}, nil)
-	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
-		return peerText(in.Text), nil, nil
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peers.EchoIn) (*mcp.CallToolResult, any, error) {
+		return peers.Text(in.Text), nil, nil
 	})
 	up := startRecorder(t, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{JSONResponse: true}))
 	// sessions: the upstream sessions the answers named, and the DELETEs
@@ -121,26 +122,26 @@ func TestChurnDeletesEverySession(t *testing.T) {
 	})
 	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"churn"}}}`
 	for i := range 30 {
-		sid := peerRawInitialize(t, url)
-		if resp, body := peerRawPost(t, url, sid, call); resp.StatusCode != http.StatusOK {
+		sid := peers.RawInitialize(t, url)
+		if resp, body := peers.RawPost(t, url, sid, call); resp.StatusCode != http.StatusOK {
 			t.Fatalf("agent %d: %d %s", i, resp.StatusCode, body)
 		}
 		switch i % 3 {
 		case 0: // the agent ends it
 			req, _ := http.NewRequest(http.MethodDelete, url, nil)
 			req.Header.Set("Mcp-Session-Id", sid)
-			peerRawDo(t, req)
+			peers.RawDo(t, req)
 		case 1: // the server expires it; the next call heals
 			for ss := range srv.Sessions() {
 				_ = ss.Close()
 			}
-			if resp, body := peerRawPost(t, url, sid, call); resp.StatusCode != http.StatusOK {
+			if resp, body := peers.RawPost(t, url, sid, call); resp.StatusCode != http.StatusOK {
 				t.Fatalf("agent %d after the server's expiry: %d %s", i, resp.StatusCode, body)
 			}
 		case 2: // left to idle out (session_ttl)
 		}
 	}
-	PeerWait(t, "a DELETE of every upstream session", func() bool {
+	peers.Wait(t, "a DELETE of every upstream session", func() bool {
 		created, deleted := sessions()
 		return len(deleted) >= len(created)
 	})

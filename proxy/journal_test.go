@@ -23,6 +23,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // journalURI returns a distinct resource URI of exactly n bytes.
@@ -46,7 +47,7 @@ func TestJournalCappedPerSession(t *testing.T) {
 	up := startLedger(t, false)
 	s, url := startProxy(t, up.url, func(c *conf.Config) { c.Keepalive = -1 })
 	before := memSettled(t, s)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	base := memSettled(t, s)
 	const size = 16 << 10
 	uris := make([]string, 6)
@@ -158,7 +159,7 @@ func TestJournalInMemoryBudget(t *testing.T) {
 		c.Keepalive = -1
 		c.MemoryBudget = budget
 	})
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	id := 10
 	subscribe := func(uri string) (int, int64) {
 		t.Helper()
@@ -199,7 +200,7 @@ func TestJournalInMemoryBudget(t *testing.T) {
 		t.Fatalf("the upstream received %d subscribes, want the %d within the budget", len(got), len(sent))
 	}
 	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"late","version":"1"}}}`
-	resp, raw := peerRawPost(t, url, "", initBody)
+	resp, raw := peers.RawPost(t, url, "", initBody)
 	if code := rpcAnswer(raw).Get("error.code").Int(); resp.StatusCode != http.StatusOK || code != -32015 {
 		t.Fatalf("initialize with the budget held by a journal: %d %s, want 200 -32015", resp.StatusCode, raw)
 	}
@@ -211,7 +212,7 @@ func TestJournalInMemoryBudget(t *testing.T) {
 		t.Fatalf("DELETE: %d", status)
 	}
 	memSettled(t, s)
-	if late := peerRawInitialize(t, url); late == "" {
+	if late := peers.RawInitialize(t, url); late == "" {
 		t.Fatal("no session after the journal's memory was given back")
 	}
 	noPanics(t, s)
@@ -230,17 +231,17 @@ func TestJournalCapHoldsUnderConcurrency(t *testing.T) {
 	const n, size = 8, 16 << 10
 	up := startLedger(t, false)
 	s, url := startProxy(t, up.url, func(c *conf.Config) { c.Keepalive = -1 })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	base := memSettled(t, s)
 	release := up.Hold()
 	codes := make(chan string, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
-		req := peerPostRequest(t, url, sid, subscribeBody(100+i, "resources/subscribe", journalURI(i, size)))
+		req := peers.PostRequest(t, url, sid, subscribeBody(100+i, "resources/subscribe", journalURI(i, size)))
 		go func() { // no t.Fatal off the test's goroutine: errors are answers here
 			defer wg.Done()
-			resp, err := peerRawClient.Do(req)
+			resp, err := peers.RawClient.Do(req)
 			if err != nil {
 				codes <- err.Error()
 				return
@@ -291,7 +292,7 @@ func TestJournalLevelReplacedAtCap(t *testing.T) {
 	const size = 16 << 10
 	up := startLedger(t, false)
 	s, url := startProxy(t, up.url, func(c *conf.Config) { c.Keepalive = -1 })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	setLevel := func(level string) (int, gjson.Result) {
 		t.Helper()
 		return agentRPC(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"`+level+`"}}`)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // Tests of keepalive (keepalive.go).
@@ -20,10 +21,10 @@ import (
 func TestStateKeepalive(t *testing.T) {
 	t.Parallel()
 	const every = 100 * time.Millisecond
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.StreamKeepalive = every })
-	sid := peerRawInitialize(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	sid := peers.RawInitialize(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -33,7 +34,7 @@ func TestStateKeepalive(t *testing.T) {
 	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
 	req.Header.Set("Mcp-Session-Id", sid)
 	start := time.Now()
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
 
@@ -34,12 +35,12 @@ func largeInitialize(t *testing.T) string {
 // initializeAt runs the handshake with body at url and returns the id.
 func initializeAt(t *testing.T, url, body string) string {
 	t.Helper()
-	resp, raw := peerRawPost(t, url, "", body)
+	resp, raw := peers.RawPost(t, url, "", body)
 	sid := resp.Header.Get("Mcp-Session-Id")
 	if resp.StatusCode != http.StatusOK || sid == "" {
 		t.Fatalf("initialize: %d, session %q, body %s", resp.StatusCode, sid, raw)
 	}
-	if resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); resp.StatusCode != http.StatusAccepted {
+	if resp, raw := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("notifications/initialized: %d %s", resp.StatusCode, raw)
 	}
 	return sid
@@ -104,7 +105,7 @@ func TestLargeInitializeWithoutStore(t *testing.T) {
 	addr := a.ln.Addr().String()
 	url := "http://" + addr + "/mcp"
 	large := initializeAt(t, url, largeInitialize(t))
-	small := peerRawInitialize(t, url)
+	small := peers.RawInitialize(t, url)
 	a.kill()
 	b := startProxyAt(t, addr, up.url, mod)
 	inits := up.inits.Load()

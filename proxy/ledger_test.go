@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/tidwall/gjson"
 )
 
@@ -202,7 +203,7 @@ func (l *ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // status and the JSON-RPC answer.
 func agentRPC(t testing.TB, url, sid, body string) (int, gjson.Result) {
 	t.Helper()
-	resp, raw := peerRawPost(t, url, sid, body)
+	resp, raw := peers.RawPost(t, url, sid, body)
 	return resp.StatusCode, rpcAnswer(raw)
 }
 
@@ -214,7 +215,7 @@ func agentDelete(t testing.TB, url, sid string) int {
 		t.Fatal(err)
 	}
 	req.Header.Set("Mcp-Session-Id", sid)
-	resp, _ := peerRawDo(t, req)
+	resp, _ := peers.RawDo(t, req)
 	return resp.StatusCode
 }
 
@@ -224,7 +225,7 @@ func agentDelete(t testing.TB, url, sid string) int {
 // readings in a row.
 func memSettled(t testing.TB, s *Server) int64 {
 	t.Helper()
-	deadline := time.Now().Add(PeerTimeout)
+	deadline := time.Now().Add(peers.Timeout)
 	last, same := s.mem.Used.Load(), 0
 	for same < 3 {
 		if time.Now().After(deadline) {

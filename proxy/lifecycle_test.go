@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"io"
 	"net"
 	"net/http"
@@ -66,14 +67,14 @@ func TestHealAbandonedAtShutdownIsNoError(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	s, url, logs := startProxyLog(t, "http://"+ln.Addr().String()+"/mcp", nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	resp := agentGet(t, url, sid)
 	go func() { _, _ = io.Copy(io.Discard, resp.Body) }()
-	PeerWait(t, "the GET stream's heal to reach the upstream", func() bool { return inits.Load() == 2 })
+	peers.Wait(t, "the GET stream's heal to reach the upstream", func() bool { return inits.Load() == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_ = s.Shutdown(ctx)
-	PeerWait(t, "the heal to be given up", func() bool { return strings.Contains(logs.String(), "heal abandoned") })
+	peers.Wait(t, "the heal to be given up", func() bool { return strings.Contains(logs.String(), "heal abandoned") })
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(line, `"level":"error"`) {
 			t.Fatalf("an error-level line for a heal abandoned at shutdown: %s", line)

@@ -28,6 +28,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -37,14 +38,14 @@ import (
 // idles past the middlebox's limit between calls never notices.
 func TestResetIdleConnectionRetriedFresh(t *testing.T) {
 	CheckGoroutines(t)
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	rl.ResetIdle(time.Second)
 	s, url := startProxy(t, rl.URL(), nil)
-	cs := goSDKClient(t, url)
+	cs := peers.GoSDKClient(t, url)
 
 	start := time.Now()
-	callEcho(t, cs, "warm")
+	peers.CallEcho(t, cs, "warm")
 	base := time.Since(start)
 	var worst time.Duration
 	for round := 1; round <= 3; round++ {
@@ -58,7 +59,7 @@ func TestResetIdleConnectionRetriedFresh(t *testing.T) {
 				t.Fatalf("round %d: ListTools: %v", round, err)
 			}
 		}
-		callEcho(t, cs, "round "+strconv.Itoa(round))
+		peers.CallEcho(t, cs, "round "+strconv.Itoa(round))
 		took := time.Since(start)
 		if took > base+time.Second {
 			t.Errorf("round %d took %v, more than a second over the first call's %v", round, took, base)
@@ -92,20 +93,20 @@ func TestResetIdleConnectionRetriedFresh(t *testing.T) {
 func TestBlackholedConnectionNeverReused(t *testing.T) {
 	CheckGoroutines(t)
 	const healTimeout = 2 * time.Second
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	rl.Blackhole(600 * time.Millisecond)
 	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
 		c.MaxIdleConn = 200 * time.Millisecond
 		c.HealTimeout = healTimeout
 	})
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "before")
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "before")
 	dialed := rl.Accepted()
 	time.Sleep(time.Second) // every pooled connection is now past the relay's limit
 
 	start := time.Now()
-	callEcho(t, cs, "after")
+	peers.CallEcho(t, cs, "after")
 	took := time.Since(start)
 	if took > healTimeout {
 		t.Errorf("call after idling took %v, want within heal_timeout %v", took, healTimeout)
@@ -132,7 +133,7 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 		respTimeout = 300 * time.Millisecond
 		healTimeout = 2 * time.Second
 	)
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	rl.Blackhole(500 * time.Millisecond)
 	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
@@ -142,15 +143,15 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 		// this test sends into the hole.
 		c.EraBridge = "off"
 	})
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	ping := `{"jsonrpc":"2.0","id":"ping-1","method":"ping"}`
-	if resp, body := peerRawPost(t, url, sid, ping); resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
+	if resp, body := peers.RawPost(t, url, sid, ping); resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
 		t.Fatalf("ping: %d %q", resp.StatusCode, body)
 	}
 
 	time.Sleep(700 * time.Millisecond) // the pooled connection idles into the hole
 	start := time.Now()
-	resp, body := peerRawPost(t, url, sid, ping)
+	resp, body := peers.RawPost(t, url, sid, ping)
 	took := time.Since(start)
 	if resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
 		t.Fatalf("ping after idling: %d %q, want 200 with a result", resp.StatusCode, body)
@@ -163,7 +164,7 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 	}
 
 	time.Sleep(700 * time.Millisecond)
-	resp, body = peerRawPost(t, url, sid, echoBody("blackholed"))
+	resp, body = peers.RawPost(t, url, sid, echoBody("blackholed"))
 	if code, _, _ := rpcError(t, []byte(rpcAnswer(body).Raw)); resp.StatusCode != http.StatusOK || code != wire.CodeMaybeExecuted {
 		t.Errorf("tools/call into a blackhole: %d %q, want 200 with error %d", resp.StatusCode, body, wire.CodeMaybeExecuted)
 	}
@@ -180,14 +181,14 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 // test: learnTools drained and released the stream with Response.Body).
 func TestStreamedToolsListKeepsConnection(t *testing.T) {
 	CheckGoroutines(t)
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	list := `{"jsonrpc":"2.0","id":"list-1","method":"tools/list"}`
 	conns := rl.Accepted()
 	for i := range 3 {
-		resp, body := peerRawPost(t, url, sid, list)
+		resp, body := peers.RawPost(t, url, sid, list)
 		if n := len(rpcAnswer(body).Get("result.tools").Array()); resp.StatusCode != http.StatusOK || n != 4 {
 			t.Fatalf("tools/list %d: %d, %d tools, body %q; want 200 and 4 tools", i, resp.StatusCode, n, body)
 		}
@@ -209,13 +210,13 @@ func TestStreamedToolsListKeepsConnection(t *testing.T) {
 // the upstream session, and the proxy's stream reopen would heal it.
 func TestKeepaliveLeavesGoneSessions(t *testing.T) {
 	CheckGoroutines(t)
-	up := startGoSDK(t, goSDKOpts{SessionTimeout: 600 * time.Millisecond})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{SessionTimeout: 600 * time.Millisecond})
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Keepalive = 900 * time.Millisecond })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	first := lastUpstreamID(t, up)
 	rawEcho(t, url, sid, "before")
 
-	PeerWait(t, "a keepalive that finds the session gone", func() bool { return s.count.Keepalive[obs.KeepaliveGone].Load() >= 1 })
+	peers.Wait(t, "a keepalive that finds the session gone", func() bool { return s.count.Keepalive[obs.KeepaliveGone].Load() >= 1 })
 	if n := up.Inits(); n != 1 {
 		t.Errorf("upstream initializes before the agent's next call = %d, want 1 (the agent's own)", n)
 	}
@@ -252,12 +253,12 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 	// A wide ratio (10×), so that a loaded machine stalling a ping by a
 	// few hundred milliseconds does not expire the session.
 	const timeout = time.Second
-	up := startGoSDK(t, goSDKOpts{SessionTimeout: timeout})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{SessionTimeout: timeout})
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Keepalive = 100 * time.Millisecond })
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "first")
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "first")
 	time.Sleep(3 * timeout)
-	callEcho(t, cs, "last")
+	peers.CallEcho(t, cs, "last")
 
 	ids := map[string]int{}
 	for _, r := range up.Requests() {
@@ -289,7 +290,7 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 	CheckGoroutines(t)
 	const name = "care-upstream"
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
 		c.Name = name
@@ -297,7 +298,7 @@ func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 		c.HealTimeout = time.Second
 	})
 	hc := careClient(t)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	if a := carePost(t, hc, url, sid, echoBody("up")); rpcText(a.body) != "up" {
 		t.Fatalf("echo before the outage: %d %q", a.status, a.body)
 	}
@@ -426,16 +427,16 @@ func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 func TestSessionTTLDeletesUpstream(t *testing.T) {
 	CheckGoroutines(t)
 	const ttl = time.Second
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.SessionTTL = ttl })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	upID := lastUpstreamID(t, up)
 	for range 8 { // 2 s of use, twice the TTL
 		time.Sleep(ttl / 4)
 		rawEcho(t, url, sid, "in use")
 	}
 	idleFrom := time.Now()
-	PeerWait(t, "the upstream DELETE of the expired session", func() bool {
+	peers.Wait(t, "the upstream DELETE of the expired session", func() bool {
 		for _, r := range up.Requests() {
 			if r.HTTPMethod == http.MethodDelete && r.SessionID == upID {
 				return true
@@ -453,7 +454,7 @@ func TestSessionTTLDeletesUpstream(t *testing.T) {
 	// The expired session's sealed id still opens: it comes back, on a new
 	// upstream session, at its next use.
 	inits := up.Inits()
-	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+	resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
 	if resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
 		t.Errorf("expired session's next use: %d %q, want it restored", resp.StatusCode, body)
 	}
@@ -468,11 +469,11 @@ func TestSessionTTLDeletesUpstream(t *testing.T) {
 // the proxy holds before it returns.
 func TestShutdownDeletesUpstreamSessions(t *testing.T) {
 	CheckGoroutines(t)
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
 	var ids []string
 	for range 3 {
-		peerRawInitialize(t, url)
+		peers.RawInitialize(t, url)
 		ids = append(ids, lastUpstreamID(t, up))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -505,11 +506,11 @@ func TestShutdownDeletesUpstreamSessions(t *testing.T) {
 // an upstream that swallows every request.
 func TestShutdownBoundedWhenUpstreamHangs(t *testing.T) {
 	CheckGoroutines(t)
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), nil)
-	peerRawInitialize(t, url)
-	peerRawInitialize(t, url)
+	peers.RawInitialize(t, url)
+	peers.RawInitialize(t, url)
 	rl.Blackhole(0)
 	start := time.Now()
 	_ = s.Shutdown(context.Background())
@@ -593,7 +594,7 @@ func goroutineStacks() map[string]string {
 func careClient(t testing.TB) *http.Client {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: PeerTimeout}
+	return &http.Client{Transport: tr, Timeout: peers.Timeout}
 }
 
 // careAnswer is one answer to carePost.
@@ -604,11 +605,11 @@ type careAnswer struct {
 	took   time.Duration
 }
 
-// carePost POSTs a JSON-RPC message on a session, as peerRawPost does, with
+// carePost POSTs a JSON-RPC message on a session, as peers.RawPost does, with
 // client hc, and times the exchange.
 func carePost(t testing.TB, hc *http.Client, url, sid, body string) careAnswer {
 	t.Helper()
-	req := peerPostRequest(t, url, sid, body)
+	req := peers.PostRequest(t, url, sid, body)
 	start := time.Now()
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -652,11 +653,11 @@ func echoBody(text string) string {
 		careSeq.Add(1), text)
 }
 
-// rawEcho calls echo on a session with peerRawPost and fails the test unless
+// rawEcho calls echo on a session with peers.RawPost and fails the test unless
 // text comes back.
 func rawEcho(t testing.TB, url, sid, text string) {
 	t.Helper()
-	resp, body := peerRawPost(t, url, sid, echoBody(text))
+	resp, body := peers.RawPost(t, url, sid, echoBody(text))
 	if resp.StatusCode != http.StatusOK || rpcText(body) != text {
 		t.Fatalf("echo(%q): %d %q", text, resp.StatusCode, body)
 	}
@@ -677,7 +678,7 @@ func rpcText(body []byte) string {
 
 // lastUpstreamID returns the upstream session id of the newest session a
 // peer saw initialized (its notifications/initialized).
-func lastUpstreamID(t testing.TB, p *peer) string {
+func lastUpstreamID(t testing.TB, p *peers.Server) string {
 	t.Helper()
 	reqs := p.Requests()
 	for i := len(reqs) - 1; i >= 0; i-- {

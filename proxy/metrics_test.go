@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -482,7 +483,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Errorf("%s: no query counts the -32011 answers (mcpheal_replays_total{outcome=\"refused\"})", dashboardFile)
 	}
 
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, base, admin, _ := startRouterAdmin(t, []conf.Config{
 		{Name: "gosdk", Upstream: up.URL(), Path: "/mcp", Shared: session.NewMemShared()},
 	})
@@ -505,13 +506,13 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 
-	sid := peerRawInitialize(t, base+"/mcp")
+	sid := peers.RawInitialize(t, base+"/mcp")
 	call := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"dashboard"}}}`
-	if resp, body := peerRawPost(t, base+"/mcp", sid, call); resp.StatusCode != 200 {
+	if resp, body := peers.RawPost(t, base+"/mcp", sid, call); resp.StatusCode != 200 {
 		t.Fatalf("tools/call: %d %q", resp.StatusCode, body)
 	}
 	up.ExpireSessions()
-	if resp, body := peerRawPost(t, base+"/mcp", sid, call); resp.StatusCode != 200 {
+	if resp, body := peers.RawPost(t, base+"/mcp", sid, call); resp.StatusCode != 200 {
 		t.Fatalf("tools/call after the upstream expired its session: %d %q", resp.StatusCode, body)
 	}
 	if n := up.Inits(); n != 2 {

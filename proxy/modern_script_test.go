@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // scriptedModern is a scripted upstream that speaks only MCP 2026-07-28:
@@ -165,11 +166,11 @@ func multiLineEvent(msg string) string {
 // Authorization auth ("" for none).
 func agentPost(t testing.TB, url, sid, auth, body string) (*http.Response, []byte) {
 	t.Helper()
-	req := peerPostRequest(t, url, sid, body)
+	req := peers.PostRequest(t, url, sid, body)
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	return peerRawDo(t, req)
+	return peers.RawDo(t, req)
 }
 
 // agentInitialize runs a session-era agent's handshake under auth and
@@ -192,7 +193,7 @@ func agentInitialize(t testing.TB, url, auth string) string {
 // (an SSE answer, a GET stream), closed when the test ends.
 func agentOpen(t testing.TB, req *http.Request) (*http.Response, *eventReader) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*PeerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*peers.Timeout)
 	t.Cleanup(cancel)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)

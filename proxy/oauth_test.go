@@ -17,6 +17,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -182,7 +183,7 @@ func TestWellKnownGuarded(t *testing.T) {
 	if st, b := get(own, ""); st != http.StatusBadGateway || !strings.Contains(b, strconv.Itoa(maxMetadata)) {
 		t.Errorf("metadata past %d bytes: %d %.200s; want 502 naming the cap", maxMetadata, st, b)
 	}
-	PeerWait(t, "the budget to come back", func() bool { return s.mem.Used.Load() == base0 })
+	peers.Wait(t, "the budget to come back", func() bool { return s.mem.Used.Load() == base0 })
 
 	_, guarded := serve(conf.Config{AuthTokens: []string{"inbound-token-0000001"}})
 	size.Store(100)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -14,13 +15,13 @@ import (
 // the upstream's own headers, the session id swapped and 202 kept.
 func TestPassThroughBytes(t *testing.T) {
 	t.Parallel()
-	up := startDialect(t, dialectWP200)
+	up := peers.StartDialect(t, peers.DialectWP200)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	const call = `{"jsonrpc":"2.0","id":"x-9","method":"tools/call","params":{"name":"echo","arguments":{"text":"bytes"}}}`
-	resp, body := peerRawPost(t, url, sid, call)
+	resp, body := peers.RawPost(t, url, sid, call)
 	upSID := up.Requests()[len(up.Requests())-1].SessionID
-	direct, dbody := peerRawPost(t, up.URL(), upSID, call)
+	direct, dbody := peers.RawPost(t, up.URL(), upSID, call)
 	if string(body) != string(dbody) || resp.StatusCode != direct.StatusCode {
 		t.Fatalf("proxied %d %q, direct %d %q", resp.StatusCode, body, direct.StatusCode, dbody)
 	}
@@ -30,7 +31,7 @@ func TestPassThroughBytes(t *testing.T) {
 	if resp.Header.Get("Content-Type") != direct.Header.Get("Content-Type") {
 		t.Fatalf("Content-Type %q, direct %q", resp.Header.Get("Content-Type"), direct.Header.Get("Content-Type"))
 	}
-	resp, _ = peerRawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	resp, _ = peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("notification answered %d, want 202", resp.StatusCode)
 	}
@@ -48,16 +49,16 @@ func TestPassThroughBytes(t *testing.T) {
 // upstream id and the client id is unknown afterwards.
 func TestDeleteEndsSession(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	req, _ := http.NewRequest(http.MethodDelete, url, nil)
 	req.Header.Set("Mcp-Session-Id", sid)
-	resp, _ := peerRawDo(t, req)
+	resp, _ := peers.RawDo(t, req)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("DELETE = %d, want 200", resp.StatusCode)
 	}
-	PeerWait(t, "upstream DELETE", func() bool {
+	peers.Wait(t, "upstream DELETE", func() bool {
 		for _, r := range up.Requests() {
 			if r.HTTPMethod == http.MethodDelete && r.SessionID != "" && r.SessionID != sid {
 				return true
@@ -65,7 +66,7 @@ func TestDeleteEndsSession(t *testing.T) {
 		}
 		return false
 	})
-	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	if code, _, id := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != wire.CodeSessionNotFound || id != "2" {
 		t.Fatalf("after DELETE: %d %s", resp.StatusCode, body)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // testLog sends the proxy's log to t.Log, so a failing test shows what the
@@ -86,11 +87,11 @@ func startProxyLog(t testing.TB, upstream string, mod func(*conf.Config)) (*Serv
 // as it does directly, and never sees an upstream session id.
 func TestGoSDKThroughProxy(t *testing.T) {
 	t.Parallel()
-	for _, o := range []goSDKOpts{{}, {JSONResponse: true}} {
-		up := startGoSDK(t, o)
+	for _, o := range []peers.GoSDKOpts{{}, {JSONResponse: true}} {
+		up := peers.StartGoSDK(t, o)
 		_, url := startProxy(t, up.URL(), nil)
-		cs := goSDKClient(t, url)
-		callEcho(t, cs, "hello")
+		cs := peers.GoSDKClient(t, url)
+		peers.CallEcho(t, cs, "hello")
 		tools, err := cs.ListTools(context.Background(), nil)
 		if err != nil || len(tools.Tools) != 4 {
 			t.Fatalf("ListTools = %v, %v; want 4 tools", tools, err)
@@ -110,11 +111,11 @@ func TestGoSDKThroughProxy(t *testing.T) {
 // agent as they happen, before the final result.
 func TestSSEProgressStreams(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), nil)
 	var mu sync.Mutex
 	var progress []time.Time
-	cs := goSDKClientWith(t, url, &mcp.ClientOptions{
+	cs := peers.GoSDKClientWith(t, url, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
 			mu.Lock()
 			progress = append(progress, time.Now())
@@ -126,12 +127,12 @@ func TestSSEProgressStreams(t *testing.T) {
 	start := time.Now()
 	res, err := cs.CallTool(context.Background(), params)
 	end := time.Now()
-	if err != nil || peerResultText(res) != "done" {
-		t.Fatalf("slow = %v, %v", peerResultText(res), err)
+	if err != nil || peers.ResultText(res) != "done" {
+		t.Fatalf("slow = %v, %v", peers.ResultText(res), err)
 	}
 	// The go-sdk client runs progress handlers asynchronously: the last one
 	// may land just after CallTool returned.
-	PeerWait(t, "3 progress notifications", func() bool {
+	peers.Wait(t, "3 progress notifications", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(progress) == 3
@@ -151,16 +152,16 @@ func TestSSEProgressStreams(t *testing.T) {
 // (200 ms here), not when the tool ends; the session keeps working.
 func TestAbandonedStreamClosesUpstream(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	rl := NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), func(c *conf.Config) { c.ResumeWindow = 200 * time.Millisecond })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	rawEcho(t, url, sid, "warm")
 	open := rl.Open()
 	for round := range 3 {
 		body := `{"jsonrpc":"2.0","id":"slow-` + string(rune('a'+round)) + `","method":"tools/call","params":{"name":"slow",` +
 			`"arguments":{"steps":40,"delayMs":100},"_meta":{"progressToken":"p"}}}`
-		resp, err := peerRawClient.Do(peerPostRequest(t, url, sid, body))
+		resp, err := peers.RawClient.Do(peers.PostRequest(t, url, sid, body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +172,7 @@ func TestAbandonedStreamClosesUpstream(t *testing.T) {
 		}
 		left := time.Now()
 		_ = resp.Body.Close() // the agent goes away; the tool would run 4 s more
-		PeerWait(t, "the proxy to close the abandoned upstream stream", func() bool { return rl.Open() <= open })
+		peers.Wait(t, "the proxy to close the abandoned upstream stream", func() bool { return rl.Open() <= open })
 		if el := time.Since(left); el > time.Second {
 			t.Errorf("round %d: upstream stream closed %v after the agent left, want well under the tool's 4 s", round, el)
 		}
@@ -183,10 +184,10 @@ func TestAbandonedStreamClosesUpstream(t *testing.T) {
 // TestMCPGoThroughProxy: the mark3labs/mcp-go client works through the proxy.
 func TestMCPGoThroughProxy(t *testing.T) {
 	t.Parallel()
-	up := startMCPGo(t, true)
+	up := peers.StartMCPGo(t, true)
 	_, url := startProxy(t, up.URL(), nil)
-	c := mcpGoClient(t, url)
-	mcpGoCallEcho(t, c, "hi")
+	c := peers.McpGoClient(t, url)
+	peers.McpGoCallEcho(t, c, "hi")
 }
 
 // rpcError decodes a JSON-RPC error answer.

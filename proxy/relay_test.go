@@ -9,6 +9,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"io"
 	"net"
 	"sync"
@@ -332,7 +333,7 @@ const (
 func (c *relayConn) run() {
 	defer c.r.wg.Done()
 	defer c.r.forget(c)
-	up, err := net.DialTimeout("tcp", c.r.target, PeerTimeout)
+	up, err := net.DialTimeout("tcp", c.r.target, peers.Timeout)
 	if err != nil {
 		c.close(true) // the upstream refuses: so does the relay
 		return
@@ -523,7 +524,7 @@ func TestRelayModes(t *testing.T) {
 	} else if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("down: dial: %v, want success or ECONNRESET", err)
 	}
-	PeerWait(t, "the refused connection to be counted", func() bool { return r.Accepted() == before+1 })
+	peers.Wait(t, "the refused connection to be counted", func() bool { return r.Accepted() == before+1 })
 	if r.Accepted() != before+1 || r.Refused() != 1 {
 		t.Fatalf("down: %d accepted (want %d), %d refused (want 1)", r.Accepted(), before+1, r.Refused())
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
@@ -310,7 +311,7 @@ func writeSSE(w http.ResponseWriter, id json.RawMessage, result string) {
 func callTool(t testing.TB, url, sid, tool string) (int, gjson.Result) {
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":%q,"arguments":{"q":"x"}}}`, tool)
-	resp, raw := peerRawPost(t, url, sid, body)
+	resp, raw := peers.RawPost(t, url, sid, body)
 	return resp.StatusCode, rpcAnswer(raw)
 }
 
@@ -322,7 +323,7 @@ func TestToolErrorMentioningSessionNotReplayed(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	status, ans := callTool(t, url, sid, "charge")
 	if status != http.StatusOK || !strings.Contains(ans.Get("error.message").Str, "payment gateway session expired") {
 		t.Fatalf("charge: %d %s; want the tool's own error", status, ans.Raw)
@@ -342,7 +343,7 @@ func TestGateway503AfterRunNotReplayed(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.HealTimeout = 2 * time.Second })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	status, ans := callTool(t, url, sid, "gw503")
 	if status != http.StatusOK || ans.Get("error.code").Int() != wire.CodeMaybeExecuted {
 		t.Fatalf("gw503: %d %s; want 200 with -32011", status, ans.Raw)
@@ -359,7 +360,7 @@ func TestServerRefusal503Retried(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	status, ans := callTool(t, url, sid, "shutting")
 	if status != http.StatusOK || ans.Get("result.content.0.text").Str != "shutting:x" {
 		t.Fatalf("shutting: %d %s; want the tool's result", status, ans.Raw)
@@ -377,7 +378,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	for _, body := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","name":"crash_tool"}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"crash_tool"}}`,
@@ -389,7 +390,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call","params":{"name":"crash_tool"}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup"},"p\u0061rams":{"name":"crash_tool"}}`,
 	} {
-		resp, raw := peerRawPost(t, url, sid, body)
+		resp, raw := peers.RawPost(t, url, sid, body)
 		if code, _, _ := rpcError(t, raw); resp.StatusCode != http.StatusBadRequest || code != wire.CodeInvalidRequest {
 			t.Errorf("%s: %d %s; want 400 -32600", body, resp.StatusCode, raw)
 		}
@@ -406,7 +407,7 @@ func TestLargeSSEInitialize(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, func(sc *scripted) { sc.initSSE = 12 << 10 })
 	_, url := startProxy(t, up.URL(), nil)
-	resp, raw := peerRawPost(t, url, "",
+	resp, raw := peers.RawPost(t, url, "",
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	ins := rpcAnswer(raw).Get("result.instructions").Str
 	if resp.StatusCode != http.StatusOK || len(ins) != 12<<10 {
@@ -434,8 +435,8 @@ func TestToolsLearnedBeforeAnswerPasses(t *testing.T) {
 	up := startScripted(t, func(sc *scripted) { sc.listOpen = open })
 	defer close(open)
 	s, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
-	resp, err := http.DefaultClient.Do(peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
+	sid := peers.RawInitialize(t, url)
+	resp, err := http.DefaultClient.Do(peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +470,7 @@ func TestHealKeepsSessionWhenInitializedLost(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	up.Expire()
 	up.dropInitialized.Store(1)
 	status, ans := callTool(t, url, sid, "lookup")
@@ -494,8 +495,8 @@ func TestLargeSSEToolsListAcrossHeal(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, func(sc *scripted) { sc.listSSE = 40 })
 	s, url, logs := startProxyLog(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
-	resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	sid := peers.RawInitialize(t, url)
+	resp, raw := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if n := len(rpcAnswer(raw).Get("result.tools").Array()); resp.StatusCode != http.StatusOK || n != 43 {
 		t.Fatalf("tools/list: %d, %d tools; want 43", resp.StatusCode, n)
 	}
@@ -503,7 +504,7 @@ func TestLargeSSEToolsListAcrossHeal(t *testing.T) {
 	if status, ans := callTool(t, url, sid, "lookup"); status != http.StatusOK || ans.Get("error").Exists() {
 		t.Fatalf("after expiry: %d %s", status, ans.Raw)
 	}
-	PeerWait(t, "the tools/list after the heal", func() bool { return up.lists.Load() == 2 })
+	peers.Wait(t, "the tools/list after the heal", func() bool { return up.lists.Load() == 2 })
 	s.Close() // waits for the background work: checkTools has compared
 	if l := logs.String(); strings.Contains(l, "tool list changed") {
 		t.Fatalf("an unchanged tool list was reported as changed:\n%s", l)
@@ -519,7 +520,7 @@ func TestStaleConnectionToolRunsOnce(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.HealTimeout = time.Second })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	if status, _ := callTool(t, url, sid, "lookup"); status != http.StatusOK {
 		t.Fatalf("warm-up call: %d", status)
 	}
@@ -542,9 +543,9 @@ func TestStreamCutBeforeAnswer(t *testing.T) {
 	t.Parallel()
 	up := startScripted(t, nil)
 	_, url := startProxy(t, up.URL(), nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	start := time.Now()
-	resp, raw := peerRawPost(t, url, sid,
+	resp, raw := peers.RawPost(t, url, sid,
 		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"progress_crash","arguments":{}}}`)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), "notifications/progress") {
 		t.Fatalf("progress_crash: %d %q; want the progress notification relayed", resp.StatusCode, raw)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/heal"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/session/redisstore"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
@@ -157,7 +158,7 @@ func (f *replicaSet) initsByReplica() string {
 
 // initRequests describes, for a failure message, the initializes the
 // upstream received: their JSON-RPC ids tell the agent's from mcpheal's.
-func initRequests(up *peer) string {
+func initRequests(up *peers.Server) string {
 	var b strings.Builder
 	for _, r := range up.Requests() {
 		if r.RPCMethod == "initialize" {
@@ -250,11 +251,11 @@ func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestFleetHealsOncePerDeath(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 		f := startFleet(t, 3, up.URL(), sh)
-		cs := goSDKClient(t, f.url())
+		cs := peers.GoSDKClient(t, f.url())
 		for i := range 9 {
-			callEcho(t, cs, "spread "+strconv.Itoa(i))
+			peers.CallEcho(t, cs, "spread "+strconv.Itoa(i))
 		}
 		for i := range f.procs {
 			if n := f.lb.served[i].Load(); n < 3 {
@@ -267,18 +268,18 @@ func TestFleetHealsOncePerDeath(t *testing.T) {
 
 		calls := sh.calls.Load()
 		for i := range 9 {
-			callEcho(t, cs, "steady "+strconv.Itoa(i))
+			peers.CallEcho(t, cs, "steady "+strconv.Itoa(i))
 		}
 		if n := sh.calls.Load() - calls; n != 0 {
 			t.Fatalf("%d store calls for 9 calls on a healthy session, want 0", n)
 		}
 
 		up.Restart()
-		callEcho(t, cs, "after the upstream restart")
+		peers.CallEcho(t, cs, "after the upstream restart")
 		// Every replica follows the heal at once (events), before any
 		// request of its own fails.
 		for i, p := range f.procs {
-			PeerWait(t, "replica "+strconv.Itoa(i)+" to follow the heal", func() bool {
+			peers.Wait(t, "replica "+strconv.Itoa(i)+" to follow the heal", func() bool {
 				sess, ok := p.s.sessions.Store.Peek(session.ClientID(cs.ID()))
 				if !ok {
 					return false
@@ -288,7 +289,7 @@ func TestFleetHealsOncePerDeath(t *testing.T) {
 			})
 		}
 		for i := range 8 {
-			callEcho(t, cs, "after the upstream restart "+strconv.Itoa(i))
+			peers.CallEcho(t, cs, "after the upstream restart "+strconv.Itoa(i))
 		}
 		if n := up.Inits(); n != 2 {
 			t.Fatalf("%d upstream initializes after one upstream restart, want 2 (one heal fleet-wide);%s%s", n, f.initsByReplica(), initRequests(up))
@@ -307,21 +308,21 @@ func TestFleetHealsOncePerDeath(t *testing.T) {
 func TestFleetSurvivesReplicaDeaths(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 		f := startFleet(t, 3, up.URL(), sh)
-		cs := goSDKClient(t, f.url())
+		cs := peers.GoSDKClient(t, f.url())
 		for i := range 6 {
-			callEcho(t, cs, "before "+strconv.Itoa(i))
+			peers.CallEcho(t, cs, "before "+strconv.Itoa(i))
 		}
 		f.procs[1].kill()
 		for i := range 6 {
-			callEcho(t, cs, "one replica dead "+strconv.Itoa(i))
+			peers.CallEcho(t, cs, "one replica dead "+strconv.Itoa(i))
 		}
 		for i := range f.procs {
 			f.restart(i)
 		}
 		for i := range 6 {
-			callEcho(t, cs, "all restarted "+strconv.Itoa(i))
+			peers.CallEcho(t, cs, "all restarted "+strconv.Itoa(i))
 		}
 		if n := up.Inits(); n != 1 {
 			t.Fatalf("%d upstream initializes, want only the agent's: restarted replicas adopt its session", n)
@@ -339,30 +340,30 @@ func TestFleetSurvivesReplicaDeaths(t *testing.T) {
 func TestFleetDeleteEndsEverywhere(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 		f := startFleet(t, 3, up.URL(), sh)
-		sid := peerRawInitialize(t, f.replica(0))
+		sid := peers.RawInitialize(t, f.replica(0))
 		list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
 		for i := range 3 {
-			if resp, body := peerRawPost(t, f.replica(i), sid, list); resp.StatusCode != http.StatusOK {
+			if resp, body := peers.RawPost(t, f.replica(i), sid, list); resp.StatusCode != http.StatusOK {
 				t.Fatalf("tools/list on replica %d: %d %s", i, resp.StatusCode, body)
 			}
 		}
 		req, _ := http.NewRequest(http.MethodDelete, f.replica(2), nil)
 		req.Header.Set("Mcp-Session-Id", sid)
-		if resp, body := peerRawDo(t, req); resp.StatusCode != http.StatusOK {
+		if resp, body := peers.RawDo(t, req); resp.StatusCode != http.StatusOK {
 			t.Fatalf("DELETE: %d %s", resp.StatusCode, body)
 		}
 		// The replicas that hold it hear of the end at once (events), not
 		// only when their upstream session fails.
 		for i := range 2 {
-			PeerWait(t, "replica "+strconv.Itoa(i)+" to drop the ended session", func() bool {
+			peers.Wait(t, "replica "+strconv.Itoa(i)+" to drop the ended session", func() bool {
 				return !f.procs[i].s.sessions.Store.Has(session.ClientID(sid))
 			})
 		}
 		f.procs = append(f.procs, f.start("127.0.0.1:0")) // never saw the session
 		for i := range 4 {
-			if resp, body := peerRawPost(t, f.replica(i), sid, list); resp.StatusCode != http.StatusNotFound {
+			if resp, body := peers.RawPost(t, f.replica(i), sid, list); resp.StatusCode != http.StatusNotFound {
 				t.Fatalf("tools/list on replica %d after DELETE on replica 2: %d %s, want 404", i, resp.StatusCode, body)
 			}
 		}
@@ -385,19 +386,19 @@ func TestFleetStoreDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	f := startFleet(t, 3, up.URL(), st)
-	cs := goSDKClient(t, f.url())
+	cs := peers.GoSDKClient(t, f.url())
 	for i := range 6 {
-		callEcho(t, cs, "before "+strconv.Itoa(i))
+		peers.CallEcho(t, cs, "before "+strconv.Itoa(i))
 	}
 	srv.Stop()
 	for i := range 6 {
-		callEcho(t, cs, "store down "+strconv.Itoa(i))
+		peers.CallEcho(t, cs, "store down "+strconv.Itoa(i))
 	}
 	up.Restart()
 	for i := range 6 {
-		callEcho(t, cs, "store down, upstream restarted "+strconv.Itoa(i))
+		peers.CallEcho(t, cs, "store down, upstream restarted "+strconv.Itoa(i))
 	}
 	if n := up.Inits(); n < 2 || n > 4 {
 		t.Fatalf("%d upstream initializes; want the agent's and at most one heal per replica;%s%s", n, f.initsByReplica(), initRequests(up))
@@ -408,7 +409,7 @@ func TestFleetStoreDown(t *testing.T) {
 		f.restart(i)
 	}
 	for i := range 6 {
-		callEcho(t, cs, "store back empty, replicas restarted "+strconv.Itoa(i))
+		peers.CallEcho(t, cs, "store back empty, replicas restarted "+strconv.Itoa(i))
 	}
 	if n := up.Inits() - inits; n != 1 {
 		t.Fatalf("%d upstream initializes after the restarts, want 1", n)
@@ -424,14 +425,14 @@ func TestFleetStoreDown(t *testing.T) {
 func TestFleetConcurrentHeals(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 		f := startFleet(t, 3, up.URL(), sh)
 		const agents = 4
 		var css [agents]*mcp.ClientSession
 		for i := range css {
-			css[i] = goSDKClient(t, f.url())
+			css[i] = peers.GoSDKClient(t, f.url())
 		}
-		up.initDelay.Store(int64(50 * time.Millisecond)) // the heals of one session overlap on every replica
+		up.InitDelay.Store(int64(50 * time.Millisecond)) // the heals of one session overlap on every replica
 		up.Restart()
 		var wg sync.WaitGroup
 		for i := range css {
@@ -440,9 +441,9 @@ func TestFleetConcurrentHeals(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					text := "agent " + strconv.Itoa(i) + " call " + strconv.Itoa(j)
-					res, err := goSDKCall(t, css[i], "echo", map[string]any{"text": text})
-					if err != nil || peerResultText(res) != text {
-						t.Errorf("echo(%q) = %q, %v", text, peerResultText(res), err)
+					res, err := peers.GoSDKCall(t, css[i], "echo", map[string]any{"text": text})
+					if err != nil || peers.ResultText(res) != text {
+						t.Errorf("echo(%q) = %q, %v", text, peers.ResultText(res), err)
 					}
 				}()
 			}
@@ -468,10 +469,10 @@ func TestFleetConcurrentHeals(t *testing.T) {
 func TestFleetSessionStateAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{State: true})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 		f := startFleet(t, 3, up.URL(), sh)
 		var updated inbox
-		cs := goSDKClientWith(t, f.url(), &mcp.ClientOptions{
+		cs := peers.GoSDKClientWith(t, f.url(), &mcp.ClientOptions{
 			ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 				updated.add(req.Params.URI)
 			},
@@ -487,37 +488,37 @@ func TestFleetSessionStateAcrossReplicas(t *testing.T) {
 		})
 		sample := func(prompt string) {
 			t.Helper()
-			res, err := goSDKCall(t, cs, "sample", map[string]any{"prompt": prompt})
+			res, err := peers.GoSDKCall(t, cs, "sample", map[string]any{"prompt": prompt})
 			if err != nil {
 				t.Fatalf("sample(%q): %v", prompt, err)
 			}
-			if got, want := peerResultText(res), "sampled "+prompt; got != want {
+			if got, want := peers.ResultText(res), "sampled "+prompt; got != want {
 				t.Fatalf("sample(%q) = %q, want %q", prompt, got, want)
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 		defer cancel()
-		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: peerResourceURI}); err != nil {
+		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: peers.ResourceURI}); err != nil {
 			t.Fatalf("Subscribe: %v", err)
 		}
 		for i := range 3 {
 			sample("before " + strconv.Itoa(i))
 		}
-		nudge(t, "resources/updated before the restart", func() { up.UpdateResource(peerResourceURI) },
-			func() bool { return updated.count(peerResourceURI) > 0 })
+		nudge(t, "resources/updated before the restart", func() { up.UpdateResource(peers.ResourceURI) },
+			func() bool { return updated.count(peers.ResourceURI) > 0 })
 
 		up.Restart()
 		for i := range 3 {
 			sample("after " + strconv.Itoa(i))
 		}
-		seen := updated.count(peerResourceURI)
-		nudge(t, "resources/updated after the restart", func() { up.UpdateResource(peerResourceURI) },
-			func() bool { return updated.count(peerResourceURI) > seen })
+		seen := updated.count(peers.ResourceURI)
+		nudge(t, "resources/updated after the restart", func() { up.UpdateResource(peers.ResourceURI) },
+			func() bool { return updated.count(peers.ResourceURI) > seen })
 		if n := up.Inits(); n != 2 {
 			t.Fatalf("%d upstream initializes, want 2 (the agent's, one heal)", n)
 		}
-		if got := journalParams(up, "resources/subscribe", "uri"); !slices.Equal(got, []string{peerResourceURI}) {
-			t.Fatalf("replayed resources/subscribe = %q, want [%s] once", got, peerResourceURI)
+		if got := journalParams(up, "resources/subscribe", "uri"); !slices.Equal(got, []string{peers.ResourceURI}) {
+			t.Fatalf("replayed resources/subscribe = %q, want [%s] once", got, peers.ResourceURI)
 		}
 		if n := up.ToolCalls("sample"); n != 6 {
 			t.Fatalf("sample ran %d times for 6 calls", n)
@@ -534,9 +535,9 @@ func TestFleetSessionStateAcrossReplicas(t *testing.T) {
 func TestFleetGetStreamMoves(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 		f := startFleet(t, 2, up.URL(), sh)
-		sid := peerRawInitialize(t, f.replica(0))
+		sid := peers.RawInitialize(t, f.replica(0))
 		open := func(url string) *http.Response {
 			t.Helper()
 			req, _ := http.NewRequest(http.MethodGet, url, nil)
@@ -588,18 +589,18 @@ func TestFleetStoreFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	sh := &countingShared{Shared: st}
 	f := startFleet(t, 3, up.URL(), sh)
-	cs := goSDKClient(t, f.url())
+	cs := peers.GoSDKClient(t, f.url())
 	for i := range 3 {
-		callEcho(t, cs, "before "+strconv.Itoa(i))
+		peers.CallEcho(t, cs, "before "+strconv.Itoa(i))
 	}
 	srv.Freeze()
 	defer srv.Thaw()
 	calls := sh.calls.Load()
 	for i := range 6 {
-		callEcho(t, cs, "store frozen "+strconv.Itoa(i))
+		peers.CallEcho(t, cs, "store frozen "+strconv.Itoa(i))
 	}
 	if n := sh.calls.Load() - calls; n != 0 {
 		t.Errorf("%d store calls for 6 healthy calls with the store frozen, want 0", n)
@@ -607,7 +608,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 	up.Restart()
 	for i := range 6 {
 		start := time.Now()
-		callEcho(t, cs, "store frozen, upstream restarted "+strconv.Itoa(i))
+		peers.CallEcho(t, cs, "store frozen, upstream restarted "+strconv.Itoa(i))
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("call %d took %v with the store frozen", i, d)
 		}
@@ -624,16 +625,16 @@ func TestFleetStoreFrozen(t *testing.T) {
 func TestFleetLeaseHolderDied(t *testing.T) {
 	t.Parallel()
 	sh := &countingShared{Shared: session.NewMemShared()}
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	f := startFleet(t, 2, up.URL(), sh)
-	cs := goSDKClient(t, f.url())
-	callEcho(t, cs, "before")
+	cs := peers.GoSDKClient(t, f.url())
+	peers.CallEcho(t, cs, "before")
 	if ok, _ := sh.Lead(context.Background(), session.ClientID(cs.ID()), 1, heal.LeaseTTL); !ok {
 		t.Fatal("could not take the lease")
 	}
 	up.Restart()
 	start := time.Now()
-	callEcho(t, cs, "after the dead leader's lease")
+	peers.CallEcho(t, cs, "after the dead leader's lease")
 	if d := time.Since(start); d < heal.LeaseTTL-500*time.Millisecond || d > heal.LeaseTTL+2*time.Second {
 		t.Errorf("the call took %v; want about leaseTTL (%v)", d, heal.LeaseTTL)
 	}
@@ -655,9 +656,9 @@ func TestFleetLeaseHolderDied(t *testing.T) {
 func TestFleetHeldSession(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{State: true})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 		f := startFleet(t, 3, up.URL(), sh)
-		cs := goSDK2026Client(t, f.url(), nil)
+		cs := peers.GoSDK2026Client(t, f.url(), nil)
 		if cs.ID() != "" {
 			t.Fatalf("the agent holds session %q: it did not speak 2026-07-28", cs.ID())
 		}
@@ -665,7 +666,7 @@ func TestFleetHeldSession(t *testing.T) {
 		echo := func(what string, n int) {
 			t.Helper()
 			for i := range n {
-				callEcho(t, cs, what+" "+strconv.Itoa(i))
+				peers.CallEcho(t, cs, what+" "+strconv.Itoa(i))
 				calls++
 			}
 		}
@@ -718,15 +719,15 @@ func TestFleetHeldSession(t *testing.T) {
 
 		// One client on two replicas: each listen gets the update.
 		var n0, n1 heldCounts
-		ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 		defer cancel()
 		for i, n := range []*heldCounts{&n0, &n1} {
-			c := goSDK2026Client(t, f.replica(i), heldClientOpts(n))
-			if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: peerResourceURI}); err != nil {
+			c := peers.GoSDK2026Client(t, f.replica(i), heldClientOpts(n))
+			if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: peers.ResourceURI}); err != nil {
 				t.Fatalf("subscribe on replica %d: %v", i, err)
 			}
 		}
-		nudge(t, "resources/updated through a listen on each of two replicas", func() { up.UpdateResource(peerResourceURI) },
+		nudge(t, "resources/updated through a listen on each of two replicas", func() { up.UpdateResource(peers.ResourceURI) },
 			func() bool { return n0.updates.Load() > 0 && n1.updates.Load() > 0 })
 		f.check()
 	})
@@ -741,11 +742,11 @@ func TestFleetHeldSession(t *testing.T) {
 func TestStoppedReplicaLeavesSessions(t *testing.T) {
 	t.Parallel()
 	sharedKinds(t, func(t *testing.T, sh *countingShared, _ *redistest.Server) {
-		up := startGoSDK(t, goSDKOpts{State: true})
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 		f := startFleet(t, 2, up.URL(), sh)
 		a, b := f.replica(0), f.replica(1)
-		sid := peerRawInitialize(t, a)
-		if resp, body := peerRawPost(t, a, sid, `{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}`); resp.StatusCode != http.StatusOK {
+		sid := peers.RawInitialize(t, a)
+		if resp, body := peers.RawPost(t, a, sid, `{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}`); resp.StatusCode != http.StatusOK {
 			t.Fatalf("setLevel: %d %s", resp.StatusCode, body)
 		}
 		inits := up.Inits()
@@ -761,12 +762,12 @@ func TestStoppedReplicaLeavesSessions(t *testing.T) {
 				t.Fatalf("the stopped replica DELETEd upstream session %s", r.SessionID)
 			}
 		}
-		resp, body := peerRawPost(t, b, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"log","arguments":{"level":"debug","text":"still-debug"}}}`)
+		resp, body := peers.RawPost(t, b, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"log","arguments":{"level":"debug","text":"still-debug"}}}`)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "still-debug") {
 			t.Fatalf("the other replica, on the session: %d %s; want the debug message the session's level lets through", resp.StatusCode, body)
 		}
 		f.procs[0] = f.start(strings.TrimSuffix(strings.TrimPrefix(a, "http://"), "/mcp"))
-		if resp, body := peerRawPost(t, a, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"back"}}}`); resp.StatusCode != http.StatusOK {
+		if resp, body := peers.RawPost(t, a, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"back"}}}`); resp.StatusCode != http.StatusOK {
 			t.Fatalf("the restarted replica: %d %s", resp.StatusCode, body)
 		}
 		if n := up.Inits() - inits; n != 0 {

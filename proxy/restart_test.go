@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/heal"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 )
@@ -127,16 +128,16 @@ func (p *proxyProcess) kill() {
 // succeeds after one upstream initialize, and the call ran once.
 func TestRestartHealsFromID(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	keys := testKeys(1)
 	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *conf.Config) { c.SessionKeys = keys })
 	addr := a.ln.Addr().String()
-	cs := goSDKClient(t, "http://"+addr+"/mcp")
-	callEcho(t, cs, "before")
+	cs := peers.GoSDKClient(t, "http://"+addr+"/mcp")
+	peers.CallEcho(t, cs, "before")
 	inits := up.Inits()
 	a.kill()
 	b := startProxyAt(t, addr, up.URL(), func(c *conf.Config) { c.SessionKeys = keys })
-	callEcho(t, cs, "after the restart")
+	peers.CallEcho(t, cs, "after the restart")
 	if n := up.Inits() - inits; n != 1 {
 		t.Fatalf("%d upstream initializes after the restart, want 1", n)
 	}
@@ -146,7 +147,7 @@ func TestRestartHealsFromID(t *testing.T) {
 	if n := b.s.count.Restored.Load(); n != 1 {
 		t.Fatalf("%d sessions restored, want 1", n)
 	}
-	callEcho(t, cs, "and again") // the restored session is a live one now
+	peers.CallEcho(t, cs, "and again") // the restored session is a live one now
 	if n := up.Inits() - inits; n != 1 {
 		t.Fatalf("%d upstream initializes, want still 1", n)
 	}
@@ -156,13 +157,13 @@ func TestRestartHealsFromID(t *testing.T) {
 // the old ids: the agent gets the spec's 404, as before sealed ids.
 func TestRestartWithoutTheKey(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *conf.Config) { c.SessionKeys = testKeys(1) })
 	addr := a.ln.Addr().String()
-	sid := peerRawInitialize(t, "http://"+addr+"/mcp")
+	sid := peers.RawInitialize(t, "http://"+addr+"/mcp")
 	a.kill()
 	startProxyAt(t, addr, up.URL(), func(c *conf.Config) { c.SessionKeys = testKeys(1) })
-	resp, body := peerRawPost(t, "http://"+addr+"/mcp", sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	resp, body := peers.RawPost(t, "http://"+addr+"/mcp", sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	if code, _, _ := rpcError(t, body); resp.StatusCode != http.StatusNotFound || code != wire.CodeSessionNotFound {
 		t.Fatalf("foreign-key id: %d %s; want 404 -32001", resp.StatusCode, body)
 	}
@@ -172,14 +173,14 @@ func TestRestartWithoutTheKey(t *testing.T) {
 // keeps the old one to open still heals sessions sealed under the old key.
 func TestRotatedRingOpensOldIDs(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	old := testKeys(1)
 	a := startProxyAt(t, "127.0.0.1:0", up.URL(), func(c *conf.Config) { c.SessionKeys = old })
 	addr := a.ln.Addr().String()
-	sid := peerRawInitialize(t, "http://"+addr+"/mcp")
+	sid := peers.RawInitialize(t, "http://"+addr+"/mcp")
 	a.kill()
 	startProxyAt(t, addr, up.URL(), func(c *conf.Config) { c.SessionKeys = testKeys(2) + "," + old })
-	resp, body := peerRawPost(t, "http://"+addr+"/mcp", sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	resp, body := peers.RawPost(t, "http://"+addr+"/mcp", sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	if resp.StatusCode != http.StatusOK || !rpcAnswer(body).Get("result").Exists() {
 		t.Fatalf("old id under the rotated ring: %d %s", resp.StatusCode, body)
 	}
@@ -200,7 +201,7 @@ func TestSealedIDRefusals(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodDelete, url, nil)
 	req.Header.Set("Mcp-Session-Id", gone)
 	req.Header.Set("Authorization", "Bearer victim-token-0001")
-	if resp, _ := peerRawDo(t, req); resp.StatusCode != http.StatusOK {
+	if resp, _ := peers.RawDo(t, req); resp.StatusCode != http.StatusOK {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
 	a.s.sessions.Store.Remove(session.ClientID(sid)) // as if the process had lost it: the next use restores

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // resumeStub is a stub upstream whose tools/call answer stream is cut by
@@ -123,8 +124,8 @@ func TestResumeServerPolling(t *testing.T) {
 		streamEvents(w, "id: 42\n"+resumeResult+"\n\n")
 	})
 	s, url := startProxy(t, up, nil)
-	sid := peerRawInitialize(t, url)
-	resp, raw := peerRawPost(t, url, sid, resumeCall)
+	sid := peers.RawInitialize(t, url)
+	resp, raw := peers.RawPost(t, url, sid, resumeCall)
 	body := string(raw)
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("answer %d %q: want one 200 event stream", resp.StatusCode, resp.Header.Get("Content-Type"))
@@ -168,8 +169,8 @@ func TestResumeAfterCutMidLine(t *testing.T) {
 		streamEvents(w, "id: 2\n"+strings.Replace(progress, "%s", "2", 1)+"\n\nid: 3\n"+resumeResult+"\n\n")
 	})
 	_, url := startProxy(t, up, nil)
-	sid := peerRawInitialize(t, url)
-	_, raw := peerRawPost(t, url, sid, resumeCall)
+	sid := peers.RawInitialize(t, url)
+	_, raw := peers.RawPost(t, url, sid, resumeCall)
 	body := string(raw)
 	if !ownIDs(body, strings.Replace(progress, "%s", "1", 1)+"\n\n", strings.Replace(progress, "%s", "2", 1)+"\n\n", resumeResult+"\n\n") ||
 		!strings.HasSuffix(body, resumeResult+"\n\n") {
@@ -198,8 +199,8 @@ func TestResumeRefused(t *testing.T) {
 		w.WriteHeader(http.StatusMethodNotAllowed)
 	})
 	s, url := startProxy(t, up, nil)
-	sid := peerRawInitialize(t, url)
-	resp, raw := peerRawPost(t, url, sid, resumeCall)
+	sid := peers.RawInitialize(t, url)
+	resp, raw := peers.RawPost(t, url, sid, resumeCall)
 	body := string(raw)
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("answer %d %q: want the upstream's 200 event stream", resp.StatusCode, resp.Header.Get("Content-Type"))
@@ -228,8 +229,8 @@ func TestStreamEndedWithoutID(t *testing.T) {
 		w.WriteHeader(http.StatusMethodNotAllowed)
 	})
 	_, url := startProxy(t, up, nil)
-	sid := peerRawInitialize(t, url)
-	resp, raw := peerRawPost(t, url, sid, resumeCall)
+	sid := peers.RawInitialize(t, url)
+	resp, raw := peers.RawPost(t, url, sid, resumeCall)
 	body := string(raw)
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || !strings.HasPrefix(body, "retry: 10\n") ||
 		!strings.Contains(body, `"code":-32011`) || !strings.Contains(body, "no event id") {
@@ -252,17 +253,17 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 	for _, store := range []bool{true, false} {
 		t.Run(map[bool]string{true: "EventStore", false: "NoEventStore"}[store], func(t *testing.T) {
 			t.Parallel()
-			up := startGoSDK(t, goSDKOpts{EventStore: store})
+			up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: store})
 			relay := NewTCPRelay(t, up.Addr())
 			s, url := startProxy(t, relay.URL(), nil)
 			var steps atomic.Int32
-			cs := goSDKClientWith(t, url, &mcp.ClientOptions{
+			cs := peers.GoSDKClientWith(t, url, &mcp.ClientOptions{
 				ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { steps.Add(1) },
 			})
 			relay.CutAfter("notifications/progress")
-			params := &mcp.CallToolParams{Name: "slow", Arguments: peerSlowIn{Steps: 3, DelayMs: 100}}
+			params := &mcp.CallToolParams{Name: "slow", Arguments: peers.SlowIn{Steps: 3, DelayMs: 100}}
 			params.SetProgressToken("p1")
-			ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 			defer cancel()
 			res, err := cs.CallTool(ctx, params)
 			if relay.Cuts() != 1 {
@@ -273,16 +274,16 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 			}
 			if !store {
 				if err == nil || !strings.Contains(err.Error(), "-32011") && !strings.Contains(err.Error(), "may or may not have run") {
-					t.Fatalf("without an event store: %v, %s; want -32011", err, peerResultText(res))
+					t.Fatalf("without an event store: %v, %s; want -32011", err, peers.ResultText(res))
 				}
 				return
 			}
-			if err != nil || peerResultText(res) != "done" {
-				t.Fatalf("call cut mid-answer: %v, %s; want done", err, peerResultText(res))
+			if err != nil || peers.ResultText(res) != "done" {
+				t.Fatalf("call cut mid-answer: %v, %s; want done", err, peers.ResultText(res))
 			}
 			// The client runs its notification handler apart from the call's
 			// answer: the last step may be handled just after it.
-			PeerWait(t, "the client to get 3 progress notifications", func() bool { return steps.Load() == 3 })
+			peers.Wait(t, "the client to get 3 progress notifications", func() bool { return steps.Load() == 3 })
 			if ok := s.count.Resumes[obs.OutcomeOK].Load(); ok < 1 {
 				t.Errorf("mcpheal_stream_resumes_total{outcome=ok} = %d, want at least 1", ok)
 			}
@@ -297,15 +298,15 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 // nothing else: no server/discover, no initialize.
 func TestPolledStreamCostsOneGET(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{EventStore: true, Polls: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: true, Polls: true})
 	_, url := startProxy(t, up.URL(), nil)
-	cs := goSDKClient(t, url)
-	callEcho(t, cs, "before the polls")
+	cs := peers.GoSDKClient(t, url)
+	peers.CallEcho(t, cs, "before the polls")
 	before := len(up.Requests())
 	const polls = 3
-	res, err := goSDKCall(t, cs, "poll", map[string]any{"times": polls, "retryMs": 20, "delayMs": 100})
-	if err != nil || peerResultText(res) != "polled" {
-		t.Fatalf("poll: %q, %v; want its answer", peerResultText(res), err)
+	res, err := peers.GoSDKCall(t, cs, "poll", map[string]any{"times": polls, "retryMs": 20, "delayMs": 100})
+	if err != nil || peers.ResultText(res) != "polled" {
+		t.Fatalf("poll: %q, %v; want its answer", peers.ResultText(res), err)
 	}
 	if n := up.ToolCalls("poll"); n != 1 {
 		t.Errorf("poll ran %d times, want 1", n)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // startRouter serves ups on a 127.0.0.1 port and returns the router and its
@@ -74,13 +75,13 @@ func get(t *testing.T, url string) (int, string) {
 // each healing on its own.
 func TestRouterTwoUpstreams(t *testing.T) {
 	t.Parallel()
-	a, b := startGoSDK(t, goSDKOpts{}), startMCPGo(t, true)
+	a, b := peers.StartGoSDK(t, peers.GoSDKOpts{}), peers.StartMCPGo(t, true)
 	_, base := startRouter(t, []conf.Config{
 		{Name: "a", Upstream: a.URL(), Path: "/a/mcp"},
 		{Name: "b", Upstream: b.URL(), Path: "/b/mcp"},
 	})
-	callEcho(t, goSDKClient(t, base+"/a/mcp"), "to a")
-	mcpGoCallEcho(t, mcpGoClient(t, base+"/b/mcp"), "to b")
+	peers.CallEcho(t, peers.GoSDKClient(t, base+"/a/mcp"), "to a")
+	peers.McpGoCallEcho(t, peers.McpGoClient(t, base+"/b/mcp"), "to b")
 	if a.Calls("tools/call") != 1 || b.Calls("tools/call") != 1 {
 		t.Fatalf("tools/call reached a %d, b %d times; want 1 each", a.Calls("tools/call"), b.Calls("tools/call"))
 	}
@@ -93,7 +94,7 @@ func TestRouterTwoUpstreams(t *testing.T) {
 // reachable; 503 naming the one that is down.
 func TestReadyz(t *testing.T) {
 	t.Parallel()
-	a, b := startGoSDK(t, goSDKOpts{}), startGoSDK(t, goSDKOpts{})
+	a, b := peers.StartGoSDK(t, peers.GoSDKOpts{}), peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, base, admin, _ := startRouterAdmin(t, []conf.Config{{Name: "alpha", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "beta", Upstream: b.URL(), Path: "/b/mcp"}})
 	if code, body := get(t, admin+"/readyz"); code != 200 {
 		t.Fatalf("readyz: %d %q", code, body)
@@ -104,7 +105,7 @@ func TestReadyz(t *testing.T) {
 		}
 	}
 	b.Stop()
-	PeerWait(t, "readyz to notice", func() bool {
+	peers.Wait(t, "readyz to notice", func() bool {
 		code, body := get(t, admin+"/readyz")
 		return code == 503 && strings.Contains(body, "beta") && !strings.Contains(body, "alpha")
 	})
@@ -114,13 +115,13 @@ func TestReadyz(t *testing.T) {
 // the requests counted.
 func TestMetricsAfterHeal(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, base, admin, _ := startRouterAdmin(t, []conf.Config{{Name: "gosdk", Upstream: up.URL(), Path: "/mcp"}})
-	sid := peerRawInitialize(t, base+"/mcp")
+	sid := peers.RawInitialize(t, base+"/mcp")
 	call := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"m"}}}`
-	peerRawPost(t, base+"/mcp", sid, call)
+	peers.RawPost(t, base+"/mcp", sid, call)
 	up.ExpireSessions()
-	if resp, body := peerRawPost(t, base+"/mcp", sid, call); resp.StatusCode != 200 {
+	if resp, body := peers.RawPost(t, base+"/mcp", sid, call); resp.StatusCode != 200 {
 		t.Fatalf("call after expiry: %d %q", resp.StatusCode, body)
 	}
 	code, text := get(t, admin+"/metrics")
@@ -184,9 +185,9 @@ func TestMetricsAfterHeal(t *testing.T) {
 // old one keeps serving.
 func TestRouterReload(t *testing.T) {
 	t.Parallel()
-	a, b := startGoSDK(t, goSDKOpts{}), startGoSDK(t, goSDKOpts{})
+	a, b := peers.StartGoSDK(t, peers.GoSDKOpts{}), peers.StartGoSDK(t, peers.GoSDKOpts{})
 	r, base := startRouter(t, []conf.Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp"}})
-	sid := peerRawInitialize(t, base+"/a/mcp")
+	sid := peers.RawInitialize(t, base+"/a/mcp")
 	if err := r.Reload([]conf.Config{{Name: "a", Upstream: a.URL(), Path: "/a/mcp"}, {Name: "a", Upstream: b.URL(), Path: "/x/mcp"}}); err == nil {
 		t.Fatal("duplicate names accepted")
 	}
@@ -195,22 +196,22 @@ func TestRouterReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	ping := `{"jsonrpc":"2.0","id":3,"method":"ping"}`
-	if resp, body := peerRawPost(t, base+"/a/mcp", sid, ping); resp.StatusCode != 200 {
+	if resp, body := peers.RawPost(t, base+"/a/mcp", sid, ping); resp.StatusCode != 200 {
 		t.Fatalf("session of a changed upstream after reload: %d %q", resp.StatusCode, body)
 	}
-	peerRawInitialize(t, base+"/b/mcp")
+	peers.RawInitialize(t, base+"/b/mcp")
 	if err := r.Reload([]conf.Config{{Name: "b", Upstream: b.URL(), Path: "/b/mcp"}}); err != nil {
 		t.Fatal(err)
 	}
-	if resp, _ := peerRawPost(t, base+"/a/mcp", sid, ping); resp.StatusCode != 404 {
+	if resp, _ := peers.RawPost(t, base+"/a/mcp", sid, ping); resp.StatusCode != 404 {
 		t.Fatalf("removed upstream still answers %d", resp.StatusCode)
 	}
-	PeerWait(t, "the removed upstream's session to be DELETEd", func() bool {
+	peers.Wait(t, "the removed upstream's session to be DELETEd", func() bool {
 		return hasDelete(a)
 	})
 }
 
-func hasDelete(p *peer) bool {
+func hasDelete(p *peers.Server) bool {
 	for _, r := range p.Requests() {
 		if r.HTTPMethod == http.MethodDelete {
 			return true
@@ -223,7 +224,7 @@ func hasDelete(p *peer) bool {
 // completes; the upstream sessions are DELETEd.
 func TestShutdownWithRequestInFlight(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -234,13 +235,13 @@ func TestShutdownWithRequestInFlight(t *testing.T) {
 	}
 	go r.Serve(ln)
 	url := "http://" + ln.Addr().String() + "/mcp"
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	done := make(chan string, 1)
 	go func() {
-		resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2,"delayMs":200}}}`)
+		resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slow","arguments":{"steps":2,"delayMs":200}}}`)
 		done <- resp.Status + " " + string(body)
 	}()
-	PeerWait(t, "the slow call to start", func() bool { return up.ToolCalls("slow") == 1 })
+	peers.Wait(t, "the slow call to start", func() bool { return up.ToolCalls("slow") == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := r.Shutdown(ctx); err != nil {

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/upstream"
 	"github.com/mcpheal/mcpheal/upstream/login"
@@ -48,9 +49,9 @@ func startAuthServer(t *testing.T, tokens map[string]string) *authServer {
 	t.Helper()
 	a := &authServer{tokens: tokens}
 	a.srv = mcp.NewServer(&mcp.Implementation{Name: "auth-peer", Version: "1"}, nil)
-	mcp.AddTool(a.srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peerEchoIn) (*mcp.CallToolResult, any, error) {
+	mcp.AddTool(a.srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in peers.EchoIn) (*mcp.CallToolResult, any, error) {
 		a.echoes.Add(1)
-		return peerText(in.Text), nil, nil
+		return peers.Text(in.Text), nil, nil
 	})
 	verify := func(_ context.Context, tok string, _ *http.Request) (*auth.TokenInfo, error) {
 		a.mu.Lock()
@@ -95,7 +96,7 @@ func authPost(t *testing.T, url, sid, token, body string) (*http.Response, []byt
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	return peerRawDo(t, req)
+	return peers.RawDo(t, req)
 }
 
 const secInitBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sec","version":"1"}}}`
@@ -343,7 +344,7 @@ func TestLoginMissingNamesTheWayOut(t *testing.T) {
 // gets 401 with WWW-Authenticate; the right one works and is not forwarded.
 func TestInboundAuth(t *testing.T) {
 	t.Parallel()
-	up := startDialect(t, dialectWP200)
+	up := peers.StartDialect(t, peers.DialectWP200)
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.AuthTokens = []string{"inbound-token-0123456789"} })
 	for _, tok := range []string{"", "wrong-token-000000000000"} {
 		resp, body := authPost(t, url, "", tok, secInitBody)
@@ -387,7 +388,7 @@ func TestListenRequiresAuth(t *testing.T) {
 // off at the read timeout.
 func TestSlowloris(t *testing.T) {
 	t.Parallel()
-	up := startDialect(t, dialectWP200)
+	up := peers.StartDialect(t, peers.DialectWP200)
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.ReadTimeout = 300 * time.Millisecond })
 	c, err := net.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
 	if err != nil {
@@ -430,7 +431,7 @@ func TestSlowloris(t *testing.T) {
 // gets the same 408; a malformed one still gets 400.
 func TestIdleNewConnectionTimesOut408(t *testing.T) {
 	t.Parallel()
-	up := startDialect(t, dialectWP200)
+	up := peers.StartDialect(t, peers.DialectWP200)
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.ReadTimeout = 300 * time.Millisecond })
 	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
 	cases := []struct {
@@ -473,7 +474,7 @@ func TestIdleNewConnectionTimesOut408(t *testing.T) {
 // TestHeaderTooLarge: an oversized request head gets 431.
 func TestHeaderTooLarge(t *testing.T) {
 	t.Parallel()
-	up := startDialect(t, dialectWP200)
+	up := peers.StartDialect(t, peers.DialectWP200)
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxHeaderBytes = 4096 })
 	// A raw connection: the proxy answers as soon as the head overflows, and
 	// a client still writing would race that answer.
@@ -497,7 +498,7 @@ func TestHeaderTooLarge(t *testing.T) {
 // streams per session too (the newest replaces the oldest).
 func TestSessionAndStreamCaps(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.MaxSessionsPerCredential = 2; c.MaxStreams = 1 })
 	sid := authInit(t, url, "cap-token-00000001")
 	authInit(t, url, "cap-token-00000001")
@@ -617,10 +618,10 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 	// An upstream answer whose head does not parse and quotes the upstream
 	// session id: logged (the call was refused), but without header values.
-	bsid := peerRawInitialize(t, base+"/broken/mcp")
+	bsid := peers.RawInitialize(t, base+"/broken/mcp")
 	sids = append(sids, bsid)
-	peerRawPost(t, base+"/broken/mcp", bsid, echoCall)
-	peerRawPost(t, base+"/broken/mcp", bsid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	peers.RawPost(t, base+"/broken/mcp", bsid, echoCall)
+	peers.RawPost(t, base+"/broken/mcp", bsid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
 	out := logs.String()
 	if !strings.Contains(out, "error when serving connection") || !strings.Contains(out, "not replayed") {
 		t.Fatalf("the malformed requests or the broken upstream answer were not logged; log:\n%s", out)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // deadUpstream is an MCP endpoint URL on which nothing listens, and its
@@ -44,7 +45,7 @@ func opsGet(t *testing.T, url, host, origin, auth string) (int, string) {
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestOpsEndpointsOffAgentListener(t *testing.T) {
 func TestAdminListener(t *testing.T) {
 	t.Parallel()
 	down, downAddr := deadUpstream(t)
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, _, admin, _ := startRouterAdmin(t, []conf.Config{
 		{Name: "alive", Upstream: up.URL(), Path: "/a/mcp", AllowedHosts: []string{"mcpheal.internal"}},
 		{Name: "down", Upstream: down, Path: "/d/mcp", AuthTokens: []string{"admin-test-token-0123456789"}},
@@ -143,7 +144,7 @@ func TestAdminListener(t *testing.T) {
 			t.Errorf("%s: refusal reveals %q", c.name, body)
 		}
 	}
-	resp, err := peerRawClient.Post(admin+"/metrics", "text/plain", strings.NewReader("x"))
+	resp, err := peers.RawClient.Post(admin+"/metrics", "text/plain", strings.NewReader("x"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // TestSessionMaxAgeEndsLiveSession: with a max age of 2 s, a session pinged
@@ -37,7 +38,7 @@ func TestSessionMaxAgeEndsLiveSession(t *testing.T) {
 	}
 	ended := func(t *testing.T, up *ledger, s *Server, before int64) {
 		t.Helper()
-		PeerWait(t, "the upstream session to be DELETEd", func() bool { return slices.Contains(up.Deletes(), "s-1") })
+		peers.Wait(t, "the upstream session to be DELETEd", func() bool { return slices.Contains(up.Deletes(), "s-1") })
 		if n := up.inits.Load(); n != 1 {
 			t.Fatalf("%d upstream initializes, want 1: an expired session must not heal", n)
 		}
@@ -50,7 +51,7 @@ func TestSessionMaxAgeEndsLiveSession(t *testing.T) {
 		t.Parallel()
 		up, s, url, before := start(t)
 		t0 := time.Now()
-		sid := peerRawInitialize(t, url)
+		sid := peers.RawInitialize(t, url)
 		t1 := time.Now()
 		var gone time.Time
 		after := 0 // 404s seen: once ended, the session stays ended
@@ -87,7 +88,7 @@ func TestSessionMaxAgeEndsLiveSession(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
 		t.Parallel()
 		up, s, url, before := start(t)
-		sid := peerRawInitialize(t, url)
+		sid := peers.RawInitialize(t, url)
 		time.Sleep(maxAge + time.Second)
 		if status, ans := agentRPC(t, url, sid, ping); status != http.StatusNotFound || ans.Get("error.code").Int() != -32001 {
 			t.Fatalf("ping on a session idle past its max age: %d %s, want 404 -32001", status, ans.Raw)
@@ -109,7 +110,7 @@ func TestSessionMaxAgeStopsKeepalive(t *testing.T) {
 		c.SessionMaxAge = maxAge
 		c.Keepalive = 200 * time.Millisecond
 	})
-	peerRawInitialize(t, url)
+	peers.RawInitialize(t, url)
 	t1 := time.Now()
 	pings := func() int {
 		n := 0
@@ -152,7 +153,7 @@ func TestSessionMaxAgeEndsStream(t *testing.T) {
 		c.Keepalive = -1
 		c.StreamKeepalive = 200 * time.Millisecond
 	})
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	t1 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), maxAge+3*time.Second)
 	defer cancel()
@@ -171,11 +172,11 @@ func TestSessionMaxAgeEndsStream(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET: %d", resp.StatusCode)
 	}
-	PeerWait(t, "the upstream's GET stream", func() bool { return up.streams.Load() == 1 })
+	peers.Wait(t, "the upstream's GET stream", func() bool { return up.streams.Load() == 1 })
 	_, _ = io.Copy(io.Discard, resp.Body) // until the proxy ends it, or the context does
 	if el := time.Since(t1); el > maxAge+1500*time.Millisecond {
 		t.Fatalf("the GET stream lasted %v, past the session's max age of %v", el.Round(time.Millisecond), maxAge)
 	}
-	PeerWait(t, "the upstream's GET stream to close", func() bool { return up.streams.Load() == 0 })
+	peers.Wait(t, "the upstream's GET stream to close", func() bool { return up.streams.Load() == 0 })
 	noPanics(t, s)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/session/redisstore"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 )
@@ -45,18 +46,18 @@ func TestSharedAnswerServedElsewhere(t *testing.T) {
 	release := make(chan struct{})
 	up := agentResumeStub(t, &st, release)
 	f, _ := sharedFleet(t, up)
-	sid := peerRawInitialize(t, f.replica(0))
-	resp, err := peerRawClient.Do(peerPostRequest(t, f.replica(0), sid, resumeCall))
+	sid := peers.RawInitialize(t, f.replica(0))
+	resp, err := peers.RawClient.Do(peers.PostRequest(t, f.replica(0), sid, resumeCall))
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := readFirstEvent(t, bufio.NewReader(resp.Body))
 	_ = resp.Body.Close() // the agent's connection drops mid-call
-	PeerWait(t, "replica 0 to notice the agent gone and write the answer to the shared store", func() bool {
+	peers.Wait(t, "replica 0 to notice the agent gone and write the answer to the shared store", func() bool {
 		return agentLeft(f.procs[0].s) && f.procs[0].s.count.SharedAnswers[obs.SharedWritten].Load() == 1
 	})
 	// Another session's agent naming the answer gets nothing of it.
-	other := peerRawInitialize(t, f.replica(1))
+	other := peers.RawInitialize(t, f.replica(1))
 	if got, body := resumeGet(t, f.replica(1), other, id); got.StatusCode != http.StatusOK || len(body) != 0 {
 		t.Fatalf("another session resuming the answer: %d %q; want an empty event stream", got.StatusCode, body)
 	}
@@ -119,14 +120,14 @@ func TestSharedAnswerHandedOverAtShutdown(t *testing.T) {
 		streamEvents(w, result)
 	})
 	f, _ := sharedFleet(t, up)
-	sid := peerRawInitialize(t, f.replica(0))
-	resp, err := peerRawClient.Do(peerPostRequest(t, f.replica(0), sid, resumeCall))
+	sid := peers.RawInitialize(t, f.replica(0))
+	resp, err := peers.RawClient.Do(peers.PostRequest(t, f.replica(0), sid, resumeCall))
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := readFirstEvent(t, bufio.NewReader(resp.Body))
 	_ = resp.Body.Close()
-	PeerWait(t, "replica 0 to notice the agent gone and write the answer to the shared store", func() bool {
+	peers.Wait(t, "replica 0 to notice the agent gone and write the answer to the shared store", func() bool {
 		return agentLeft(f.procs[0].s) && f.procs[0].s.count.SharedAnswers[obs.SharedWritten].Load() == 1
 	})
 	f.procs[0].kill()
@@ -138,7 +139,7 @@ func TestSharedAnswerHandedOverAtShutdown(t *testing.T) {
 	req.Header.Set("Mcp-Session-Id", sid)
 	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
 	req.Header.Set("Last-Event-ID", id)
-	got, err := (&http.Client{Timeout: PeerTimeout + 10*time.Second}).Do(req)
+	got, err := (&http.Client{Timeout: peers.Timeout + 10*time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

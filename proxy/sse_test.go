@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/classify/sse"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -172,7 +173,7 @@ func TestSSEAnswerEndWait(t *testing.T) {
 		time.Sleep(end)
 	})
 	_, url := startProxy(t, up, nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	for _, tc := range []struct {
 		end             time.Duration
 		n               int // answers
@@ -183,10 +184,10 @@ func TestSSEAnswerEndWait(t *testing.T) {
 		}
 		buffered := 0
 		for range tc.n {
-			req := peerPostRequest(t, url, sid, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x"}}`)
+			req := peers.PostRequest(t, url, sid, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x"}}`)
 			req.Header.Set("X-End-After", tc.end.String())
 			start := time.Now()
-			resp, err := peerRawClient.Do(req)
+			resp, err := peers.RawClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

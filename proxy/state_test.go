@@ -2,7 +2,7 @@ package proxy
 
 // Streams and session state survive a heal (docs/streams.md "Streams and session
 // state across a heal"). The tests run the
-// official Go SDK server (startGoSDK) behind the proxy and, mostly, the
+// official Go SDK server (peers.StartGoSDK) behind the proxy and, mostly, the
 // official Go SDK client in front of it (raw HTTP where the wire itself is
 // the subject: keepalive comments, Last-Event-ID), kill the upstream
 // session (ExpireSessions: the server forgets it; Restart: the process dies
@@ -28,16 +28,17 @@ import (
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/session"
 )
 
 // stateDeaths are the two ways an upstream session dies.
 var stateDeaths = []struct {
 	name string
-	kill func(*peer)
+	kill func(*peers.Server)
 }{
-	{"expire", (*peer).ExpireSessions},
-	{"restart", (*peer).Restart},
+	{"expire", (*peers.Server).ExpireSessions},
+	{"restart", (*peers.Server).Restart},
 }
 
 // TestStateSubscriptionAcrossHeal: the agent subscribes to a resource (and
@@ -51,17 +52,17 @@ func TestStateSubscriptionAcrossHeal(t *testing.T) {
 	for _, death := range stateDeaths {
 		t.Run(death.name, func(t *testing.T) {
 			t.Parallel()
-			up := startGoSDK(t, goSDKOpts{State: true})
+			up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 			_, url := startProxy(t, up.URL(), nil)
 			var updated inbox
-			cs := goSDKClientWith(t, url, &mcp.ClientOptions{
+			cs := peers.GoSDKClientWith(t, url, &mcp.ClientOptions{
 				ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
 					updated.add(req.Params.URI)
 				},
 			})
-			ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 			defer cancel()
-			for _, uri := range []string{peerResourceURI, dropped} {
+			for _, uri := range []string{peers.ResourceURI, dropped} {
 				if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
 					t.Fatalf("Subscribe(%s): %v", uri, err)
 				}
@@ -69,25 +70,25 @@ func TestStateSubscriptionAcrossHeal(t *testing.T) {
 			if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: dropped}); err != nil {
 				t.Fatalf("Unsubscribe(%s): %v", dropped, err)
 			}
-			nudge(t, "resources/updated before the heal", func() { up.UpdateResource(peerResourceURI) },
-				func() bool { return updated.count(peerResourceURI) > 0 })
+			nudge(t, "resources/updated before the heal", func() { up.UpdateResource(peers.ResourceURI) },
+				func() bool { return updated.count(peers.ResourceURI) > 0 })
 
 			death.kill(up)
-			callEcho(t, cs, "heal")
-			seen := updated.count(peerResourceURI)
+			peers.CallEcho(t, cs, "heal")
+			seen := updated.count(peers.ResourceURI)
 			nudge(t, "resources/updated after the heal", func() {
 				up.UpdateResource(dropped) // first: it would arrive before the other
-				up.UpdateResource(peerResourceURI)
-			}, func() bool { return updated.count(peerResourceURI) > seen })
+				up.UpdateResource(peers.ResourceURI)
+			}, func() bool { return updated.count(peers.ResourceURI) > seen })
 			if n := updated.count(dropped); n != 0 {
 				t.Errorf("agent got %d resources/updated for %s, which it unsubscribed from", n, dropped)
 			}
 
-			if got := agentParams(up, "resources/subscribe", "uri"); !slices.Equal(got, []string{peerResourceURI, dropped}) {
+			if got := agentParams(up, "resources/subscribe", "uri"); !slices.Equal(got, []string{peers.ResourceURI, dropped}) {
 				t.Errorf("agent's resources/subscribe upstream = %q, want its own two only", got)
 			}
-			if got := journalParams(up, "resources/subscribe", "uri"); !slices.Equal(got, []string{peerResourceURI}) {
-				t.Errorf("proxy's replayed resources/subscribe = %q, want [%s] once (one heal)", got, peerResourceURI)
+			if got := journalParams(up, "resources/subscribe", "uri"); !slices.Equal(got, []string{peers.ResourceURI}) {
+				t.Errorf("proxy's replayed resources/subscribe = %q, want [%s] once (one heal)", got, peers.ResourceURI)
 			}
 		})
 	}
@@ -123,15 +124,15 @@ func TestStateLogLevelAcrossHeal(t *testing.T) {
 		for _, death := range stateDeaths {
 			t.Run(tc.name+"/"+death.name, func(t *testing.T) {
 				t.Parallel()
-				up := startGoSDK(t, goSDKOpts{State: true})
+				up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 				_, url := startProxy(t, up.URL(), nil)
 				var logged inbox
-				cs := goSDKClientWith(t, url, &mcp.ClientOptions{
+				cs := peers.GoSDKClientWith(t, url, &mcp.ClientOptions{
 					LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
 						logged.add(fmt.Sprint(req.Params.Data))
 					},
 				})
-				ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 				defer cancel()
 				for _, l := range tc.levels {
 					if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: mcp.LoggingLevel(l)}); err != nil {
@@ -140,14 +141,14 @@ func TestStateLogLevelAcrossHeal(t *testing.T) {
 				}
 				last := tc.levels[len(tc.levels)-1]
 				callLog(t, cs, last, "before")
-				PeerWait(t, "the log message before the heal", func() bool { return logged.count("before") == 1 })
+				peers.Wait(t, "the log message before the heal", func() bool { return logged.count("before") == 1 })
 
 				death.kill(up)
 				for _, e := range tc.logs {
 					callLog(t, cs, e.level, e.text)
 				}
 				for _, w := range tc.want {
-					PeerWait(t, "log message "+w+" after the heal", func() bool { return logged.count(w) == 1 })
+					peers.Wait(t, "log message "+w+" after the heal", func() bool { return logged.count(w) == 1 })
 				}
 				// Unprompted, on the GET stream the proxy reopened upstream.
 				nudge(t, "an unprompted log message after the heal", func() { up.LogAll(last, "unprompted") },
@@ -176,17 +177,17 @@ func TestStateLogLevelAcrossHeal(t *testing.T) {
 // with go-sdk, skip the new session's first events or fail the replay).
 func TestStateLastEventIDGenerations(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{EventStore: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: true})
 	// A short keepalive finds a closed agent stream quickly.
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.StreamKeepalive = 20 * time.Millisecond })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	get := func(last string) {
 		t.Helper()
 		resp, b := rawStream(t, url, sid, last)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET Last-Event-ID %q = %d %q, want 200", last, resp.StatusCode, b)
 		}
-		PeerWait(t, "the proxy to end the closed stream", func() bool { return s.streams.Set.Count(session.ClientID(sid)) == 0 })
+		peers.Wait(t, "the proxy to end the closed stream", func() bool { return s.streams.Set.Count(session.ClientID(sid)) == 0 })
 	}
 	first := upstreamGETs(up)
 
@@ -218,27 +219,27 @@ func TestStateLastEventIDGenerations(t *testing.T) {
 // deliver nothing, must not take its place.
 func TestStateResumableRestartMidCall(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{EventStore: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: true})
 	_, url := startProxy(t, up.URL(), nil)
 	tap := &wireTap{}
 	var progress atomic.Int64
-	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
+	cs := peers.GoSDKClientVia(t, url, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progress.Add(1) },
 	}, tap.wrap)
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 		defer cancel()
 		params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 40, "delayMs": 50}}
 		params.SetProgressToken("mid-call")
 		_, err := cs.CallTool(ctx, params)
 		done <- err
 	}()
-	PeerWait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
+	peers.Wait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
 	up.Restart()
 	err := <-done // the call's outcome is open; it must end
 	t.Logf("call cut by the restart: %v", err)
-	callEcho(t, cs, "after")
+	peers.CallEcho(t, cs, "after")
 	if w := tap.snapshot(); w.firstEnded {
 		t.Errorf("agent's standalone GET stream ended (GET answers %v); want it held open across the restart", w.getStatus)
 	}
@@ -256,32 +257,32 @@ func TestStateResumeCallStream(t *testing.T) {
 	for _, store := range []bool{true, false} {
 		t.Run(map[bool]string{true: "EventStore", false: "NoEventStore"}[store], func(t *testing.T) {
 			t.Parallel()
-			up := startGoSDK(t, goSDKOpts{EventStore: store})
+			up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: store})
 			s, url := startProxy(t, up.URL(), nil)
 			tap := &wireTap{}
 			var progress atomic.Int64
-			cs := goSDKClientVia(t, url, &mcp.ClientOptions{
+			cs := peers.GoSDKClientVia(t, url, &mcp.ClientOptions{
 				ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progress.Add(1) },
 			}, tap.wrap)
-			PeerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+			peers.Wait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
 			type result struct {
 				res *mcp.CallToolResult
 				err error
 			}
 			done := make(chan result, 1)
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 				defer cancel()
 				params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"steps": 20, "delayMs": 50}}
 				params.SetProgressToken("resumed")
 				res, err := cs.CallTool(ctx, params)
 				done <- result{res, err}
 			}()
-			PeerWait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
+			peers.Wait(t, "the call's first progress", func() bool { return progress.Load() > 0 })
 			tap.cutPOST()
 			r := <-done
-			if r.err != nil || peerResultText(r.res) != "done" {
-				t.Fatalf("resumed call = %s, %v; want done", peerResultText(r.res), r.err)
+			if r.err != nil || peers.ResultText(r.res) != "done" {
+				t.Fatalf("resumed call = %s, %v; want done", peers.ResultText(r.res), r.err)
 			}
 			if n := up.ToolCalls("slow"); n != 1 {
 				t.Errorf("the upstream ran the tool %d times, want 1", n)
@@ -292,7 +293,7 @@ func TestStateResumeCallStream(t *testing.T) {
 			if w := tap.snapshot(); w.firstEnded {
 				t.Errorf("agent's standalone GET stream ended (GET answers %v); want it open beside the resumed call", w.getStatus)
 			}
-			callEcho(t, cs, "after")
+			peers.CallEcho(t, cs, "after")
 		})
 	}
 }
@@ -304,21 +305,21 @@ func TestStateResumeCallStream(t *testing.T) {
 // of a call's answer carry mcpheal's own ids (answerlog.go).
 func TestStateEventIDsQualified(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{EventStore: true, State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: true, State: true})
 	_, url := startProxy(t, up.URL(), nil)
 	tap := &wireTap{}
 	var changed atomic.Int64
-	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
+	cs := peers.GoSDKClientVia(t, url, &mcp.ClientOptions{
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed.Add(1) },
 	}, tap.wrap)
 	var n atomic.Int64
 	addResource := func() { up.AddResource(fmt.Sprintf("test://peer/added/%d", n.Add(1))) }
-	callEcho(t, cs, "gen1")
+	peers.CallEcho(t, cs, "gen1")
 	nudge(t, "resources/list_changed in generation 1", addResource, func() bool { return changed.Load() > 0 })
 	gen1 := len(tap.snapshot().eventIDs)
 
 	up.ExpireSessions()
-	callEcho(t, cs, "gen2")
+	peers.CallEcho(t, cs, "gen2")
 	seen := changed.Load()
 	nudge(t, "resources/list_changed in generation 2", addResource, func() bool { return changed.Load() > seen })
 	ids := tap.snapshot().eventIDs
@@ -356,10 +357,10 @@ func TestStateEventIDsQualified(t *testing.T) {
 // of a dead generation is acknowledged and dropped.
 func TestStateSamplingAcrossHeal(t *testing.T) {
 	t.Parallel()
-	up := startGoSDK(t, goSDKOpts{State: true})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 	_, url := startProxy(t, up.URL(), nil)
 	tap := &wireTap{}
-	cs := goSDKClientVia(t, url, &mcp.ClientOptions{
+	cs := peers.GoSDKClientVia(t, url, &mcp.ClientOptions{
 		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			var prompt string
 			if len(req.Params.Messages) == 1 {
@@ -372,11 +373,11 @@ func TestStateSamplingAcrossHeal(t *testing.T) {
 	}, tap.wrap)
 	sample := func(prompt string) {
 		t.Helper()
-		res, err := goSDKCall(t, cs, "sample", map[string]any{"prompt": prompt})
+		res, err := peers.GoSDKCall(t, cs, "sample", map[string]any{"prompt": prompt})
 		if err != nil {
 			t.Fatalf("sample(%q): %v", prompt, err)
 		}
-		if got, want := peerResultText(res), "sampled "+prompt; got != want {
+		if got, want := peers.ResultText(res), "sampled "+prompt; got != want {
 			t.Fatalf("sample(%q) = %q, want %q", prompt, got, want)
 		}
 	}
@@ -420,7 +421,7 @@ func TestStateSamplingAcrossHeal(t *testing.T) {
 
 	// Answers to requests of dead generations: acknowledged, not forwarded.
 	for _, id := range []string{`1`, w.requestIDs[2]} {
-		resp, body := peerRawPost(t, url, cs.ID(),
+		resp, body := peers.RawPost(t, url, cs.ID(),
 			`{"jsonrpc":"2.0","id":`+id+`,"result":{"model":"test","role":"assistant","content":{"type":"text","text":"late"}}}`)
 		if resp.StatusCode != http.StatusAccepted {
 			t.Errorf("late answer %s = %d %q, want 202", id, resp.StatusCode, body)
@@ -450,24 +451,24 @@ func TestStateToolListChangedAcrossHeal(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			up := startGoSDK(t, goSDKOpts{State: true})
+			up := peers.StartGoSDK(t, peers.GoSDKOpts{State: true})
 			_, url := startProxy(t, up.URL(), nil)
 			tap := &wireTap{}
 			var toolsChanged, resourcesChanged atomic.Int64
-			cs := goSDKClientVia(t, url, &mcp.ClientOptions{
+			cs := peers.GoSDKClientVia(t, url, &mcp.ClientOptions{
 				ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { toolsChanged.Add(1) },
 				ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { resourcesChanged.Add(1) },
 			}, tap.wrap)
 			before := toolNames(t, cs)
-			PeerWait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
+			peers.Wait(t, "the agent's GET stream", func() bool { return tap.snapshot().getsOpen == 1 })
 
 			up.SetNextTools(tc.add, tc.drop)
 			up.Restart()
-			callEcho(t, cs, "heal")
+			peers.CallEcho(t, cs, "heal")
 			want := slices.DeleteFunc(append(slices.Clone(before), tc.add...), func(n string) bool { return slices.Contains(tc.drop, n) })
 			slices.Sort(want)
 			if tc.changed {
-				PeerWait(t, "notifications/tools/list_changed", func() bool { return toolsChanged.Load() > 0 })
+				peers.Wait(t, "notifications/tools/list_changed", func() bool { return toolsChanged.Load() > 0 })
 				if got := toolNames(t, cs); !slices.Equal(got, want) {
 					t.Errorf("tools after list_changed = %q, want %q", got, want)
 				}
@@ -476,7 +477,7 @@ func TestStateToolListChangedAcrossHeal(t *testing.T) {
 			// The proxy compares the new session's tools/list; a notification
 			// the new server sends on the GET stream after that is the barrier
 			// behind which a wrong list_changed would have arrived.
-			PeerWait(t, "the proxy's tools/list on the new session", func() bool {
+			peers.Wait(t, "the proxy's tools/list on the new session", func() bool {
 				for _, r := range up.Requests() {
 					if r.RPCMethod == "tools/list" && strings.HasPrefix(string(r.RPCID), `"mcpheal-`) {
 						return true
@@ -503,16 +504,16 @@ func TestStateToolListChangedAcrossHeal(t *testing.T) {
 // callLog calls the log tool of a State peer.
 func callLog(t testing.TB, cs *mcp.ClientSession, level, text string) {
 	t.Helper()
-	res, err := goSDKCall(t, cs, "log", map[string]any{"level": level, "text": text})
-	if err != nil || peerResultText(res) != "logged" {
-		t.Fatalf("log(%s, %q) = %s, %v", level, text, peerResultText(res), err)
+	res, err := peers.GoSDKCall(t, cs, "log", map[string]any{"level": level, "text": text})
+	if err != nil || peers.ResultText(res) != "logged" {
+		t.Fatalf("log(%s, %q) = %s, %v", level, text, peers.ResultText(res), err)
 	}
 }
 
 // toolNames lists the tools, sorted by name.
 func toolNames(t testing.TB, cs *mcp.ClientSession) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	res, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -526,18 +527,18 @@ func toolNames(t testing.TB, cs *mcp.ClientSession) []string {
 	return names
 }
 
-// nudge runs act every 50 ms until cond holds, for peerTimeout at most. A
+// nudge runs act every 50 ms until cond holds, for peers.Timeout at most. A
 // notification a server sends unprompted travels on the session's
 // standalone GET stream and is lost while the proxy (re)opens that stream
 // upstream, so a test sends it until it arrives.
 func nudge(t testing.TB, what string, act func(), cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(PeerTimeout)
+	deadline := time.Now().Add(peers.Timeout)
 	var next time.Time
 	for !cond() {
 		now := time.Now()
 		if now.After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", PeerTimeout, what)
+			t.Fatalf("timed out after %v waiting for %s", peers.Timeout, what)
 		}
 		if !now.Before(next) {
 			act()
@@ -549,16 +550,16 @@ func nudge(t testing.TB, what string, act func(), cond func() bool) {
 
 // journalParams returns params.<field> of each method request the proxy
 // made itself (journal replay) on the upstream, in order.
-func journalParams(up *peer, method, field string) []string {
+func journalParams(up *peers.Server, method, field string) []string {
 	return upstreamParams(up, method, field, true)
 }
 
 // agentParams is journalParams for the requests the agent made.
-func agentParams(up *peer, method, field string) []string {
+func agentParams(up *peers.Server, method, field string) []string {
 	return upstreamParams(up, method, field, false)
 }
 
-func upstreamParams(up *peer, method, field string, journal bool) []string {
+func upstreamParams(up *peers.Server, method, field string, journal bool) []string {
 	var out []string
 	for _, r := range up.Requests() {
 		if r.RPCMethod != method {
@@ -573,7 +574,7 @@ func upstreamParams(up *peer, method, field string, journal bool) []string {
 
 // upstreamAnswers returns the ids of the JSON-RPC responses POSTed to the
 // upstream (answers to its server→client requests), in order.
-func upstreamAnswers(up *peer) []string {
+func upstreamAnswers(up *peers.Server) []string {
 	var out []string
 	for _, r := range up.Requests() {
 		if r.HTTPMethod == http.MethodPost && r.RPCMethod == "" && len(r.RPCID) > 0 &&
@@ -589,7 +590,7 @@ func upstreamAnswers(up *peer) []string {
 // the body of an error).
 func rawStream(t testing.TB, url, sid, last string) (*http.Response, []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), PeerTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), peers.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -601,7 +602,7 @@ func rawStream(t testing.TB, url, sid, last string) (*http.Response, []byte) {
 	if last != "" {
 		req.Header.Set("Last-Event-ID", last)
 	}
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET: %v", err)
 	}
@@ -614,8 +615,8 @@ func rawStream(t testing.TB, url, sid, last string) (*http.Response, []byte) {
 }
 
 // upstreamGETs returns the GETs the upstream received, in order.
-func upstreamGETs(up *peer) []peerRequest {
-	var out []peerRequest
+func upstreamGETs(up *peers.Server) []peers.Request {
+	var out []peers.Request
 	for _, r := range up.Requests() {
 		if r.HTTPMethod == http.MethodGet {
 			out = append(out, r)
@@ -624,7 +625,7 @@ func upstreamGETs(up *peer) []peerRequest {
 	return out
 }
 
-func describeGETs(gets []peerRequest) string {
+func describeGETs(gets []peers.Request) string {
 	var b strings.Builder
 	for _, r := range gets {
 		fmt.Fprintf(&b, "[session %.8s Last-Event-ID %q]", r.SessionID, r.Header.Get("Last-Event-ID"))
@@ -657,7 +658,7 @@ func (b *inbox) count(s string) int {
 }
 
 // wireTap records the wire traffic between a go-sdk client and the proxy
-// (goSDKClientVia(…, tap.wrap)): the client's GET streams, the ids of the
+// (peers.GoSDKClientVia(…, tap.wrap)): the client's GET streams, the ids of the
 // server→client requests in every SSE body it reads, and the ids of the
 // answers it POSTs.
 type wireTap struct {

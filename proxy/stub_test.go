@@ -7,9 +7,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,11 +19,13 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 )
 
 // startStub serves a stub upstream until the test ends and returns its MCP
-// URL. get answers GETs; post answers POSTs other than initialize and
-// notifications, given their JSON-RPC method.
+// URL: a peers.Script of one session, UP-1. get answers GETs; post answers
+// POSTs other than initialize and notifications, given their JSON-RPC
+// method.
 func startStub(t testing.TB, get http.HandlerFunc, post func(w http.ResponseWriter, r *http.Request, method string)) string {
 	t.Helper()
 	return startStubWith(t, "{}", get, post)
@@ -35,39 +35,22 @@ func startStub(t testing.TB, get http.HandlerFunc, post func(w http.ResponseWrit
 // (raw JSON).
 func startStubWith(t testing.TB, capabilities string, get http.HandlerFunc, post func(w http.ResponseWriter, r *http.Request, method string)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	replies := peers.Session("UP-1", capabilities)
+	replies[peers.Key{HTTP: http.MethodGet, Session: peers.Any, RPC: peers.Any}] = &peers.Reply{Optional: true, Status: http.StatusMethodNotAllowed}
+	if get != nil {
+		replies[peers.Key{HTTP: http.MethodGet, Session: peers.Any, RPC: peers.Any}] = &peers.Reply{Optional: true,
+			Serve: func(w http.ResponseWriter, r *http.Request, _ string) { get(w, r) }}
 	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			if get == nil {
-				w.WriteHeader(http.StatusMethodNotAllowed)
-				return
-			}
-			get(w, r)
+	rest := &peers.Reply{Optional: true, Serve: func(w http.ResponseWriter, r *http.Request, rpc string) {
+		if strings.HasPrefix(rpc, "notifications/") || post == nil {
+			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		var m struct {
-			Method string `json:"method"`
-		}
-		body, _ := io.ReadAll(r.Body)
-		_ = json.Unmarshal(body, &m)
-		r.Body = io.NopCloser(bytes.NewReader(body)) // post may read it again
-		switch {
-		case m.Method == "initialize":
-			w.Header().Set("Mcp-Session-Id", "UP-1")
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":`+capabilities+`,"serverInfo":{"name":"stub","version":"1"}}}`)
-		case strings.HasPrefix(m.Method, "notifications/") || post == nil:
-			w.WriteHeader(http.StatusAccepted)
-		default:
-			post(w, r, m.Method)
-		}
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + ln.Addr().String() + "/mcp"
+		post(w, r, rpc)
+	}}
+	replies[peers.Key{HTTP: http.MethodPost, Session: peers.Any, RPC: peers.Any}] = rest
+	replies[peers.Key{HTTP: http.MethodDelete, Session: peers.Any, RPC: peers.Any}] = rest
+	return peers.StartScript(t, replies).URL()
 }
 
 // agentGet opens the agent's GET stream on session sid.
@@ -77,7 +60,7 @@ func agentGet(t testing.TB, url, sid string) *http.Response {
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Mcp-Session-Id", sid)
 	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,8 +86,8 @@ func TestFinishReadsOnlyWhatArrived(t *testing.T) {
 		_, _ = io.WriteString(w, "2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n")
 	})
 	_, url := startProxy(t, up, nil)
-	sid := peerRawInitialize(t, url)
-	_, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)
+	sid := peers.RawInitialize(t, url)
+	_, raw := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)
 	if strings.Contains(string(raw), "id: 4") || strings.Count(string(raw), "id: m") != 2 {
 		t.Fatalf("agent got %q; want every event id mcpheal's own (m<answer>-<n>)", raw)
 	}
@@ -129,7 +112,7 @@ func TestGetStreamKeepaliveBetweenEvents(t *testing.T) {
 		<-r.Context().Done()
 	}, nil)
 	_, url := startProxy(t, up, func(c *conf.Config) { c.StreamKeepalive = 50 * time.Millisecond })
-	resp := agentGet(t, url, peerRawInitialize(t, url))
+	resp := agentGet(t, url, peers.RawInitialize(t, url))
 	br := bufio.NewReader(resp.Body)
 	var got strings.Builder
 	for !strings.Contains(got.String(), "}}\n\n") {
@@ -158,7 +141,7 @@ func TestGetStreamEventTooLarge(t *testing.T) {
 		<-r.Context().Done()
 	}, nil)
 	_, url := startProxy(t, up, func(c *conf.Config) { c.MaxSSELine = 64 << 10 })
-	resp := agentGet(t, url, peerRawInitialize(t, url))
+	resp := agentGet(t, url, peers.RawInitialize(t, url))
 	n, _ := io.Copy(io.Discard, resp.Body) // ends when mcpheal ends the stream
 	if n >= 256<<10 {
 		t.Fatalf("the agent got %d bytes: the event past max_sse_line was relayed", n)
@@ -179,7 +162,7 @@ func TestGetRefusalGivesBudgetBack(t *testing.T) {
 		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Method not allowed."},"id":null}`)
 	}, nil)
 	s, url := startProxy(t, up, nil)
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	before := s.mem.Used.Load()
 	for range 20 {
 		resp := agentGet(t, url, sid)
@@ -209,9 +192,9 @@ func TestStreamed503Judged(t *testing.T) {
 		<-r.Context().Done()
 	})
 	_, url := startProxy(t, up, func(c *conf.Config) { c.HealTimeout = time.Second })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	start := time.Now()
-	resp, raw := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)
+	resp, raw := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{}}}`)
 	if code, msg, _ := rpcError(t, raw); resp.StatusCode != http.StatusServiceUnavailable || code != -32000 || msg != "busy" ||
 		resp.Header.Get("Retry-After") == "" || time.Since(start) > 3*time.Second {
 		t.Fatalf("after %v: %d %s; want the server's 503 and words at once", time.Since(start), resp.StatusCode, raw)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/session/redisstore/redistest"
 	"github.com/mcpheal/mcpheal/session/seal"
 )
@@ -54,7 +55,7 @@ func spelledSession(t *testing.T, url string) string {
 	for pad := range 12 {
 		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},` +
 			`"clientInfo":{"name":"spelled` + strings.Repeat("x", pad) + `","version":"1"}}}`
-		resp, raw := peerRawPost(t, url, "", body)
+		resp, raw := peers.RawPost(t, url, "", body)
 		sid := resp.Header.Get("Mcp-Session-Id")
 		if resp.StatusCode != http.StatusOK || sid == "" {
 			t.Fatalf("initialize: %d %s", resp.StatusCode, raw)

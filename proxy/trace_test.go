@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcpheal/mcpheal/proxy/internal/conf"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/telemetry"
 )
 
@@ -113,9 +114,9 @@ func TestTraceOfAHeal(t *testing.T) {
 	if err != nil || tp == nil {
 		t.Fatalf("telemetry.New = %v, %v", tp, err)
 	}
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url, logs := startProxyLog(t, up.URL(), func(c *conf.Config) { c.Tracer = tp })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	up.ExpireSessions()
 	before := len(up.Requests())
 
@@ -127,7 +128,7 @@ func TestTraceOfAHeal(t *testing.T) {
 	req.Header.Set("Mcp-Session-Id", sid)
 	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
 	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
-	resp, err := peerRawClient.Do(req)
+	resp, err := peers.RawClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,11 +225,11 @@ func TestTraceFromMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Tracer = tp })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
-	resp, body := peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"traceparent":"00-`+
+	resp, body := peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"traceparent":"00-`+
 		traceID+`-b7ad6b7169203331-01"}}}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("tools/list: %d %s", resp.StatusCode, body)
@@ -277,9 +278,9 @@ func TestTraceOfBridgeRounds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect through mcpheal: %v", err)
 	}
-	res, err := goSDKCall(t, cs, "sample", map[string]any{"text": "hi"})
-	if err != nil || peerResultText(res) != "sampled ok state=round-1" {
-		t.Fatalf("sample: %q, %v", peerResultText(res), err)
+	res, err := peers.GoSDKCall(t, cs, "sample", map[string]any{"text": "hi"})
+	if err != nil || peers.ResultText(res) != "sampled ok state=round-1" {
+		t.Fatalf("sample: %q, %v", peers.ResultText(res), err)
 	}
 	if err := shutdown(context.Background()); err != nil {
 		t.Fatalf("flushing the spans: %v", err)
@@ -323,12 +324,12 @@ func TestSpanCopiesBounded(t *testing.T) {
 	t.Parallel()
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	up := startGoSDK(t, goSDKOpts{})
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	_, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Tracer = tp; c.MaxBody = 8 << 20 })
-	sid := peerRawInitialize(t, url)
+	sid := peers.RawInitialize(t, url)
 	huge := strings.Repeat("é", 1<<19) // 1 MiB, two bytes a rune
-	peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":"`+huge+`","method":"tools/call","params":{"name":"`+huge+`","arguments":{}}}`)
-	peerRawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"`+huge+`"}`)
+	peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":"`+huge+`","method":"tools/call","params":{"name":"`+huge+`","arguments":{}}}`)
+	peers.RawPost(t, url, sid, `{"jsonrpc":"2.0","id":3,"method":"`+huge+`"}`)
 	ended := spans.Ended()
 	if len(ended) < 2 {
 		t.Fatalf("%d spans", len(ended))

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -156,15 +157,15 @@ func capLines(logs *testLog) []string {
 }
 
 // slowAgent is an agent that waits long enough to see what mcpheal
-// answers however long it takes (peerRawClient gives up after 5 s).
+// answers however long it takes (peers.RawClient gives up after 5 s).
 var slowAgent = &http.Client{Timeout: 30 * time.Second}
 
-// slowPost is peerRawPost by slowAgent; it also returns how long the
+// slowPost is peers.RawPost by slowAgent; it also returns how long the
 // answer took.
 func slowPost(t *testing.T, url, sid, body string) (*http.Response, []byte, time.Duration) {
 	t.Helper()
 	start := time.Now()
-	resp, err := slowAgent.Do(peerPostRequest(t, url, sid, body))
+	resp, err := slowAgent.Do(peers.PostRequest(t, url, sid, body))
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}
@@ -213,7 +214,7 @@ func TestUpstreamSessionIDTooLong(t *testing.T) {
 			if n := up.inits.Load(); n != 1 {
 				t.Fatalf("%d upstream initializes for one agent initialize, want 1", n)
 			}
-			PeerWait(t, "the DELETE of the upstream session with the "+c.name+" id", func() bool { return up.deleted(c.size) })
+			peers.Wait(t, "the DELETE of the upstream session with the "+c.name+" id", func() bool { return up.deleted(c.size) })
 
 			lines := capLines(logs)
 			if len(lines) != 1 || !strings.Contains(lines[0], "session id") {
@@ -253,9 +254,9 @@ func TestHealMeetsTooLongSessionID(t *testing.T) {
 			t.Parallel()
 			up := startBigIDUpstream(t)
 			_, url, logs := startProxyLog(t, up.url, nil)
-			sid := peerRawInitialize(t, url)
+			sid := peers.RawInitialize(t, url)
 			const ping = `{"jsonrpc":"2.0","id":2,"method":"ping"}`
-			if resp, body := peerRawPost(t, url, sid, ping); resp.StatusCode != http.StatusOK {
+			if resp, body := peers.RawPost(t, url, sid, ping); resp.StatusCode != http.StatusOK {
 				t.Fatalf("ping: %d %s", resp.StatusCode, body)
 			}
 
@@ -276,12 +277,12 @@ func TestHealMeetsTooLongSessionID(t *testing.T) {
 			if n := up.inits.Load() - inits; n != 1 {
 				t.Fatalf("%d upstream initializes for the heal, want 1", n)
 			}
-			PeerWait(t, "the DELETE of the upstream session with the "+c.name+" id", func() bool { return up.deleted(c.size) })
+			peers.Wait(t, "the DELETE of the upstream session with the "+c.name+" id", func() bool { return up.deleted(c.size) })
 			if len(capLines(logs)) == 0 {
 				t.Error("no log line names the cap")
 			}
 
-			resp, body = peerRawPost(t, url, sid, ping)
+			resp, body = peers.RawPost(t, url, sid, ping)
 			if resp.StatusCode != http.StatusNotFound {
 				t.Fatalf("ping on the ended session: %d %s; want 404", resp.StatusCode, body)
 			}
@@ -289,7 +290,7 @@ func TestHealMeetsTooLongSessionID(t *testing.T) {
 				t.Fatalf("%d upstream initializes after the session ended, want still 1", n)
 			}
 			up.size.Store(0)
-			peerRawInitialize(t, url) // the agent starts over, and can
+			peers.RawInitialize(t, url) // the agent starts over, and can
 		})
 	}
 }
