@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -89,5 +91,36 @@ func TestStageDirection(t *testing.T) {
 	}
 	if seen < len(rank) {
 		t.Errorf("go list saw %d of proxy's %d staged packages", seen, len(rank))
+	}
+}
+
+// writesAnswer matches what writes or counts an agent's answer other than
+// through exchange.Writer: the answer's head or body set on the request's
+// context, the exchange's and wire's own writers, the request counters.
+var writesAnswer = regexp.MustCompile(`(?i)\bctx\.(Set(StatusCode|Body\w*|ContentType\w*)|Response\.(Header\.Set\w*|SetBody\w*))\(|` +
+	`exchange\.(WriteFailure|WriteJSONAnswer|EndResumption)\(|wire\.(WriteError|AppendError)\(ctx|Count\.(Request\(|BytesOut)`)
+
+// TestRoutesAnswerThroughWriter: the routes (held, bridge, the streams)
+// hand every answer to exchange.Writer, which writes it and counts its
+// request once; none writes or counts one itself.
+func TestRoutesAnswerThroughWriter(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("internal/route/*/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no route files (%v)", err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if code, _, _ := strings.Cut(line, "//"); writesAnswer.MatchString(code) {
+				t.Errorf("%s:%d writes or counts an answer itself: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
 	}
 }

@@ -55,7 +55,12 @@
 //  4. answer (internal/exchange): Attempt.Answer counts the outcome and
 //     writes the agent's answer: the upstream's, or mcpheal's own error
 //     (exchange.WriteFailure, with the status every client surfaces at
-//     once: docs/observability.md "Errors mcpheal writes itself").
+//     once: docs/observability.md "Errors mcpheal writes itself"). Every
+//     route hands what it answers (its own refusals, its failures, the
+//     answers it put in the agent's era, its event streams) to the one
+//     exchange.Writer, which writes it and counts its request once;
+//     TestRoutesAnswerThroughWriter fails on a route that writes or counts
+//     an answer itself.
 //
 // A heal, read in order: exchange (attempt.go: the dead session's answer
 // judged, Decide says heal), heal (heal.go: Healer.Heal, single-flight per

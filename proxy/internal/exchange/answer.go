@@ -254,12 +254,14 @@ func errorText(err error) string {
 	return err.Error()
 }
 
-// answer writes the agent's answer for out and counts it. It reports
-// whether the answer is a body that now owns a.
+// answer writes the agent's answer for out and counts it: the upstream's
+// answer relayed here (respond), mcpheal's own through the Writer. It
+// reports whether the answer is a body that now owns a.
 func (a *Attempt) Answer(out Outcome) bool {
+	w := a.S.Writer()
 	switch out.Kind {
 	case OutUpstream:
-		a.S.Count.Request(&a.Msg, out.Class)
+		w.Count(&a.Msg, out.Class)
 		a.R.Outcome(OutUpstream, out.Class, 0)
 		if out.Class == classify.OK && a.Sess != nil {
 			a.accepted()
@@ -273,12 +275,10 @@ func (a *Attempt) Answer(out Outcome) bool {
 		}
 		return a.respond()
 	case outAccepted:
-		a.S.Count.Request(&a.Msg, classify.OK)
-		a.Ctx.SetStatusCode(fasthttp.StatusAccepted)
+		w.Status(a.Ctx, &a.Msg, fasthttp.StatusAccepted, classify.OK)
 		return false
 	case outEndResumption:
-		a.S.Count.Request(&a.Msg, classify.OK)
-		EndResumption(a.Ctx)
+		w.EndResumption(a.Ctx, &a.Msg)
 		return false
 	case OutAgentGone:
 		a.Ctx.SetConnectionClose()
@@ -299,7 +299,7 @@ func (a *Attempt) Answer(out Outcome) bool {
 		a.S.Count.BytesOut.Add(uint64(len(a.Out)))
 		return false
 	}
-	WriteFailure(a.Ctx, &a.Msg, f)
+	w.Fail(a.Ctx, &a.Msg, classify.Unknown, f)
 	return false
 }
 
@@ -329,13 +329,11 @@ func (a *Attempt) refusal(cls classify.Class, err error) Failure {
 		" was sent; it may or may not have run and was not retried"}
 }
 
-// answered counts the answer a route translated for its agent (msg, with
-// status) and does what an accepted request does on the session (a
-// rotated credential moves; a tools/list teaches which tools are
-// replay-safe).
-func (a *Attempt) Answered(msg []byte, status int) {
-	cls := classify.Classify(status, wire.MimeJSON, msg)
-	a.S.Count.Request(&a.Msg, cls)
+// Answered does what the answer a route translated for its agent (msg,
+// of class cls, handed to the Writer, which counted it) does on the
+// session when the upstream accepted the request: a rotated credential
+// moves; a tools/list teaches which tools are replay-safe.
+func (a *Attempt) Answered(cls classify.Class, msg []byte) {
 	if cls == classify.OK {
 		a.accepted()
 		if a.Msg.Method == "tools/list" {

@@ -13,7 +13,9 @@
 // every session id replaced, a JSON body, or an SSE answer relayed event
 // by event and resumed upstream when the server closes it early), or
 // mcpheal's own error (Attempt.Fail, the one table of mcpheal's errors;
-// WriteFailure, with the status every client surfaces at once). Answers
+// WriteFailure, with the status every client surfaces at once). The
+// routes hand their answers to Writer (writer.go), which writes each and
+// counts its request once, as Answer does for the session route. Answers
 // an agent may resume after its connection drops are kept (AnswerLogs).
 //
 // An era change found while sending is not acted on here: Attempt.Run

@@ -78,12 +78,8 @@ func (b *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	case m.IsRequest() && !m.Batch && !answeredHere(m.Method):
 		b.call(ctx, r)
 	default:
-		status, body := b.local(r)
-		if body == nil {
-			ctx.SetStatusCode(status)
-			return
-		}
-		exchange.WriteJSONAnswer(ctx, status, body, r.Sess, b.S.Mem)
+		status, body, cls := b.local(r)
+		b.S.Writer().JSON(ctx, m, cls, status, body, r.Sess)
 	}
 }
 
@@ -98,37 +94,36 @@ func answeredHere(method string) bool {
 	return false
 }
 
-// local answers what the bridge handles itself: the status, and the JSON
-// body (nil for none).
-func (b *Route) local(r *exchange.Request) (int, []byte) {
+// local answers what the bridge handles itself: the status, the JSON
+// body (nil for none), and the class it is counted as (Unknown: not
+// counted).
+func (b *Route) local(r *exchange.Request) (int, []byte, classify.Class) {
 	m := &r.Msg
 	switch {
 	case r.Standing != heal.Bound:
-		b.S.Count.Request(m, classify.SessionGone)
-		return fasthttp.StatusNotFound, wire.AppendError(nil, wire.CodeSessionNotFound, m.IdOrNull(), "Session not found")
+		return fasthttp.StatusNotFound, wire.AppendError(nil, wire.CodeSessionNotFound, m.IdOrNull(), "Session not found"), classify.SessionGone
 	case m.Batch:
 		return fasthttp.StatusBadRequest, wire.AppendError(nil, wire.CodeInvalidRequest, "null",
-			"JSON-RPC batches are not supported: the upstream speaks MCP 2026-07-28, which has none")
+			"JSON-RPC batches are not supported: the upstream speaks MCP 2026-07-28, which has none"), classify.Unknown
 	case m.Method == "" && m.ID != "":
 		b.input(r)
-		return fasthttp.StatusAccepted, nil
+		return fasthttp.StatusAccepted, nil, classify.Unknown
 	case m.ID == "": // a notification
 		if m.Method == "notifications/cancelled" {
 			b.cancel(r.Sess, gjson.GetBytes(r.Body, "params.requestId").Raw)
 		}
 		// notifications/initialized, roots/list_changed…: 2026-07-28 has
 		// no place for them.
-		return fasthttp.StatusAccepted, nil
+		return fasthttp.StatusAccepted, nil, classify.Unknown
 	case m.Method == "initialize":
-		return fasthttp.StatusBadRequest, wire.AppendError(nil, wire.CodeInvalidRequest, m.ID, "Invalid Request: the session is already initialized")
+		return fasthttp.StatusBadRequest, wire.AppendError(nil, wire.CodeInvalidRequest, m.ID, "Invalid Request: the session is already initialized"), classify.Unknown
 	case m.Method != "ping":
 		if body, ok := b.journal(r); !ok {
-			return fasthttp.StatusOK, body
+			return fasthttp.StatusOK, body, classify.Unknown
 		}
 	}
-	b.S.Count.Request(m, classify.OK)
 	out := append([]byte(`{"jsonrpc":"2.0","id":`), m.ID...)
-	return fasthttp.StatusOK, append(out, `,"result":{}}`...)
+	return fasthttp.StatusOK, append(out, `,"result":{}}`...), classify.OK
 }
 
 // initialize answers a legacy agent's initialize for a 2026-07-28 upstream
@@ -139,7 +134,7 @@ func (b *Route) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	s, m := b.S, &r.Msg
 	d := s.Eras.Info.Load()
 	if d == nil {
-		exchange.WriteFailure(ctx, m, exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, RetryAfter: 1,
+		s.Writer().Fail(ctx, m, classify.Unknown, exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, RetryAfter: 1,
 			Msg: "upstream unreachable: " + s.Link.Up.Origin()})
 		return
 	}
@@ -149,7 +144,7 @@ func (b *Route) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	}
 	size := 128 + len(m.ID) + len(d.Capabilities) + len(d.ServerInfo) + len(d.Instructions)
 	if !s.Mem.Take(int64(size)) {
-		exchange.WriteFailure(ctx, m, exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeBudget, RetryAfter: 1,
+		s.Writer().Fail(ctx, m, classify.Unknown, exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeBudget, RetryAfter: 1,
 			Msg: "initialize not answered: mcpheal's memory_budget is reached; retry later"})
 		return
 	}
@@ -157,8 +152,7 @@ func (b *Route) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	sess := s.Sessions.NewSession(heal.Origin{Auth: r.Auth, Init: r.Body}, r.Hdr, version, "")
 	if err := s.Sessions.Admit(sess); err != nil {
 		body.Close()
-		s.Count.Request(m, classify.OK)
-		exchange.WriteFailure(ctx, m, exchange.AdmissionFailure(err))
+		s.Writer().Fail(ctx, m, classify.OK, exchange.AdmissionFailure(err))
 		return
 	}
 	out := append(body.B, `{"jsonrpc":"2.0","id":`...)
@@ -174,11 +168,7 @@ func (b *Route) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 		out = append(out, d.Instructions...)
 	}
 	body.B = append(out, "}}"...)
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(wire.MimeJSON)
-	ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(sess.ID))
-	ctx.Response.SetBodyStream(body, len(body.B))
-	s.Count.Request(m, classify.OK)
+	s.Writer().Held(ctx, m, classify.OK, body, sess)
 	s.Log.Debug().Str(obs.LogSession, sess.ID.Short()).Str("protocol", version).Msg("session created (bridged to 2026-07-28)")
 }
 
@@ -262,14 +252,10 @@ func (b *Route) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 		return
 	}
 	// An event stream from here on; the writer owns the call.
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(wire.MimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(r.Sess.ID))
 	c.st = exchange.AgentStream{S: s, Conn: ctx.Conn()}
 	a.Ctx, a.R = nil, &exchange.Request{Msg: a.Msg, Sess: r.Sess, Standing: r.Standing, OwnCredential: r.OwnCredential,
 		Auth: append([]byte(nil), r.Auth...), Hdr: c.hdr, Tctx: r.Tctx}
-	ctx.SetBodyStreamWriter(c.stream)
+	s.Writer().Stream(ctx, &a.Msg, r.Sess, classify.Unknown, c.stream) // counted at its answer (Final)
 }
 
 // prepare builds the upstream request of a round: the agent's request in
@@ -309,14 +295,13 @@ func (c *bridgeCall) answerJSON(out exchange.Outcome) {
 	a := c.a
 	switch {
 	case out.Kind == exchange.OutAgentGone && c.isCancelled():
-		a.Ctx.SetStatusCode(fasthttp.StatusAccepted) // the agent gave up on it
+		a.S.Writer().Status(a.Ctx, &a.Msg, fasthttp.StatusAccepted, classify.Unknown) // the agent gave up on it
 	case out.Kind != exchange.OutUpstream:
 		a.Answer(out)
 	default:
 		msg, status := c.legacyAnswer(a.Resp.StatusCode(), a.Resp.Body())
-		if exchange.WriteJSONAnswer(a.Ctx, status, msg, a.Sess, a.S.Mem) {
-			a.S.Count.BytesOut.Add(uint64(len(msg)))
-			c.a.Answered(msg, status)
+		if cls := exchange.ClassOf(status, msg); a.S.Writer().JSON(a.Ctx, &a.Msg, cls, status, msg, a.Sess) {
+			c.a.Answered(cls, msg)
 		}
 	}
 }
@@ -342,7 +327,7 @@ func (c *bridgeCall) stream(w *bufio.Writer) {
 		if !isInputRequired(msg) {
 			out, _ := c.legacyAnswer(fasthttp.StatusOK, msg)
 			c.st.Event(out)
-			c.a.Answered(out, fasthttp.StatusOK)
+			c.a.Answered(c.a.S.Writer().Final(&c.a.Msg, out), out)
 			return
 		}
 		if round >= maxInputRounds {

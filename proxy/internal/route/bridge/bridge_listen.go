@@ -67,16 +67,12 @@ func (b *Route) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	}
 	hdr := new(fasthttp.RequestHeader)
 	r.Hdr.CopyTo(hdr)
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(wire.MimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	s.Count.Request(&wire.Message{Get: true}, classify.OK)
 	out := wire.NewQueue(s.Mem, 16)
 	if s.Bg.Add(1) {
 		go b.listenPump(sess, l, hdr, out)
 	}
 	st := exchange.AgentStream{S: s, Conn: ctx.Conn()}
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	s.Writer().Stream(ctx, &r.Msg, nil, classify.OK, func(w *bufio.Writer) {
 		defer b.listens.CompareAndDelete(sess.ID, l)
 		defer l.stop()
 		st.W = w

@@ -250,29 +250,27 @@ var errJournalFull = errors.New("the session's state would pass max_journal")
 // serve handles one request of a 2026-07-28 agent of a session-era
 // upstream.
 func (h *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
-	m := &r.Msg
+	m, w := &r.Msg, h.S.Writer()
 	switch {
 	case m.Batch:
-		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "null",
-			"Invalid Request: MCP 2026-07-28 has no JSON-RPC batches")
+		w.Refuse(ctx, m, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "Invalid Request: MCP 2026-07-28 has no JSON-RPC batches")
 		return
 	case m.Get || (m.Method == "" && m.ID != ""):
 		// 2026-07-28 has no GET stream, and its agents answer the
 		// server's requests in a retry's inputResponses.
-		wire.WriteError(ctx, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, m.IdOrNull(),
-			"Invalid Request: not a request of MCP 2026-07-28")
+		w.Refuse(ctx, m, fasthttp.StatusBadRequest, wire.CodeInvalidRequest, "Invalid Request: not a request of MCP 2026-07-28")
 		return
 	case sessionOnly(m.Method) || removed2026(m.Method):
 		// The held session's own state is mcpheal's: an agent sharing
 		// it may not change it for the others.
 		if m.ID == "" {
-			ctx.SetStatusCode(fasthttp.StatusAccepted)
+			w.Status(ctx, m, fasthttp.StatusAccepted, classify.Unknown)
 			return
 		}
-		wire.WriteError(ctx, fasthttp.StatusNotFound, -32601, m.ID, "Method not found: "+m.Method+
+		w.Refuse(ctx, m, fasthttp.StatusNotFound, -32601, "Method not found: "+m.Method+
 			" is not part of MCP 2026-07-28 (MCP-Protocol-Version says 2026-07-28)")
 		return
-	case refuse2026(ctx, r):
+	case refuse2026(ctx, r, w):
 		return
 	}
 	if m.ID == "" && (r.Sess == nil || m.Method == "notifications/cancelled") {
@@ -281,15 +279,14 @@ func (h *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 		if m.Method == "notifications/cancelled" {
 			h.cancel(r)
 		}
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		w.Status(ctx, m, fasthttp.StatusAccepted, classify.Unknown)
 		return
 	}
 	var info *era.Discovery
 	if r.Sess == nil || m.Method == "server/discover" {
 		e, f := h.entry(r)
 		if e == nil {
-			h.S.Count.Request(m, classify.TransportDead)
-			exchange.WriteFailure(ctx, m, heldFailure(f))
+			w.Fail(ctx, m, classify.TransportDead, heldFailure(f))
 			return
 		}
 		r.Sess, info = e.sess, e.info
@@ -328,7 +325,7 @@ const (
 // header not its _meta's (400 -32020); _meta without a protocol version or
 // client capabilities (400 -32602); a version other than 2026-07-28 (400
 // -32022 naming the one supported). It reports whether it answered.
-func refuse2026(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
+func refuse2026(ctx *fasthttp.RequestCtx, r *exchange.Request, w exchange.Writer) bool {
 	m := &r.Msg
 	if m.Method == "" {
 		return false
@@ -361,15 +358,13 @@ func refuse2026(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 			" does not match the request's "+MetaVersionKey+" "+strconv.Quote(version.Str)
 	case version.Str != wire.StatelessVersion:
 		if m.ID == "" {
-			ctx.SetStatusCode(fasthttp.StatusBadRequest)
+			w.Status(ctx, m, fasthttp.StatusBadRequest, classify.Unknown)
 			return true
 		}
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(m.ID), "error": map[string]any{
 			"code": -32022, "message": "Unsupported protocol version: " + version.Str,
 			"data": map[string]any{"supported": []string{wire.StatelessVersion}, "requested": version.Str}}})
-		ctx.SetStatusCode(fasthttp.StatusBadRequest)
-		ctx.SetContentTypeBytes(wire.MimeJSON)
-		ctx.SetBody(b)
+		w.RefuseBody(ctx, fasthttp.StatusBadRequest, b)
 		return true
 	case m.ID != "" && !caps:
 		code, msg = -32602, "missing or invalid _meta field \""+metaCapsKey+"\""
@@ -384,10 +379,10 @@ func refuse2026(ctx *fasthttp.RequestCtx, r *exchange.Request) bool {
 		code, msg = wire.CodeHeaderMismatch, why
 	}
 	if m.ID == "" {
-		ctx.SetStatusCode(fasthttp.StatusBadRequest)
+		w.Status(ctx, m, fasthttp.StatusBadRequest, classify.Unknown)
 		return true
 	}
-	wire.WriteError(ctx, fasthttp.StatusBadRequest, code, m.ID, msg)
+	w.Refuse(ctx, m, fasthttp.StatusBadRequest, code, msg)
 	return true
 }
 
@@ -744,8 +739,7 @@ func (h *Route) discover(ctx *fasthttp.RequestCtx, r *exchange.Request, d *era.D
 	out = append(out, `,"_meta":{"io.modelcontextprotocol/serverInfo":`...)
 	out = append(out, d.ServerInfo...)
 	out = append(out, "}}}"...)
-	h.S.Count.Request(m, classify.OK)
-	exchange.WriteJSONAnswer(ctx, fasthttp.StatusOK, out, nil, h.S.Mem)
+	h.S.Writer().JSON(ctx, m, classify.OK, fasthttp.StatusOK, out, nil)
 }
 
 // stripStateless removes the headers of a 2026-07-28 request that a

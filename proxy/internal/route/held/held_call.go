@@ -127,29 +127,25 @@ func (h *Route) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 		if out.Kind == exchange.OutAgentGone {
 			ctx.SetConnectionClose()
 		}
-		exchange.WriteFailure(ctx, &r.Msg, f)
+		s.Writer().Fail(ctx, &r.Msg, classify.Unknown, f)
 		c.finish()
 	case !a.Resp.IsStream():
 		msg, status := c.modernAnswer(a.Resp.StatusCode(), a.Resp.Body())
 		if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
 			s.Challenges.Pass(ctx, &a.Resp.Header) // the agent logs in, or asks for more scope
 		}
-		if len(msg) == 0 {
-			ctx.SetStatusCode(status)
-		} else if exchange.WriteJSONAnswer(ctx, status, msg, nil, s.Mem) {
-			s.Count.BytesOut.Add(uint64(len(msg)))
-		}
-		c.a.Answered(msg, status)
+		cls := exchange.ClassOf(status, msg)
+		s.Writer().JSON(ctx, &a.Msg, cls, status, msg, nil)
+		c.a.Answered(cls, msg)
 		c.finish()
 	case a.FirstWhole && wire.IsResponse(sse.Data(nil, a.First)) && modernStatus(sse.Data(nil, a.First)) != fasthttp.StatusOK:
 		// The stream's first event is the answer, an error 2026-07-28 gives
 		// its own status (-32601 404, -32021 400): a JSON answer with it,
 		// not a stream already answered 200.
 		msg, status := c.modernAnswer(fasthttp.StatusOK, sse.Data(nil, a.First))
-		if exchange.WriteJSONAnswer(ctx, status, msg, nil, s.Mem) {
-			s.Count.BytesOut.Add(uint64(len(msg)))
-		}
-		c.a.Answered(msg, status)
+		cls := exchange.ClassOf(status, msg)
+		s.Writer().JSON(ctx, &a.Msg, cls, status, msg, nil)
+		c.a.Answered(cls, msg)
 		c.finish()
 	default:
 		a.Msg.ID, a.Msg.Method, a.Msg.Tool = strings.Clone(a.Msg.ID), strings.Clone(a.Msg.Method), strings.Clone(a.Msg.Tool)
@@ -162,13 +158,10 @@ func (h *Route) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 }
 
 // streamTo answers ctx with an event stream that c writes.
+// Its request is counted when its answer comes (Writer.Final).
 func (c *heldCall) streamTo(ctx *fasthttp.RequestCtx) {
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(wire.MimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	c.st = exchange.AgentStream{S: c.h.S, Conn: ctx.Conn()}
-	ctx.SetBodyStreamWriter(c.stream)
+	c.h.S.Writer().Stream(ctx, &c.a.Msg, nil, classify.Unknown, c.stream)
 }
 
 // stream relays the upstream's events to the agent (relay), and ends the
@@ -188,7 +181,7 @@ func (c *heldCall) stream(w *bufio.Writer) {
 			close(c.handoff)
 			return // the agent's retry resumes it (resume)
 		}
-		c.a.Answered(final, fasthttp.StatusOK)
+		c.a.Answered(c.h.S.Writer().Final(&c.a.Msg, final), final)
 	case exchange.EventsGone:
 		c.cancelUpstream()
 	case exchange.EventsCut:
@@ -576,7 +569,7 @@ func (c *heldCall) park(reqs [][]byte) bool {
 	a.Unwatch()
 	h.untrack(c)
 	h.parked.Store(token, c)
-	a.S.Count.Request(&a.Msg, classify.OK)
+	a.S.Writer().Count(&a.Msg, classify.OK) // the call's stream carries its InputRequiredResult
 	if !c.st.Event(out) {
 		if h.parked.CompareAndDelete(token, c) {
 			c.unpark()
@@ -630,9 +623,8 @@ func (h *Route) resume(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 			h.parked.CompareAndDelete(token, c)
 	}
 	if !ok {
-		s.Count.Request(&r.Msg, classify.Protocol)
-		wire.WriteError(ctx, fasthttp.StatusOK, -32602, r.Msg.IdOrNull(),
-			"Invalid params: requestState names no call of this agent waiting for input (answered, or given up after response_timeout)")
+		s.Writer().Fail(ctx, &r.Msg, classify.Protocol, exchange.Failure{Status: fasthttp.StatusOK, Code: -32602,
+			Msg: "Invalid params: requestState names no call of this agent waiting for input (answered, or given up after response_timeout)"})
 		return
 	}
 	<-c.handoff
@@ -644,8 +636,7 @@ func (h *Route) resume(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	if !c.answerInputs(r, asks) {
 		c.cancelUpstream()
 		c.finish()
-		s.Count.Request(&r.Msg, classify.TransportDead)
-		exchange.WriteFailure(ctx, &r.Msg, exchange.Failure{Status: fasthttp.StatusOK, Code: wire.CodeMaybeExecuted,
+		s.Writer().Fail(ctx, &r.Msg, classify.TransportDead, exchange.Failure{Status: fasthttp.StatusOK, Code: wire.CodeMaybeExecuted,
 			Msg: "the upstream did not take the agent's input; " + r.Msg.Method + " may or may not have run and was not retried"})
 		return
 	}
@@ -727,7 +718,7 @@ func (h *Route) untrack(c *heldCall) {
 // cancel ends the call that an agent's notifications/cancelled names: the
 // upstream is told, and the exchange ends as if the agent had gone.
 func (h *Route) cancel(r *exchange.Request) {
-	h.S.Count.Request(&r.Msg, classify.OK)
+	h.S.Writer().Count(&r.Msg, classify.OK)
 	id := gjson.GetBytes(r.Body, "params.requestId").Raw
 	if v, ok := h.calls.Load(heldCallKey(r.Auth, r.Body, id)); ok {
 		v.(heldCancel).cancelByAgent()

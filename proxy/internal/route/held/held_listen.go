@@ -105,13 +105,11 @@ func (h *Route) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	hub.mu.Unlock()
 	switch {
 	case n >= MaxListens:
-		s.Count.Request(&r.Msg, classify.OK)
-		exchange.WriteFailure(ctx, &r.Msg, heldFailure(exchange.Failure{Code: wire.CodeTooMany, RetryAfter: 10,
+		s.Writer().Fail(ctx, &r.Msg, classify.OK, heldFailure(exchange.Failure{Code: wire.CodeTooMany, RetryAfter: 10,
 			Msg: "too many subscriptions/listen open on this agent's session (" + strconv.Itoa(MaxListens) + "); close one first"}))
 		return
 	case !s.Mem.Take(ListenCost):
-		s.Count.Request(&r.Msg, classify.OK)
-		exchange.WriteFailure(ctx, &r.Msg, heldFailure(exchange.Failure{Code: wire.CodeBudget, RetryAfter: 1,
+		s.Writer().Fail(ctx, &r.Msg, classify.OK, heldFailure(exchange.Failure{Code: wire.CodeBudget, RetryAfter: 1,
 			Msg: "subscriptions/listen not opened: mcpheal's memory_budget is reached; retry later"}))
 		return
 	}
@@ -127,17 +125,12 @@ func (h *Route) listen(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	hub.mu.Unlock()
 	l.key = heldCallKey(r.Auth, r.Body, l.id)
 	h.calls.Store(l.key, l)
-	s.Count.Request(&r.Msg, classify.OK)
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(wire.MimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	l.st = exchange.AgentStream{S: s, Conn: ctx.Conn()}
 	ack := append([]byte(`{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{`), l.filter()...)
 	ack = append(ack, `},"_meta":{"io.modelcontextprotocol/subscriptionId":`...)
 	ack = append(ack, l.id...)
 	ack = append(ack, "}}}"...)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	s.Writer().Stream(ctx, &r.Msg, nil, classify.OK, func(w *bufio.Writer) {
 		defer h.unlisten(l)
 		l.st.W = w
 		if !l.st.Event(ack) {

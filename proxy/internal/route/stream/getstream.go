@@ -86,8 +86,7 @@ func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute b
 	agentLast := r.Hdr.PeekBytes(wire.HdrLastEventID)
 	last := wire.UpstreamEventID(agentLast, gen)
 	if len(agentLast) > 0 && last == "" {
-		s.Count.Request(&wire.Message{Get: true}, classify.OK)
-		exchange.EndResumption(ctx)
+		s.Writer().EndResumption(ctx, &wire.Message{Get: true})
 		return false
 	}
 	g.resume = last != ""
@@ -131,7 +130,6 @@ func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute b
 	a.Unwatch()
 	g.resp, g.gen = a.Resp, a.Gen
 	a.Resp = nil // the stream's now
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	sr.Set.Add(sess.ID, g)
 	if s.Bg.Add(1) {
 		go g.Pump()
@@ -140,7 +138,7 @@ func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute b
 		upstream.ReleaseResponse(g.resp)
 	}
 	g.conn = ctx.Conn()
-	ctx.SetBodyStreamWriter(g.write)
+	s.Writer().Relay(ctx, g.write)
 	return false
 }
 
@@ -481,16 +479,14 @@ func setLastEventID(req *fasthttp.Request, id string) {
 // with keepalive comments while none does, until the answer ends.
 func (sr *Route) ServeLog(ctx *fasthttp.RequestCtx, r *exchange.Request, l *exchange.AnswerLog, seq int) {
 	s := sr.Env
-	s.Count.Request(&r.Msg, classify.OK)
 	if !l.Attach() {
 		s.Count.AgentResumes[obs.OutcomeFailed].Add(1)
-		exchange.EndResumption(ctx)
+		s.Writer().EndResumption(ctx, &r.Msg)
 		return
 	}
 	s.Count.AgentResumes[obs.OutcomeOK].Add(1)
-	streamHead(ctx, r.Sess.ID)
 	conn := ctx.Conn()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	s.Writer().Stream(ctx, &r.Msg, r.Sess, classify.OK, func(w *bufio.Writer) {
 		defer l.Detach()
 		t := time.NewTicker(s.Cfg.StreamKeepalive)
 		defer t.Stop()

@@ -51,7 +51,6 @@ const (
 // of answer key, from the fleet's log.
 func (sr *Route) ServeShared(ctx *fasthttp.RequestCtx, r *exchange.Request, key string, seq int) {
 	s := sr.Env
-	s.Count.Request(&r.Msg, classify.OK)
 	rctx, cancel := context.WithTimeout(context.Background(), sharedFirstWait+s.Cfg.StoreTimeout)
 	// Not marked read (reader false) until the session is known to be
 	// the answer's: another session's agent must not keep it going.
@@ -62,28 +61,19 @@ func (sr *Route) ServeShared(ctx *fasthttp.RequestCtx, r *exchange.Request, key 
 		s.Count.AgentResumes[obs.OutcomeFailed].Add(1)
 		s.Log.Debug().Str(obs.LogSession, r.Sess.ID.Short()).Str("answer", key).AnErr("store", err).
 			Msg("agent resumed an answer neither this replica nor the shared store keeps; its stream is empty")
-		exchange.EndResumption(ctx)
+		s.Writer().EndResumption(ctx, &r.Msg)
 		return
 	}
 	s.Count.SharedAnswers[obs.SharedServed].Add(1)
 	s.Count.AgentResumes[obs.OutcomeOK].Add(1)
-	streamHead(ctx, r.Sess.ID)
 	f := &follower{s: s, key: key, sess: r.Sess.ID, hdr: new(fasthttp.RequestHeader), conn: ctx.Conn()}
 	r.Hdr.CopyTo(f.hdr)
 	wire.StripRequestHeader(f.hdr, s.Link.RequestDrops())
 	s.Link.SetOperatorHeaders(f.hdr)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	s.Writer().Stream(ctx, &r.Msg, r.Sess, classify.OK, func(w *bufio.Writer) {
 		f.out = exchange.AgentStream{S: s, W: w, Conn: f.conn}
 		f.follow(rd, seq)
 	})
-}
-
-// streamHead writes the head of an answer resumed from a log.
-func streamHead(ctx *fasthttp.RequestCtx, id session.ClientID) {
-	ctx.Response.Header.SetContentTypeBytes(wire.MimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(id))
 }
 
 // follower serves one agent an answer from the fleet's log.

@@ -1,0 +1,138 @@
+package exchange
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcpheal/mcpheal/classify"
+	"github.com/mcpheal/mcpheal/proxy/internal/obs"
+	"github.com/mcpheal/mcpheal/proxy/internal/wire"
+	"github.com/mcpheal/mcpheal/session"
+)
+
+// Writer is the one writer of what a route answers its agent: the held
+// route, the bridge and the GET streams hand their answers here, as the
+// session pass-through's attempt does through Attempt.Answer, and the
+// writer writes each and counts its request once (obs.Counters.Requests)
+// by the class of what the upstream did. classify.Unknown counts nothing:
+// the upstream was not asked (the agent's own input refused, a
+// notification taken).
+type Writer struct {
+	count *obs.Counters
+	mem   *wire.Budget
+}
+
+// Writer returns the writer of the answers of e's routes.
+func (e *Env) Writer() Writer { return Writer{count: e.Count, mem: e.Mem} }
+
+// Count counts m as an exchange that ended in cls, for an answer that a
+// stream already under way carries (an event of the agent's stream), or a
+// notification taken.
+func (w Writer) Count(m *wire.Message, cls classify.Class) {
+	if cls != classify.Unknown {
+		w.count.Request(m, cls)
+	}
+}
+
+// Status answers with status alone: 202 to a notification or a response
+// taken, or a refusal of one (a notification has no id to answer).
+func (w Writer) Status(ctx *fasthttp.RequestCtx, m *wire.Message, status int, cls classify.Class) {
+	w.Count(m, cls)
+	ctx.SetStatusCode(status)
+}
+
+// Refuse answers the agent's own input with mcpheal's JSON-RPC error
+// (code, msg) under status, with m's id: the upstream was not asked.
+func (w Writer) Refuse(ctx *fasthttp.RequestCtx, m *wire.Message, status, code int, msg string) {
+	wire.WriteError(ctx, status, code, m.IdOrNull(), msg)
+}
+
+// RefuseBody answers the agent's own input with a refusal mcpheal built
+// whole (a -32022 naming the versions it speaks).
+func (w Writer) RefuseBody(ctx *fasthttp.RequestCtx, status int, body []byte) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentTypeBytes(wire.MimeJSON)
+	ctx.SetBody(body)
+}
+
+// Fail answers m with mcpheal's own failure f (WriteFailure: the status
+// every client surfaces at once, Retry-After, a challenge), counted as cls.
+func (w Writer) Fail(ctx *fasthttp.RequestCtx, m *wire.Message, cls classify.Class, f Failure) {
+	w.Count(m, cls)
+	WriteFailure(ctx, m, f)
+}
+
+// JSON answers m with a JSON answer a route built (the upstream's, put in
+// the agent's era, or its own), under status and, when sess is not nil,
+// its session id, held in the memory budget until written (-32017 when it
+// has no room). An empty body answers with the status alone. It counts m
+// as cls, and the answer's bytes when written; it reports false when the
+// budget had no room.
+func (w Writer) JSON(ctx *fasthttp.RequestCtx, m *wire.Message, cls classify.Class, status int, body []byte, sess *session.Session) bool {
+	w.Count(m, cls)
+	if len(body) == 0 {
+		ctx.SetStatusCode(status)
+		return true
+	}
+	if !WriteJSONAnswer(ctx, status, body, sess, w.mem) {
+		return false
+	}
+	w.count.BytesOut.Add(uint64(len(body)))
+	return true
+}
+
+// Held answers m with body, a JSON answer built in room the memory budget
+// gave it first (an initialize answer that carries the server's
+// instructions), under 200 and sess's id; it counts m as cls and the
+// answer's bytes.
+func (w Writer) Held(ctx *fasthttp.RequestCtx, m *wire.Message, cls classify.Class, body *BudgetBody, sess *session.Session) {
+	w.Count(m, cls)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentTypeBytes(wire.MimeJSON)
+	ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(sess.ID))
+	ctx.Response.SetBodyStream(body, len(body.B))
+	w.count.BytesOut.Add(uint64(len(body.B)))
+}
+
+// ClassOf is the class of a JSON answer a route built from the upstream's.
+func ClassOf(status int, msg []byte) classify.Class {
+	return classify.Classify(status, wire.MimeJSON, msg)
+}
+
+// Stream answers m with an event stream that write writes, with sess's
+// id when sess is not nil, and counts m as cls: OK for a stream that is
+// the answer (a listen), Unknown for one whose answer is counted when it
+// comes (Final).
+func (w Writer) Stream(ctx *fasthttp.RequestCtx, m *wire.Message, sess *session.Session, cls classify.Class, write fasthttp.StreamWriter) {
+	w.Count(m, cls)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentTypeBytes(wire.MimeEventStream)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	if sess != nil {
+		ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(sess.ID))
+	}
+	ctx.SetBodyStreamWriter(write)
+}
+
+// Relay answers with the event stream that write relays from the
+// upstream (an agent's GET stream), under the head the exchange took from
+// the upstream's answer and counted (Attempt.Run).
+func (w Writer) Relay(ctx *fasthttp.RequestCtx, write fasthttp.StreamWriter) {
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetBodyStreamWriter(write)
+}
+
+// EndResumption answers an agent's GET that resumes an answer nothing
+// holds any more with an empty event stream (EndResumption), counted OK.
+func (w Writer) EndResumption(ctx *fasthttp.RequestCtx, m *wire.Message) {
+	w.Count(m, classify.OK)
+	EndResumption(ctx)
+}
+
+// Final counts m by its answer msg, the last event of its stream (Stream
+// with Unknown), and returns the answer's class.
+func (w Writer) Final(m *wire.Message, msg []byte) classify.Class {
+	cls := ClassOf(fasthttp.StatusOK, msg)
+	w.Count(m, cls)
+	return cls
+}
