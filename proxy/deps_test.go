@@ -105,6 +105,25 @@ var writesAnswer = regexp.MustCompile(`(?i)\bctx\.(Set(StatusCode|Body\w*|Conten
 // request once; none writes or counts one itself.
 func TestRoutesAnswerThroughWriter(t *testing.T) {
 	t.Parallel()
+	routeLinesMatching(t, writesAnswer, "writes or counts an answer itself")
+}
+
+// reachesLink matches a route reaching the upstream link through the
+// exchange's Env rather than through its own narrow sender.
+var reachesLink = regexp.MustCompile(`\.Link\b`)
+
+// TestRoutesSendThroughTheirUpstream: a route sends upstream only through
+// the attempts of the exchange and its own Upstream (the few link methods
+// it names); none reaches the link itself through the Env.
+func TestRoutesSendThroughTheirUpstream(t *testing.T) {
+	t.Parallel()
+	routeLinesMatching(t, reachesLink, "reaches the link past its Upstream")
+}
+
+// routeLinesMatching fails the test for each line of code (comments
+// aside) of a route's non-test files that re matches.
+func routeLinesMatching(t *testing.T, re *regexp.Regexp, what string) {
+	t.Helper()
 	files, err := filepath.Glob("internal/route/*/*.go")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no route files (%v)", err)
@@ -118,8 +137,8 @@ func TestRoutesAnswerThroughWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, line := range strings.Split(string(b), "\n") {
-			if code, _, _ := strings.Cut(line, "//"); writesAnswer.MatchString(code) {
-				t.Errorf("%s:%d writes or counts an answer itself: %s", f, i+1, strings.TrimSpace(line))
+			if code, _, _ := strings.Cut(line, "//"); re.MatchString(code) {
+				t.Errorf("%s:%d %s: %s", f, i+1, what, strings.TrimSpace(line))
 			}
 		}
 	}

@@ -24,7 +24,12 @@
 // A stage is given the few stages below it that it uses (exchange.Env for
 // the exchange and the routes, heal's StreamNotes for the streams a heal
 // moves); nothing below calls back up: an outcome travels up as a value
-// (the exchange's era change, Attempt.Run's reroute, is acted on here).
+// (the exchange's era change, Attempt.Run's reroute, is acted on here). A
+// route sends upstream through the exchange's attempts and, for what it
+// sends itself, through its own Upstream: the few link methods it names
+// (held.Upstream, bridge.Upstream, stream.Upstream), as a handler reaches
+// its transport only as a RoundTripper; TestRoutesSendThroughTheirUpstream
+// fails on a route that reaches the link past it.
 //
 // # One pipeline, in reading order
 //
@@ -74,7 +79,7 @@
 // # Invariants
 //
 //   - No route answers an agent before the guard ran; no route sends
-//     upstream but through the exchange's loop or the link.
+//     upstream but through the exchange's loop or its Upstream.
 //   - Every loop that tries the upstream again (a request, its answer
 //     stream's resumption, a heal, a GET stream, a bridged listen, the
 //     outage watcher) paces and budgets its tries through one link.Retry,

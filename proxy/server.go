@@ -108,9 +108,11 @@ func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 	if sh, ok := s.cfg.Shared.(session.Answers); ok && s.cfg.ResumeBuffer > 0 && s.cfg.ResumeWindow > 0 {
 		s.env.ShareAnswers(sh, rand.Text()) // answers outlive their replica (docs/streams.md "Across replicas")
 	}
-	s.streams.Env = s.env
-	s.bridge = &bridge.Route{S: s.env}
-	s.held = &held.Route{S: s.env, Streams: &s.streams.Set, Scope: held.Scope(s.cfg.Listen), ByKey: make(map[held.Key]*held.Entry),
+	// Each route gets the exchange and, as its narrow sender, what it
+	// sends upstream itself: the link, seen through the route's Upstream.
+	s.streams.Env, s.streams.Up = s.env, s.link
+	s.bridge = &bridge.Route{S: s.env, Up: s.link}
+	s.held = &held.Route{S: s.env, Up: s.link, Streams: &s.streams.Set, Scope: held.Scope(s.cfg.Listen), ByKey: make(map[held.Key]*held.Entry),
 		Hubs: make(map[*session.Session]*held.Hub)}
 	if f := s.sessions.Fleet; f != nil && f.Watcher != nil && s.bg.Add(1) {
 		go func() {

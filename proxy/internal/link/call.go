@@ -111,8 +111,8 @@ var (
 	upcallDropWithAuth = wire.NewNameSet(append(append([]string(nil), wire.ReqDropWithAuth.Names...), ownHeaders...)...)
 )
 
-// reply is the answer to an upcall, read whole.
-type reply struct {
+// Reply is the answer to an upcall, read whole.
+type Reply struct {
 	Status int
 	Class  classify.Class
 	// msg is the JSON-RPC message: a JSON body, or the data of the SSE
@@ -131,7 +131,7 @@ type reply struct {
 
 // call sends c and reads and classifies its answer. An error means no
 // answer came: its class is TransportDead or Timeout.
-func (l *Link) Call(c *Upcall) (reply, error) {
+func (l *Link) Call(c *Upcall) (Reply, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := upstream.AcquireResponse()
@@ -149,9 +149,9 @@ func (l *Link) Call(c *Upcall) (reply, error) {
 		if sp != nil {
 			obs.EndExchange(sp, 0, FailClass(err), err)
 		}
-		return reply{Class: FailClass(err)}, err
+		return Reply{Class: FailClass(err)}, err
 	}
-	rep := reply{Status: resp.StatusCode()}
+	rep := Reply{Status: resp.StatusCode()}
 	if sp != nil {
 		defer func() { obs.EndExchange(sp, rep.Status, rep.Class, nil) }()
 	}
@@ -195,7 +195,7 @@ func FailClass(err error) classify.Class {
 // isEventStreamCT reports whether a Content-Type is text/event-stream.
 func isEventStreamCT(ct []byte) bool { return wire.HasMediaType(ct, wire.MimeEventStream) }
 
-// describe says what a reply was, for an error.
-func (r *reply) Describe() string {
+// Describe says what a reply was, for an error.
+func (r *Reply) Describe() string {
 	return "answered " + strconv.Itoa(r.Status) + " " + r.Class.String()
 }

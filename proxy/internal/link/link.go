@@ -184,6 +184,12 @@ func (l *Link) SetOperatorHeaders(h *fasthttp.RequestHeader) {
 	}
 }
 
+// Origin names the upstream in what mcpheal tells an agent.
+func (l *Link) Origin() string { return l.Up.Origin() }
+
+// Allow asks the circuit breaker for a try (upstream.Breaker.Allow).
+func (l *Link) Allow() (bool, time.Duration) { return l.Breaker.Allow() }
+
 // upcallID returns a JSON-RPC id (raw JSON) in mcpheal's own namespace for
 // a request of the given kind, unique in the process.
 func (l *Link) UpcallID(kind string) string {

@@ -20,6 +20,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
+	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // bridge is the route of a session-era agent in front of an upstream that
@@ -46,9 +47,23 @@ import (
 //   - what cannot be translated gets a JSON-RPC error that names it.
 type Route struct {
 	S       *exchange.Env
+	Up      Upstream // all it sends upstream beside its calls' attempts
 	inputs  sync.Map // raw JSON id of a request sent to an agent → *pendingInput
 	calls   sync.Map // callKey → *bridgeCall, for notifications/cancelled
 	listens sync.Map // session.ClientID → *listenState (bridge_listen.go)
+}
+
+// Upstream is what the bridge sends upstream itself, beside the attempts
+// (exchange.NewAttempt) that carry its agents' calls: each round of a
+// call, built in the 2026-07-28 envelope, and the listen that feeds a
+// bridged GET stream, at its own pace. The front door gives it the link
+// (link.Link); it reaches nothing else of it.
+type Upstream interface {
+	Origin() string
+	UpcallID(kind string) string
+	Build(req *fasthttp.Request, c *link.Upcall)
+	Do(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error
+	Retry(p link.Pace, budget time.Duration) link.Retry
 }
 
 // maxInputRounds bounds the InputRequiredResult rounds of one call (the
@@ -135,7 +150,7 @@ func (b *Route) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	d := s.Eras.Info.Load()
 	if d == nil {
 		s.Writer().Fail(ctx, m, classify.Unknown, exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, RetryAfter: 1,
-			Msg: "upstream unreachable: " + s.Link.Up.Origin()})
+			Msg: "upstream unreachable: " + b.Up.Origin()})
 		return
 	}
 	version := gjson.GetBytes(r.Body, "params.protocolVersion").Str
@@ -263,7 +278,7 @@ func (b *Route) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 func (c *bridgeCall) prepare(id string, inputs []byte, state string) {
 	a := c.a
 	a.Req.Reset()
-	a.S.Link.Build(a.Req, &link.Upcall{Hdr: c.hdr, Body: wire.Envelope(c.body, id, a.Sess, inputs, state), Version: wire.StatelessVersion,
+	c.b.Up.Build(a.Req, &link.Upcall{Hdr: c.hdr, Body: wire.Envelope(c.body, id, a.Sess, inputs, state), Version: wire.StatelessVersion,
 		McpMethod: a.Msg.Method, McpName: wire.McpNameOf(a.Msg.Method, c.body)})
 }
 
@@ -340,7 +355,7 @@ func (c *bridgeCall) stream(w *bufio.Writer) {
 			return
 		}
 		a.Renew()
-		c.prepare(a.S.Link.UpcallID("round"), inputs, gjson.GetBytes(msg, "result.requestState").Raw)
+		c.prepare(c.b.Up.UpcallID("round"), inputs, gjson.GetBytes(msg, "result.requestState").Raw)
 		if out := c.round(round + 1); out.Kind != exchange.OutUpstream {
 			if !c.isCancelled() {
 				c.fail(a.Fail(out))

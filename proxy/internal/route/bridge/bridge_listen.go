@@ -109,7 +109,7 @@ func (b *Route) StopListen(id session.ClientID) {
 func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, out *wire.Queue) {
 	s := b.S
 	defer s.Bg.Done()
-	retry := s.Link.Retry(link.PaceListen, 0) // no budget: it tries while the agent listens
+	retry := b.Up.Retry(link.PaceListen, 0) // no budget: it tries while the agent listens
 	delay := time.Duration(0)
 	for {
 		if delay > 0 && !wire.SleepUnless(delay, l.quit, s.Done) {
@@ -141,13 +141,13 @@ func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.
 func (b *Route) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.RequestHeader, body []byte, out *wire.Queue) bool {
 	s := b.S
 	req := fasthttp.AcquireRequest()
-	s.Link.Build(req, &link.Upcall{Hdr: hdr, Body: wire.Envelope(body, s.Link.UpcallID("listen"), sess, nil, ""), Version: wire.StatelessVersion,
+	b.Up.Build(req, &link.Upcall{Hdr: hdr, Body: wire.Envelope(body, b.Up.UpcallID("listen"), sess, nil, ""), Version: wire.StatelessVersion,
 		McpMethod: "subscriptions/listen"})
 	resp := upstream.AcquireResponse()
 	defer upstream.ReleaseResponse(resp)
 	l.set(resp)
 	defer l.set(nil)
-	err := s.Link.Do(req, resp, time.Now().Add(s.Cfg.ResponseTimeout))
+	err := b.Up.Do(req, resp, time.Now().Add(s.Cfg.ResponseTimeout))
 	fasthttp.ReleaseRequest(req)
 	if err != nil || resp.StatusCode() != fasthttp.StatusOK || !resp.IsStream() {
 		if err == nil && era.ModernRefused(resp.StatusCode(), resp.Body()) {

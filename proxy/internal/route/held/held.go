@@ -21,11 +21,13 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/era"
 	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
 	"github.com/mcpheal/mcpheal/proxy/internal/heal"
+	"github.com/mcpheal/mcpheal/proxy/internal/link"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/internal/route/stream"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 	"github.com/mcpheal/mcpheal/session"
 	"github.com/mcpheal/mcpheal/session/seal"
+	"github.com/mcpheal/mcpheal/upstream"
 )
 
 // held is the route of an MCP 2026-07-28 agent in front of a session-era
@@ -59,6 +61,7 @@ import (
 // process takes it over (adopt).
 type Route struct {
 	S       *exchange.Env
+	Up      Upstream    // all it sends upstream beside its requests' attempts
 	Streams *stream.Set // the held sessions' GET streams among the upstream's
 	Scope   string      // heldScope
 	mu      sync.Mutex
@@ -70,6 +73,21 @@ type Route struct {
 	// refusing counts the answers to upstream requests on GET streams in
 	// flight (refuse, ask).
 	refusing atomic.Int32
+}
+
+// Upstream is what the held route sends upstream itself, beside the
+// attempts (exchange.NewAttempt) that carry its agents' requests: the
+// held session's initialize, journal and tools/list, the answers to the
+// upstream's requests, the DELETE of a session it lets go, and the held
+// session's own GET stream (stream.Upstream). The front door gives it the
+// link (link.Link); it reaches nothing else of it.
+type Upstream interface {
+	stream.Upstream
+	UpcallID(kind string) string
+	CopyRequest(hdr *fasthttp.RequestHeader, body []byte, req *fasthttp.Request)
+	Call(c *link.Upcall) (link.Reply, error)
+	DropMinted(r *upstream.Response)
+	DeleteLater(up session.UpstreamID, auth []byte, dead bool)
 }
 
 // heldCancel is what an agent's notifications/cancelled can end: a call,
@@ -216,7 +234,7 @@ func (h *Route) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, ses
 		ctx = context.Background()
 	}
 	up, gen := sess.Current()
-	body := `{"jsonrpc":"2.0","id":` + s.Link.UpcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
+	body := `{"jsonrpc":"2.0","id":` + h.Up.UpcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
 	cls, err := s.Healer.SessionCall(ctx, hdr, sess, up, body, nil)
 	if cls == classify.SessionGone {
 		hctx, cancel := context.WithTimeout(ctx, s.Cfg.HealTimeout)
@@ -536,7 +554,7 @@ func (h *Route) create(r *exchange.Request, e *Entry, id session.ClientID) excha
 	hdr := heal.RecipeHeader(sess)
 	if err := s.Healer.Initialized(r.Tctx, hdr, up, sess.Recipe.ProtocolVersion, time.Now().Add(s.Cfg.HealTimeout)); err != nil {
 		s.Sessions.End(sess, false)
-		s.Link.DeleteLater(up, hdr.PeekBytes(wire.HdrAuthorization), true)
+		h.Up.DeleteLater(up, hdr.PeekBytes(wire.HdrAuthorization), true)
 		return exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, RetryAfter: 1,
 			Msg: "the upstream did not take notifications/initialized: " + err.Error()}
 	}
@@ -591,7 +609,7 @@ func (h *Route) adopt(r *exchange.Request, e *Entry, id session.ClientID) bool {
 		return false
 	}
 	info := heldDiscovery(st.Init)
-	init := heldInitialize(r.Body, s.Link.UpcallID("init"))
+	init := heldInitialize(r.Body, h.Up.UpcallID("init"))
 	rec := seal.NewRecord(s.Cfg.Name, heal.BindingOf(r.Auth), version, init, time.Now(), s.Cfg.SessionMaxAge)
 	recipe := heal.NewRecipe(r.Hdr, rec, init, version)
 	recipe.InitSealed = true
@@ -610,7 +628,7 @@ func (h *Route) adopt(r *exchange.Request, e *Entry, id session.ClientID) bool {
 // answer.
 func (h *Route) open(r *exchange.Request, id session.ClientID) (*session.Session, *era.Discovery, exchange.Failure) {
 	s := h.S
-	body := heldInitialize(r.Body, s.Link.UpcallID("init"))
+	body := heldInitialize(r.Body, h.Up.UpcallID("init"))
 	if len(body) > s.Cfg.MaxInitBody {
 		// The initialize a session-era agent would send is kept for the
 		// session's life, as an agent's own is (guard.check).
@@ -622,7 +640,7 @@ func (h *Route) open(r *exchange.Request, id session.ClientID) (*session.Session
 	a := exchange.NewAttempt(s, nil, ir)
 	defer a.Release()
 	a.Gen = 1
-	s.Link.CopyRequest(r.Hdr, body, a.Req)
+	h.Up.CopyRequest(r.Hdr, body, a.Req)
 	stripStateless(&a.Req.Header)
 	a.Req.Header.DelBytes(wire.HdrProtocolVersion)
 	s.Count.UpstreamInits.Add(1)
@@ -631,14 +649,14 @@ func (h *Route) open(r *exchange.Request, id session.ClientID) (*session.Session
 		if a.Sess == nil {
 			// Not held: a session the upstream opened with its answer (one
 			// mcpheal could not carry, a refusal, an error) is nobody's.
-			s.Link.DropMinted(a.Resp)
+			h.Up.DropMinted(a.Resp)
 		}
 	}()
 	var msg []byte
 	if out.Kind == exchange.OutUpstream {
 		var ok bool
 		if msg, ok = a.InitializeAnswer(); !ok {
-			s.Link.DropMinted(a.Resp)
+			h.Up.DropMinted(a.Resp)
 			out = exchange.Outcome{Kind: exchange.OutTooLarge, Class: classify.Protocol, Err: wire.ErrAnswerTooLarge}
 		} else {
 			if wire.InitializedVersion(a.Resp.StatusCode(), msg) != "" {

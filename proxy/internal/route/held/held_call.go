@@ -104,9 +104,9 @@ func (h *Route) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	h.logAll(c, r)
 	c.upToken = c.agentToken
 	if r.Msg.ID != "" {
-		c.upID = s.Link.UpcallID("call")
+		c.upID = h.Up.UpcallID("call")
 	}
-	s.Link.CopyRequest(r.Hdr, Downgrade(r.Body, c.upID), a.Req)
+	h.Up.CopyRequest(r.Hdr, Downgrade(r.Body, c.upID), a.Req)
 	stripStateless(&a.Req.Header)
 	a.Req.Header.SetBytesK(wire.HdrProtocolVersion, r.Sess.Recipe.ProtocolVersion)
 	h.track(c, r.Auth, r.Body)
@@ -683,7 +683,7 @@ func (c *heldCall) answerInputs(r *exchange.Request, asks []heldIDk) bool {
 		if restored != nil {
 			body = restored
 		}
-		rep, err := s.Link.Call(&link.Upcall{Hdr: r.Hdr, Session: up, Version: r.Sess.Recipe.ProtocolVersion, Body: body,
+		rep, err := c.h.Up.Call(&link.Upcall{Hdr: r.Hdr, Session: up, Version: r.Sess.Recipe.ProtocolVersion, Body: body,
 			Deadline: time.Now().Add(s.Cfg.ResponseTimeout), Ctx: r.Tctx, Name: "response"})
 		if err != nil || rep.Status >= 300 {
 			return false
@@ -754,7 +754,7 @@ func (c *heldCall) cancelUpstream() {
 		cur, _ := sess.Current()
 		body := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + up +
 			`,"reason":"the agent gave up on the request"}}`
-		_, _ = s.Link.Call(&link.Upcall{Hdr: hdr, Session: cur, Version: sess.Recipe.ProtocolVersion, Body: []byte(body),
+		_, _ = c.h.Up.Call(&link.Upcall{Hdr: hdr, Session: cur, Version: sess.Recipe.ProtocolVersion, Body: []byte(body),
 			Deadline: time.Now().Add(5 * time.Second), Name: "notifications/cancelled"})
 	}()
 }

@@ -236,7 +236,7 @@ func (h *Route) hub(sess *session.Session) *Hub {
 		return hub
 	}
 	s := h.S
-	g := &stream.Stream{S: s, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: wire.NewQueue(s.Mem, stream.QueueLen), Lossy: true,
+	g := &stream.Stream{S: s, Up: h.Up, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: wire.NewQueue(s.Mem, stream.QueueLen), Lossy: true,
 		Quit: make(chan struct{}), Wake: make(chan struct{}, 1),
 		Done: make(chan struct{})}
 	hub := &Hub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
@@ -471,7 +471,7 @@ func (h *Route) refuse(sess *session.Session, id, method string) {
 		if restored != nil {
 			body = restored
 		}
-		_, _ = s.Link.Call(&link.Upcall{Hdr: heal.RecipeHeader(sess), Session: up, Version: sess.Recipe.ProtocolVersion,
+		_, _ = h.Up.Call(&link.Upcall{Hdr: heal.RecipeHeader(sess), Session: up, Version: sess.Recipe.ProtocolVersion,
 			Body: body, Deadline: time.Now().Add(5 * time.Second), Name: "response"})
 	}()
 }

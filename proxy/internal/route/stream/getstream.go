@@ -33,6 +33,7 @@ import (
 // stops the pump when the agent goes away.
 type Stream struct {
 	S    *exchange.Env
+	Up   Upstream // all it sends upstream beside the attempt that opens it
 	Set  *Set     // the streams of the upstream, this one among them
 	conn net.Conn // the agent's connection: each write is bounded by WriteTimeout
 	Sess *session.Session
@@ -68,7 +69,25 @@ type Stream struct {
 // holds the streams open, which a heal moves to the new upstream session.
 type Route struct {
 	Env *exchange.Env
+	Up  Upstream // all it sends upstream beside its requests' attempts
 	Set Set
+}
+
+// Upstream is what the stream route sends upstream itself, beside the
+// attempt (exchange.NewAttempt) that opens an agent's GET stream: the
+// GETs that open it again at their own pace (asking the breaker first,
+// telling the link what they found), and the headers they carry. The
+// front door gives it the link (link.Link); it reaches nothing else of
+// it.
+type Upstream interface {
+	RequestDrops() *wire.NameSet
+	SetOperatorHeaders(h *fasthttp.RequestHeader)
+	Sleep(d time.Duration) bool
+	Retry(p link.Pace, budget time.Duration) link.Retry
+	Allow() (bool, time.Duration)
+	Build(req *fasthttp.Request, c *link.Upcall)
+	Do(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error
+	RecordHealth(cls classify.Class)
 }
 
 // serve opens the upstream GET for the agent's stream. If that first
@@ -77,11 +96,11 @@ type Route struct {
 // outlives upstream sessions.
 func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute bool) {
 	s, sess := sr.Env, r.Sess
-	g := &Stream{S: s, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader), Wake: make(chan struct{}, 1),
+	g := &Stream{S: s, Up: sr.Up, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader), Wake: make(chan struct{}, 1),
 		Out: wire.NewQueue(s.Mem, QueueLen), Quit: make(chan struct{}), Done: make(chan struct{})}
 	r.Hdr.CopyTo(g.Hdr)
-	wire.StripRequestHeader(g.Hdr, s.Link.RequestDrops())
-	s.Link.SetOperatorHeaders(g.Hdr)
+	wire.StripRequestHeader(g.Hdr, sr.Up.RequestDrops())
+	sr.Up.SetOperatorHeaders(g.Hdr)
 	_, gen := sess.Current()
 	agentLast := r.Hdr.PeekBytes(wire.HdrLastEventID)
 	last := wire.UpstreamEventID(agentLast, gen)
@@ -116,7 +135,7 @@ func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute b
 		}
 		evicted = true
 		// The upstream has not yet seen the replaced stream's connection close.
-		if !s.Link.Sleep(min(time.Duration(try)*20*time.Millisecond, 200*time.Millisecond)) {
+		if !sr.Up.Sleep(min(time.Duration(try)*20*time.Millisecond, 200*time.Millisecond)) {
 			break
 		}
 		a.S.Mem.Give(a.Charged) // the refusal buffered for the agent is replaced
@@ -276,7 +295,7 @@ const QueueLen = 16
 // upstream says it has no GET stream.
 func (g *Stream) Reopen(lastID string, retryMs int) bool {
 	delay := time.Duration(retryMs) * time.Millisecond
-	retry := g.S.Link.Retry(link.PaceListen, 0) // no budget: it tries while the agent listens
+	retry := g.Up.Retry(link.PaceListen, 0) // no budget: it tries while the agent listens
 	g.mu.Lock()
 	prevGen := g.gen
 	g.mu.Unlock()
@@ -327,22 +346,22 @@ func (g *Stream) Reopen(lastID string, retryMs int) bool {
 // open sends one upstream GET; it returns the stream, or the class of the
 // failure.
 func (g *Stream) open(up session.UpstreamID, lastID string) (*upstream.Response, classify.Class) {
-	return openGET(g.S, g.Hdr, up, g.Sess.Recipe.ProtocolVersion, lastID, time.Now().Add(g.S.Cfg.ResponseTimeout))
+	return openGET(g.Up, g.Hdr, up, g.Sess.Recipe.ProtocolVersion, lastID, time.Now().Add(g.S.Cfg.ResponseTimeout))
 }
 
 // openGET sends one upstream GET with the agent's headers hdr on upstream
 // session up, its head due by deadline; it returns the stream, or the
 // class of the failure.
-func openGET(s *exchange.Env, hdr *fasthttp.RequestHeader, up session.UpstreamID, version, lastID string,
+func openGET(s Upstream, hdr *fasthttp.RequestHeader, up session.UpstreamID, version, lastID string,
 	deadline time.Time) (*upstream.Response, classify.Class) {
-	if ok, _ := s.Link.Breaker.Allow(); !ok {
+	if ok, _ := s.Allow(); !ok {
 		return nil, classify.TransportDead
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	s.Link.Build(req, &link.Upcall{Hdr: hdr, Method: fasthttp.MethodGet, Session: up, Version: version, LastEventID: lastID})
+	s.Build(req, &link.Upcall{Hdr: hdr, Method: fasthttp.MethodGet, Session: up, Version: version, LastEventID: lastID})
 	resp := upstream.AcquireResponse()
-	err := s.Link.Do(req, resp, deadline)
+	err := s.Do(req, resp, deadline)
 	cls := classify.TransportDead
 	switch {
 	case err != nil:
@@ -351,7 +370,7 @@ func openGET(s *exchange.Env, hdr *fasthttp.RequestHeader, up session.UpstreamID
 	default:
 		cls = classify.Classify(resp.StatusCode(), resp.Header.ContentType(), resp.Body())
 	}
-	s.Link.RecordHealth(cls)
+	s.RecordHealth(cls)
 	if cls == classify.OK && resp.IsStream() {
 		return resp, cls
 	}

@@ -66,10 +66,10 @@ func (sr *Route) ServeShared(ctx *fasthttp.RequestCtx, r *exchange.Request, key 
 	}
 	s.Count.SharedAnswers[obs.SharedServed].Add(1)
 	s.Count.AgentResumes[obs.OutcomeOK].Add(1)
-	f := &follower{s: s, key: key, sess: r.Sess.ID, hdr: new(fasthttp.RequestHeader), conn: ctx.Conn()}
+	f := &follower{s: s, up: sr.Up, key: key, sess: r.Sess.ID, hdr: new(fasthttp.RequestHeader), conn: ctx.Conn()}
 	r.Hdr.CopyTo(f.hdr)
-	wire.StripRequestHeader(f.hdr, s.Link.RequestDrops())
-	s.Link.SetOperatorHeaders(f.hdr)
+	wire.StripRequestHeader(f.hdr, sr.Up.RequestDrops())
+	sr.Up.SetOperatorHeaders(f.hdr)
 	s.Writer().Stream(ctx, &r.Msg, r.Sess, classify.OK, func(w *bufio.Writer) {
 		f.out = exchange.AgentStream{S: s, W: w, Conn: f.conn}
 		f.follow(rd, seq)
@@ -79,6 +79,7 @@ func (sr *Route) ServeShared(ctx *fasthttp.RequestCtx, r *exchange.Request, key 
 // follower serves one agent an answer from the fleet's log.
 type follower struct {
 	s    *exchange.Env
+	up   Upstream
 	key  string
 	sess session.ClientID
 	hdr  *fasthttp.RequestHeader // the agent's, for the upstream should it take the answer over
@@ -208,7 +209,7 @@ func (f *follower) takeOver(rd session.AnswerRead) {
 	buf := make([]byte, 16<<10)
 	by := time.Now().Add(s.Cfg.HealTimeout)
 	for try := 1; ; try++ {
-		resp, cls := openGET(s, f.hdr, rd.Info.Upstream, rd.Info.Version, er.LastID, by)
+		resp, cls := openGET(f.up, f.hdr, rd.Info.Upstream, rd.Info.Version, er.LastID, by)
 		if resp == nil {
 			ended = true
 			f.refuse(sh, rd, "the upstream refused to resume it ("+cls.String()+")")
