@@ -107,3 +107,39 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("bad input caused %d upstream initializes", up.Inits()-before)
 	}
 }
+
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"id":5}`: "5", `{"id":"x"}`: `"x"`, `{"id":null}`: "null", `{}`: "null", ``: "null",
+		`{"id":{"a":1}}`: "null", `not json`: "null",
+	} {
+		if got := RequestID([]byte(in), 64); got != want {
+			t.Errorf("requestID(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestHostGuard(t *testing.T) {
+	t.Parallel()
+	g := NewHostGuard("127.0.0.1:8787", []string{"mcp.internal"})
+	for host, want := range map[string]bool{
+		"127.0.0.1:8787": true, "localhost:8787": true, "LOCALHOST:8787": true, "[::1]:8787": true,
+		"mcp.internal": true, "mcp.internal:8787": true,
+		"evil.example:8787": false, "127.0.0.1:9999": true, "": false, "attacker.com": false,
+	} {
+		// A bare 127.0.0.1 of another port is still this machine's loopback:
+		// only names matter for DNS rebinding.
+		if got := g.AllowHost([]byte(host)); got != want {
+			t.Errorf("allowHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+	for origin, want := range map[string]bool{
+		"": true, "http://localhost:8787": true, "http://127.0.0.1:8787": true,
+		"https://evil.example": false, "null": false, "http://localhost.evil.example": false,
+	} {
+		if got := g.AllowOrigin([]byte(origin)); got != want {
+			t.Errorf("allowOrigin(%q) = %v, want %v", origin, got, want)
+		}
+	}
+}

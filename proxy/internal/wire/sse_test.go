@@ -1,10 +1,8 @@
-package proxy
+package wire
 
 import (
 	"io"
 	"testing"
-
-	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
 type commentFlood struct{ left int }
@@ -25,11 +23,11 @@ func (c *commentFlood) Read(p []byte) (int, error) {
 // TestPeekFirstCommentsBounded: comments and priming events before the
 // first message count against peekLimit; they were held without bound.
 func TestPeekFirstCommentsBounded(t *testing.T) {
-	var er wire.EventRewriter
+	var er EventRewriter
 	er.Gen = 1
-	out, first, whole, ok := wire.PeekFirst(&commentFlood{left: 64 << 20}, &er, nil, make([]byte, 16<<10))
-	t.Logf("held back before the first data event: %d bytes (peekLimit %d); first=%q whole=%v ok=%v", len(out), wire.PeekLimit, first, whole, ok)
-	if len(out) > 4*wire.PeekLimit {
+	out, first, whole, ok := PeekFirst(&commentFlood{left: 64 << 20}, &er, nil, make([]byte, 16<<10))
+	t.Logf("held back before the first data event: %d bytes (peekLimit %d); first=%q whole=%v ok=%v", len(out), PeekLimit, first, whole, ok)
+	if len(out) > 4*PeekLimit {
 		t.Fatalf("peekFirst buffered %d MiB of data-less events: unbounded", len(out)>>20)
 	}
 }

@@ -1,9 +1,8 @@
-package proxy
+package heal
 
 import (
 	"testing"
 
-	"github.com/mcpheal/mcpheal/proxy/internal/heal"
 	"github.com/mcpheal/mcpheal/session"
 )
 
@@ -14,7 +13,7 @@ import (
 func BenchmarkStanding(b *testing.B) {
 	auth := []byte("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyLTEiLCJpc3MiOiJodHRwczovL2lkcCJ9.abcdefabcdef")
 	rotated := []byte("Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyLTEiLCJpc3MiOiJodHRwczovL2lkcCIsImV4cCI6OX0.ghijkl")
-	sess := session.New("id", session.Recipe{Credential: heal.BindingOf(auth), Header: [][2]string{{"Authorization", string(auth)}}}, "up")
+	sess := session.New("id", session.Recipe{Credential: BindingOf(auth), Header: [][2]string{{"Authorization", string(auth)}}}, "up")
 	for _, c := range []struct {
 		name string
 		auth []byte
@@ -22,7 +21,7 @@ func BenchmarkStanding(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if st, _ := heal.StandingOf(sess, c.auth, false); st != heal.Bound {
+				if st, _ := StandingOf(sess, c.auth, false); st != Bound {
 					b.Fatal("not bound")
 				}
 			}

@@ -1,4 +1,4 @@
-package proxy
+package obs
 
 import (
 	"testing"
@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpheal/mcpheal/classify"
-	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
@@ -17,7 +16,7 @@ import (
 func BenchmarkCountRequest(b *testing.B) {
 	m := &wire.Message{Method: "tools/call", ID: "1"}
 	b.Run("atomics", func(b *testing.B) {
-		var c obs.Counters
+		var c Counters
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
