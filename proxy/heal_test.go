@@ -392,3 +392,43 @@ func TestRedeployWaitedOut(t *testing.T) {
 		t.Errorf("a call %v into an outage of %v budget: %v after %v; want mcpheal's error at once", time.Since(callAfter), window, err, took)
 	}
 }
+
+// TestHealDeletesNothing: a heal follows the upstream's word that it has
+// no such session, so it does not DELETE the session it replaces: that
+// was one more upstream request per heal, answered 404. Against the Go
+// SDK (404 for a session it expired) and the TS SDK's dialect (400 "No
+// valid session ID provided"), the upstream gets no DELETE of the old
+// session, and the call ran once.
+func TestHealDeletesNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) *peers.Server
+	}{
+		{"go-sdk", func(t *testing.T) *peers.Server { return peers.StartGoSDK(t, peers.GoSDKOpts{}) }},
+		{"ts-400", func(t *testing.T) *peers.Server { return peers.StartDialect(t, peers.DialectTS400) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			up := tc.start(t)
+			s, url := startProxy(t, up.URL(), nil)
+			cs := peers.GoSDKClient(t, url)
+			peers.CallEcho(t, cs, "before")
+			old := lastUpstreamID(t, up)
+			up.ExpireSessions()
+			peers.CallEcho(t, cs, "after the expiry")
+			if n := s.Stats().Heals; n != 1 {
+				t.Fatalf("%d heals, want 1", n)
+			}
+			s.Close() // every DELETE it would send, sent or given up
+			for _, r := range up.Requests() {
+				if r.HTTPMethod == http.MethodDelete && r.SessionID == old {
+					t.Fatalf("the upstream got a DELETE of the session it had said was gone")
+				}
+			}
+			if n := up.ToolCalls("echo"); n != 2 {
+				t.Fatalf("echo ran %d times, want 2", n)
+			}
+		})
+	}
+}
