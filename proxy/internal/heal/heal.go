@@ -71,7 +71,8 @@ func (h *Healer) Heal(ctx context.Context, sess *session.Session, seen uint64, r
 		ctx, sp = h.Trace.Child(ctx, "mcpheal heal", attribute.String("mcpheal.heal.reason", obs.ReasonNames[reason]),
 			attribute.String("mcp.session.id", sess.ID.Short()), attribute.Int64("mcpheal.heal.from_generation", int64(seen)))
 	}
-	up, gen, err := sess.Heal(ctx, seen, budget, h.reinit(sess, hdr, seen))
+	dead, _ := sess.Current()
+	up, gen, err := sess.Heal(ctx, seen, budget, h.reinit(sess, hdr, dead, seen))
 	outcome := "joined" // another request's heal served this one
 	ev := (*zerolog.Event)(nil)
 	switch {
@@ -166,12 +167,10 @@ var ErrClosing = errors.New("mcpheal is shutting down")
 // reinit returns the re-init that Session.Heal runs once per generation:
 // POST the recorded initialize under the failing request's headers, then
 // notifications/initialized, retrying failures that delivered nothing with
-// backoff until ctx ends. The session it replaces is not DELETEd: a heal
-// follows the upstream's word that it has no such session (a restored
-// session has none), and a DELETE would only be answered 404.
+// backoff until ctx ends. The dead upstream session is DELETEd best-effort.
 // With a fleet, the upstream session another process made for the
 // generation after seen is adopted instead (fleet.go).
-func (h *Healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, seen uint64) session.InitFunc {
+func (h *Healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, dead session.UpstreamID, seen uint64) session.InitFunc {
 	// The leader may outlive the request that started it: copy its headers.
 	hdr := new(fasthttp.RequestHeader)
 	agent.CopyTo(hdr)
@@ -205,7 +204,7 @@ func (h *Healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, se
 			if err == nil {
 				h.Link.Success()
 				h.replayJournal(ctx, hdr, sess, up)
-				return h.publish(ctx, sess, seen, up, auth)
+				return h.publish(ctx, sess, seen, up, dead, auth)
 			}
 			var (
 				ce *link.CredentialError
@@ -237,7 +236,8 @@ func (h *Healer) reinit(sess *session.Session, agent *fasthttp.RequestHeader, se
 // publish makes up, the upstream session this process created for the
 // generation after seen, the session's: with a fleet, unless another
 // process recorded one first (then that one is adopted and up DELETEd).
-func (h *Healer) publish(ctx context.Context, sess *session.Session, seen uint64, up session.UpstreamID, auth []byte) (session.UpstreamID, uint64, error) {
+// The dead upstream session is DELETEd best-effort.
+func (h *Healer) publish(ctx context.Context, sess *session.Session, seen uint64, up, dead session.UpstreamID, auth []byte) (session.UpstreamID, uint64, error) {
 	won, gen, lost, err := h.Sessions.Fleet.publish(ctx, sess, seen, up)
 	if lost {
 		h.Link.DeleteLater(up, auth, true) // another process won the race: its session, not ours
@@ -247,7 +247,9 @@ func (h *Healer) publish(ctx context.Context, sess *session.Session, seen uint64
 		return "", 0, err
 	case lost:
 		sess.NoteAdopted(gen)
+		return won, gen, nil
 	}
+	h.Link.DeleteLater(dead, auth, true)
 	return won, gen, nil
 }
 
