@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -575,4 +576,68 @@ func TestGrafanaDashboard(t *testing.T) {
 			t.Errorf("dashboard without templating: problems %q", got)
 		}
 	})
+}
+
+// TestAnswersCountedOnEveryRoute: mcpheal_bytes_total{direction="out"} counts the
+// answers agents get on every route (docs/observability.md), the ones a
+// route writes itself included: the session pass-through's initialize and
+// ping (the Go SDK server's), the bridge's initialize and ping (answered
+// by mcpheal for the Go SDK server limited to 2026-07-28), the held
+// route's server/discover (answered by mcpheal for the session-era Go SDK
+// server). Each answer counts at least its body, and each request once in
+// mcpheal_requests_total; the bridge's and the held route's own answers
+// counted no bytes before exchange.Writer.
+func TestAnswersCountedOnEveryRoute(t *testing.T) {
+	t.Parallel()
+	const ping = `{"jsonrpc":"2.0","id":2,"method":"ping"}`
+	legacy := func(t *testing.T, url string) []int {
+		resp, body := peers.RawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bytes","version":"1"}}}`)
+		sid := resp.Header.Get("Mcp-Session-Id")
+		if resp.StatusCode != http.StatusOK || sid == "" {
+			t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+		}
+		return []int{len(body), len(postBody(t, url, sid, ping))}
+	}
+	for _, tc := range []struct {
+		name    string
+		up      func(t *testing.T) string
+		answers func(t *testing.T, url string) []int // the bodies' lengths, one per request
+	}{
+		{"pass-through", func(t *testing.T) string { return peers.StartGoSDK(t, peers.GoSDKOpts{}).URL() }, legacy},
+		{"bridge", func(t *testing.T) string { return startModern(t).url }, legacy},
+		{"held", func(t *testing.T) string { return peers.StartGoSDK(t, peers.GoSDKOpts{}).URL() }, func(t *testing.T, url string) []int {
+			status, msg := heldPost(t, url, "bytes-token", "server/discover", "", 1)
+			if status != http.StatusOK || !msg.Get("result.supportedVersions").Exists() {
+				t.Fatalf("server/discover: %d %s", status, msg.Raw)
+			}
+			return []int{len(msg.Raw)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, url := startProxy(t, tc.up(t), nil)
+			before, requests := s.count.BytesOut.Load(), s.Stats().Requests
+			answers := tc.answers(t, url)
+			sum := 0
+			for _, n := range answers {
+				sum += n
+			}
+			if got := s.count.BytesOut.Load() - before; got < uint64(sum) {
+				t.Errorf("%d bytes out counted for answers of %d bytes", got, sum)
+			}
+			if got := s.Stats().Requests - requests; got != uint64(len(answers)) {
+				t.Errorf("%d requests counted for %d", got, len(answers))
+			}
+		})
+	}
+}
+
+// postBody POSTs body on session sid and returns the answer's body.
+func postBody(t *testing.T, url, sid, body string) []byte {
+	t.Helper()
+	resp, b := peers.RawPost(t, url, sid, body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %d %s", body, resp.StatusCode, b)
+	}
+	return b
 }
