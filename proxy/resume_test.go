@@ -327,3 +327,43 @@ func TestPolledStreamCostsOneGET(t *testing.T) {
 		t.Errorf("%d upstream GETs with Last-Event-ID for %d polls, want 1 to %d", gets, polls, polls)
 	}
 }
+
+// TestResumeAfterConflict: a server that has not yet seen the connection of
+// a broken answer stream close refuses its resumption with 409 (the Go SDK:
+// "stream ID conflicts with ongoing stream"; TestResumeGoSDKCutMidCall met
+// it under load). mcpheal asks again, and the agent gets the result, the
+// call run once; it gave up with -32011 at the first 409 before.
+func TestResumeAfterConflict(t *testing.T) {
+	t.Parallel()
+	var st resumeStub
+	var conflicts atomic.Int32
+	up := st.start(t, func(w http.ResponseWriter, rc *http.ResponseController) {
+		streamEvents(w, "id: 41\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n")
+		if c, _, err := rc.Hijack(); err == nil {
+			_ = c.Close() // cut, not ended
+		}
+	}, func(w http.ResponseWriter, lastID string) {
+		if lastID != "41" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if conflicts.Add(1) <= 2 {
+			http.Error(w, "stream ID conflicts with ongoing stream", http.StatusConflict)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		streamEvents(w, "id: 42\n"+resumeResult+"\n\n")
+	})
+	_, url := startProxy(t, up, nil)
+	sid := peers.RawInitialize(t, url)
+	resp, raw := peers.RawPost(t, url, sid, resumeCall)
+	if body := string(raw); resp.StatusCode != http.StatusOK || !strings.Contains(body, resumeResult) || strings.Contains(body, "-32011") {
+		t.Fatalf("answer %d:\n%s\nwant the result after two 409s", resp.StatusCode, body)
+	}
+	if n := st.posts.Load(); n != 1 {
+		t.Errorf("the upstream got the call %d times, want 1", n)
+	}
+	if n := st.gets.Load(); n != 3 {
+		t.Errorf("the upstream got %d resuming GETs, want 3 (two refused)", n)
+	}
+}

@@ -32,6 +32,12 @@ import (
 // waits before it resumes it, as it caps a busy server's Retry-After.
 const maxRetryWait = time.Minute
 
+// ConflictWait is how long a stream the upstream still holds, after the
+// connection that carried it closed, is asked for again when it answers
+// 409: it has not yet seen the close (the Go SDK answers "stream ID
+// conflicts with ongoing stream"), which may take a while under load.
+const ConflictWait = 2 * time.Second
+
 // maxResumes bounds the resumptions of one answer stream that bring no new
 // event id: a server that closes every stream at once would otherwise be
 // asked for ever (the Go SDK's client counts the same way).
@@ -111,6 +117,7 @@ func (us *upstreamStream) resume(cause error) bool {
 	clean := errors.Is(cause, io.EOF)
 	retry := a.S.Link.Retry(link.PaceRequest, 0)
 	retry.Until(a.resumeBy) // the budget, renewed by progress
+	var conflictSince time.Time
 	for {
 		a.resumes++
 		if a.resumes > maxResumes {
@@ -130,6 +137,19 @@ func (us *upstreamStream) resume(cause error) bool {
 		ev.Str(obs.LogMethod, obs.LogText(a.Msg.Method)).Str(obs.LogTool, obs.LogText(a.Msg.Tool)).Str(obs.LogSession, a.Sess.ID.Short()).
 			AnErr("cut", cause).Int("retry_ms", a.Rw.RetryMs).Stringer(obs.LogClass, cls).Int("status", status).
 			Msg("answer stream ended before its response; asked the upstream for the rest with Last-Event-ID")
+		if status == fasthttp.StatusConflict {
+			// The upstream still holds the stream that broke: asked again
+			// for up to ConflictWait, within the budget, and not counted as
+			// a resumption that brought nothing.
+			if conflictSince.IsZero() {
+				conflictSince = time.Now()
+			}
+			if time.Since(conflictSince) < ConflictWait {
+				a.resumes--
+				delay = retry.Next()
+				continue
+			}
+		}
 		switch cls {
 		case classify.OK:
 			a.S.Count.Resumes[obs.OutcomeOK].Add(1)

@@ -127,8 +127,8 @@ func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute b
 	ok, reroute := a.Run()
 	// The stream replaced here closes at once; one another process of the
 	// fleet holds closes when that process hears the claim, which may take
-	// longer under load: up to 2 s.
-	until := time.Now().Add(2 * time.Second)
+	// longer under load: up to exchange.ConflictWait.
+	until := time.Now().Add(exchange.ConflictWait)
 	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && time.Now().Before(until); try++ {
 		if !evicted && !sr.Set.Evict(sess.ID, 0) && s.Sessions.Fleet == nil {
 			break // the conflicting GET is not the proxy's
