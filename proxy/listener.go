@@ -195,3 +195,37 @@ func (l *patientListener) Close() error {
 	}
 	return l.Listener.Close()
 }
+
+// listeners are the listeners a server was given to serve on. fasthttp's
+// Shutdown closes only those its Serve already holds: a Serve that began
+// as Shutdown ran would find none closed and serve on. Shutdown closes
+// these too, and a Serve after it is refused.
+type listeners struct {
+	mu     sync.Mutex
+	closed bool
+	lns    []net.Listener
+}
+
+// add records ln, unless the listeners are closed: then it closes ln and
+// reports false.
+func (l *listeners) add(ln net.Listener) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = ln.Close()
+		return false
+	}
+	l.lns = append(l.lns, ln)
+	return true
+}
+
+// close closes every listener given (those fasthttp held are closed
+// already) and refuses later ones.
+func (l *listeners) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, ln := range l.lns {
+		_ = ln.Close()
+	}
+}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"runtime"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpheal/mcpheal/proxy/internal/conf"
+	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 )
@@ -219,5 +222,63 @@ func TestConnectionCap(t *testing.T) {
 		if got := <-ch; !strings.Contains(got, "ok") {
 			t.Fatalf("a busy connection: %q", got)
 		}
+	}
+}
+
+// TestShutdownEndsServe: a Serve that begins as Shutdown runs, or after
+// it, returns: fasthttp's Shutdown closes only the listeners its Serve
+// already holds, and a Serve a moment later served on for ever (the
+// conformance suite's client wrapper hung on it when its client exited at
+// once). For the Router and the Server alike, 200 times each with Serve
+// and Shutdown racing, every Serve returns.
+func TestShutdownEndsServe(t *testing.T) {
+	t.Parallel()
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
+	type served interface {
+		Serve(net.Listener) error
+		Shutdown(context.Context) error
+	}
+	for _, tc := range []struct {
+		name string
+		make func(addr string) served
+	}{
+		{"router", func(addr string) served {
+			r, err := NewRouter(addr, []conf.Config{{Upstream: up.URL(), Listen: addr, AdminListen: conf.AdminOff}}, nopLog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}},
+		{"server", func(addr string) served {
+			s, err := New(conf.Config{Upstream: up.URL(), Listen: addr, AdminListen: conf.AdminOff}, nopLog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			return s
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 200 {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv := tc.make(ln.Addr().String())
+				done := make(chan error, 1)
+				if i%2 == 0 {
+					go func() { done <- srv.Serve(ln) }()
+					_ = srv.Shutdown(context.Background())
+				} else {
+					_ = srv.Shutdown(context.Background())
+					go func() { done <- srv.Serve(ln) }()
+				}
+				select {
+				case <-done:
+				case <-time.After(peers.Timeout):
+					t.Fatalf("run %d: Serve still serving %v after Shutdown", i, peers.Timeout)
+				}
+			}
+		})
 	}
 }

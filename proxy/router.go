@@ -42,6 +42,7 @@ type Router struct {
 	mu sync.Mutex // serializes Reload and Shutdown; protects closed
 	// closed is set by Shutdown; Reload then refuses.
 	closed bool
+	lns    listeners // what Serve and ServeAdmin were given
 	// acceptErrors counts the listeners' accept errors waited out, and
 	// connsShed the connections closed or refused at the connection cap
 	// (listener.go).
@@ -386,13 +387,20 @@ func (r *Router) ProbeUpstreams() {
 	}
 }
 
-// Serve answers agents on ln until Shutdown.
+// Serve answers agents on ln until Shutdown; after Shutdown it closes ln
+// and returns nil at once.
 func (r *Router) Serve(ln net.Listener) error {
+	if !r.lns.add(ln) {
+		return nil
+	}
 	return r.srv.Serve(newPatientListener(ln, &r.log, &r.acceptErrors, &r.connsShed))
 }
 
 // ServeAdmin answers the operations endpoints on ln until Shutdown.
 func (r *Router) ServeAdmin(ln net.Listener) error {
+	if !r.lns.add(ln) {
+		return nil
+	}
 	return r.adm.Serve(newPatientListener(ln, &r.log, &r.acceptErrors, &r.connsShed))
 }
 
@@ -439,6 +447,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 		s.held.StopListens()
 	}
 	err := errors.Join(r.srv.ShutdownWithContext(ctx), r.adm.ShutdownWithContext(ctx))
+	r.lns.close()
 	var wg sync.WaitGroup
 	for _, list := range append([][]*Server{t.servers()}, valuesOf(t.retired)...) {
 		for _, s := range list {

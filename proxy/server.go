@@ -54,6 +54,7 @@ type Server struct {
 
 	srvOnce sync.Once
 	srv     *fasthttp.Server // only when served alone (Serve)
+	lns     listeners        // what Serve was given (listener.go)
 
 	bg       wire.BgGroup  // background work: DELETEs, keepalive, pumps
 	done     chan struct{} // closed by Close: stops backoff waits and keepalive
@@ -183,11 +184,18 @@ func newFastHTTPServer(h fasthttp.RequestHandler, log zerolog.Logger, l listener
 // Serve answers agents on ln until Shutdown, serving this one upstream at
 // Config.Path and /healthz. (Router serves several.)
 func (s *Server) Serve(ln net.Listener) error {
+	if !s.lns.add(ln) {
+		return nil // after Shutdown
+	}
 	s.srvOnce.Do(func() {
 		var l listenerLimits
 		l.add(&s.cfg)
 		s.srv = newFastHTTPServer(s.Handler, s.log, l)
 	})
+	if s.srv == nil { // Shutdown came first
+		_ = ln.Close()
+		return nil
+	}
 	var errs, shed atomic.Uint64 // a Router counts them for /metrics
 	return s.srv.Serve(newPatientListener(ln, &s.log, &errs, &shed))
 }
@@ -212,6 +220,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.srv != nil {
 		err = s.srv.ShutdownWithContext(ctx)
 	}
+	s.lns.close()
 	s.closeSessions(ctx)
 	return err
 }
