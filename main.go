@@ -443,13 +443,10 @@ func serve(ctx context.Context, o *options, rc *resolved, creds *credCache, log 
 	if len(lns) > 1 {
 		go func() { errc <- r.ServeAdmin(lns[1]) }()
 	}
-	// stop ends both listeners; closing them also stops a Serve that had
-	// not taken its listener yet when Shutdown ran.
+	// stop ends both listeners (Shutdown closes them, also under a Serve
+	// that had not taken its listener yet) and waits for their Serves.
 	stop := func(ctx context.Context, first error) error {
 		err := r.Shutdown(ctx)
-		for _, ln := range lns {
-			_ = ln.Close()
-		}
 		for range len(lns) - btoi(first != nil) {
 			<-errc
 		}
