@@ -98,7 +98,7 @@ func TestStageDirection(t *testing.T) {
 // through exchange.Writer: the answer's head or body set on the request's
 // context, the exchange's and wire's own writers, the request counters.
 var writesAnswer = regexp.MustCompile(`(?i)\bctx\.(Set(StatusCode|Body\w*|ContentType\w*)|Response\.(Header\.Set\w*|SetBody\w*))\(|` +
-	`exchange\.(WriteFailure|WriteJSONAnswer|EndResumption)\(|wire\.(WriteError|AppendError)\(ctx|Count\.(Request\(|BytesOut)`)
+	`exchange\.WriteFailure\(|wire\.(WriteError|AppendError)\(ctx|Count\.(Request\(|BytesOut)`)
 
 // TestRoutesAnswerThroughWriter: the routes (held, bridge, the streams)
 // hand every answer to exchange.Writer, which writes it and counts its

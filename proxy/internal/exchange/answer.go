@@ -270,7 +270,7 @@ func (a *Attempt) Answer(out Outcome) bool {
 			// A busy server's words as an event stream it may hold open:
 			// they are its first event, given as the JSON answer they are.
 			busyRetryAfter(&a.Ctx.Response.Header, &a.Resp.Header)
-			WriteJSONAnswer(a.Ctx, a.Resp.StatusCode(), sse.Data(nil, a.First), a.Sess, a.S.Mem)
+			writeJSONAnswer(a.Ctx, a.Resp.StatusCode(), sse.Data(nil, a.First), a.Sess, a.S.Mem)
 			return false
 		}
 		return a.respond()
@@ -804,7 +804,7 @@ func (b *jsonBody) Close() error {
 // writeJSONAnswer writes a JSON answer mcpheal built itself (a bridged answer),
 // with the session's id, counted in the memory budget until written. It
 // reports false when the budget had no room (the agent got -32017).
-func WriteJSONAnswer(ctx *fasthttp.RequestCtx, status int, body []byte, sess *session.Session, mem *wire.Budget) bool {
+func writeJSONAnswer(ctx *fasthttp.RequestCtx, status int, body []byte, sess *session.Session, mem *wire.Budget) bool {
 	if !mem.Take(int64(len(body))) {
 		// body answers a request: its id is the request's.
 		req := wire.Message{ID: gjson.GetBytes(body, "id").Raw, Method: "request"}
@@ -812,13 +812,19 @@ func WriteJSONAnswer(ctx *fasthttp.RequestCtx, status int, body []byte, sess *se
 			Msg: "answer not relayed: mcpheal's memory_budget is reached; retry later", RetryAfter: 1})
 		return false
 	}
+	writeBudgetBody(ctx, status, &BudgetBody{B: body, Mem: mem, N: int64(len(body))}, sess)
+	return true
+}
+
+// writeBudgetBody writes body, held in the memory budget already, as the
+// JSON answer under status, with sess's id when sess is not nil.
+func writeBudgetBody(ctx *fasthttp.RequestCtx, status int, body *BudgetBody, sess *session.Session) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentTypeBytes(wire.MimeJSON)
 	if sess != nil {
 		ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(sess.ID))
 	}
-	ctx.Response.SetBodyStream(&BudgetBody{B: body, Mem: mem, N: int64(len(body))}, len(body))
-	return true
+	ctx.Response.SetBodyStream(body, len(body.B))
 }
 
 // budgetBody is an answer mcpheal built itself, counted in the memory
@@ -879,19 +885,6 @@ func (a *Attempt) InitializeAnswer() (msg []byte, ok bool) {
 	a.Out = append(a.Out[:n], raw...)
 	a.readWhole = true // read up to its response; the rest of the stream is not relayed
 	return msg, true
-}
-
-// endResumption answers a GET whose Last-Event-ID names a stream of a dead
-// upstream session. That stream cannot be resumed, and a new standalone
-// stream in its place would evict the agent's own (or be refused 409, and
-// the go-sdk client then ends its session). An event stream that ends at
-// once tells the agent's SDK the stream is over: a call it was resuming
-// fails alone ("request terminated without response"), a standalone stream
-// is reopened without Last-Event-ID.
-func EndResumption(ctx *fasthttp.RequestCtx) {
-	ctx.Response.Header.SetContentTypeBytes(wire.MimeEventStream)
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 
 // open starts the log of a's answer, whose events carry a.rw.own.

@@ -73,7 +73,7 @@ func (w Writer) JSON(ctx *fasthttp.RequestCtx, m *wire.Message, cls classify.Cla
 		ctx.SetStatusCode(status)
 		return true
 	}
-	if !WriteJSONAnswer(ctx, status, body, sess, w.mem) {
+	if !writeJSONAnswer(ctx, status, body, sess, w.mem) {
 		return false
 	}
 	w.count.BytesOut.Add(uint64(len(body)))
@@ -86,10 +86,7 @@ func (w Writer) JSON(ctx *fasthttp.RequestCtx, m *wire.Message, cls classify.Cla
 // answer's bytes.
 func (w Writer) Held(ctx *fasthttp.RequestCtx, m *wire.Message, cls classify.Class, body *BudgetBody, sess *session.Session) {
 	w.Count(m, cls)
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentTypeBytes(wire.MimeJSON)
-	ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(sess.ID))
-	ctx.Response.SetBodyStream(body, len(body.B))
+	writeBudgetBody(ctx, fasthttp.StatusOK, body, sess)
 	w.count.BytesOut.Add(uint64(len(body.B)))
 }
 
@@ -122,11 +119,19 @@ func (w Writer) Relay(ctx *fasthttp.RequestCtx, write fasthttp.StreamWriter) {
 	ctx.SetBodyStreamWriter(write)
 }
 
-// EndResumption answers an agent's GET that resumes an answer nothing
-// holds any more with an empty event stream (EndResumption), counted OK.
+// EndResumption answers a GET whose Last-Event-ID names a stream nothing
+// holds any more (of a dead upstream session, or an answer whose log is
+// gone), counted OK. That stream cannot be resumed, and a new standalone
+// stream in its place would evict the agent's own (or be refused 409, and
+// the go-sdk client then ends its session). An event stream that ends at
+// once tells the agent's SDK the stream is over: a call it was resuming
+// fails alone ("request terminated without response"), a standalone
+// stream is reopened without Last-Event-ID.
 func (w Writer) EndResumption(ctx *fasthttp.RequestCtx, m *wire.Message) {
 	w.Count(m, classify.OK)
-	EndResumption(ctx)
+	ctx.Response.Header.SetContentTypeBytes(wire.MimeEventStream)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 
 // Final counts m by its answer msg, the last event of its stream (Stream
