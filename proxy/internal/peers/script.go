@@ -2,12 +2,14 @@ package peers
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -97,20 +99,10 @@ func (s *Script) Missing() []Key {
 			out = append(out, k)
 		}
 	}
-	slices.SortFunc(out, func(a, b Key) int { return cmpKey(a, b) })
+	slices.SortFunc(out, func(a, b Key) int {
+		return cmp.Or(strings.Compare(a.HTTP, b.HTTP), strings.Compare(a.Session, b.Session), strings.Compare(a.RPC, b.RPC))
+	})
 	return out
-}
-
-func cmpKey(a, b Key) int {
-	for _, p := range [][2]string{{a.HTTP, b.HTTP}, {a.Session, b.Session}, {a.RPC, b.RPC}} {
-		if p[0] != p[1] {
-			if p[0] < p[1] {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
 }
 
 // ServeHTTP answers r by its key.
@@ -137,7 +129,7 @@ func (s *Script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for name, v := range reply.Header {
 		w.Header().Set(name, v)
 	}
-	w.WriteHeader(orDefault(reply.Status, http.StatusOK))
+	w.WriteHeader(cmp.Or(reply.Status, http.StatusOK))
 	_, _ = io.WriteString(w, reply.Body)
 }
 
@@ -162,13 +154,6 @@ func rpcOf(body []byte) string {
 	}
 	_ = json.Unmarshal(body, &m)
 	return m.Method
-}
-
-func orDefault(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Session returns the Replies of a session-era server of one session, id:
