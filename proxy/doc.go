@@ -56,7 +56,12 @@
 //     that the era changed under a request (Server.reroute).
 //  3. attempt (internal/exchange): exchange.Attempt.Loop is send → judge →
 //     decide → act, for every route, with the one replay rule
-//     (exchange.Decide) and the one heal (heal.Healer.Heal).
+//     (exchange.Decide) and the one heal (heal.Healer.Heal). What each try
+//     brings back is the attempt's answer stream, one type that owns all
+//     that is done with it: the peek at its first event, the relay event
+//     by event, the bodies fasthttp writes, the resumption upstream of a
+//     stream cut early (exchange's stream.go, relay.go, body.go, resume.go);
+//     it reads the call it answers and never reaches the loop's state.
 //  4. answer (internal/exchange): Attempt.Answer counts the outcome and
 //     writes the agent's answer: the upstream's, or mcpheal's own error
 //     (exchange.WriteFailure, with the status every client surfaces at

@@ -6,7 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
@@ -118,41 +117,4 @@ func (w *agentWatch) Stop() bool {
 	w.nc, w.sc, w.resp = nil, nil, nil
 	w.log.Store(nil)
 	return w.Gone.Swap(false)
-}
-
-// watchAgent starts watching the agent's connection while the attempt
-// waits on the upstream (attempts that are not pooled, such as a GET
-// stream's, have no watch).
-func (a *Attempt) WatchAgent() {
-	if a.Watch != nil {
-		a.Watch.Arm(a.Ctx.Conn(), a.Resp)
-	}
-}
-
-// unwatch stops watching the agent's connection, and counts and logs an
-// agent that went away.
-func (a *Attempt) Unwatch() {
-	if a.Watch == nil || !a.Watch.Stop() {
-		return
-	}
-	a.S.Count.AgentGone.Add(1)
-	a.S.Log.Debug().Str(obs.LogMethod, obs.LogText(a.Msg.Method)).Str(obs.LogTool, obs.LogText(a.Msg.Tool)).
-		Msg("agent closed its connection while its request waited on the upstream; upstream exchange interrupted")
-}
-
-// watchForLog keeps watching the agent's connection while an answer its
-// agent may resume is relayed, for its log: a balancer that closes its
-// connection to mcpheal when the agent's drops (nginx does) leaves writes
-// that still succeed for a while, and the answer must not be taken for
-// delivered. An answer the fleet shares is watched at once (its agent may
-// come back on another replica, which finds nothing if the answer is
-// taken for delivered and deleted); others from watchAfter on, as before.
-func (a *Attempt) watchForLog() {
-	if a.Watch == nil {
-		return
-	}
-	a.Watch.log.Store(a.log)
-	if a.log.share != nil && a.Watch.state.Load() == watchArmed {
-		a.Watch.timer.Reset(0)
-	}
 }

@@ -3,8 +3,6 @@ package exchange
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"sync"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mcpheal/mcpheal/classify"
-	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/proxy/internal/era"
 	"github.com/mcpheal/mcpheal/proxy/internal/heal"
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
@@ -23,30 +20,20 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// attempt is one agent request on its way upstream: the loop
+// Attempt is one agent request on its way upstream: the loop
 // send → judge → decide → act runs until the request has its outcome.
 // Every route sends through it: the session-era pass-through and the
-// 2026-07-28 pass-through ([Server.forward], whose answer [attempt.answer]
+// 2026-07-28 pass-through ([Server.forward], whose answer [Attempt.Answer]
 // writes), and the bridge (bridge.go), which writes its own translation.
+// It is three parts: the call (what is sent: call.go), the answer stream
+// (what one try brings back, and its relay to the agent: stream.go,
+// relay.go, body.go, resume.go), and the loop's own state below.
 type Attempt struct {
-	S    *Env
-	Ctx  *fasthttp.RequestCtx // the agent's; nil once the handler has returned (a bridged call's later rounds)
-	R    *Request
-	Sess *session.Session // the agent's session; nil for 2026-07-28 pass-through
-	Msg  wire.Message     // by value: the attempt is pooled, so nothing escapes
-	Req  *fasthttp.Request
-	Resp *upstream.Response
-	up   session.UpstreamID
-	Gen  uint64
-	// heals: the upstream holds a session for this request that mcpheal
-	// may re-create (a session-era upstream; not the bridge).
-	Heals bool
+	call
+	answerStream
 
-	// replaySafe: the request may run twice without harm (replayable);
-	// decided once, before the first send.
-	replaySafe bool
-	healed     bool // this request healed the session once
-	adopted    bool // this request took another process's heal once (fleet.go)
+	healed  bool // this request healed the session once
+	adopted bool // this request took another process's heal once (fleet.go)
 	// mayHaveRun: an exchange of this request may have reached the
 	// upstream's dispatcher (see facts.dispatched).
 	mayHaveRun bool
@@ -56,67 +43,11 @@ type Attempt struct {
 	// probing: this request is its session's probe of an outage (see
 	// session.Probe); it must end the probe before it answers.
 	probing bool
-
-	// tryAnswer is the upstream's answer to the exchange in flight.
-	tryAnswer
-	outPos    int
-	eof       bool     // the upstream stream has ended
-	readWhole bool     // the SSE answer was read up to its response: a.out is all the agent gets
-	conn      net.Conn // the agent's connection, while sseBody writes to it
-	Charged   int64    // taken from the memory budget for a buffered answer
-	// log keeps the streamed answer for its agent to resume (answerlog.go);
-	// draining: the agent's connection dropped and drain, not fasthttp,
-	// owns the attempt now.
-	log      *AnswerLog
-	draining bool
-	// watch notices the agent going away while it waits (agentwatch.go); nil
-	// for attempts that are not pooled. It stays with the pooled attempt.
-	Watch *agentWatch
+	Charged int64 // taken from the memory budget for a buffered answer
 	// xspan is the span of the exchange in flight (trace.go); nil when
 	// tracing is off. tries counts the exchanges.
 	xspan trace.Span
 	tries int
-}
-
-// tryAnswer is the upstream's answer to one exchange of an attempt (a
-// try), as the attempt reads it: each try starts it over (reset), keeping
-// its buffers.
-type tryAnswer struct {
-	// The SSE answer of a POST: rw frames and rewrites it; out holds the
-	// rewritten events not yet handed to the agent (from attempt.outPos);
-	// first is the raw first event with data, valid until rw is fed again.
-	Rw         wire.EventRewriter
-	Buf        []byte // one upstream read
-	Out        []byte
-	First      []byte
-	FirstWhole bool // first is a complete event, not a prefix past peekLimit
-	// Resuming the answer stream upstream (resume.go): rerr is the read
-	// error held back while the bytes read with it are relayed; resumeWhy,
-	// once set, why the stream cannot be resumed; resumedAt the event id
-	// resumed after, resumes the resumptions since it last changed,
-	// resumeBy the end of their budget; head, the head of the stream as the
-	// upstream began it, kept once a.resp holds a resuming GET's.
-	head      *fasthttp.ResponseHeader
-	rerr      error
-	resumeWhy string
-	resumedAt string
-	resumes   int
-	resumeBy  time.Time
-	// quiet: the first event is being peeked at; the first read that would
-	// wait for it arms a read deadline of stream_keepalive (quietArmed),
-	// whose expiry ends the peek (errQuiet), not the stream. An answer
-	// whose events came with its head (the usual short one) sets none.
-	quiet, quietArmed bool
-}
-
-// reset starts the answer over for another exchange: what it learnt of
-// the last stream is that stream's; its buffers stay.
-func (t *tryAnswer) reset() {
-	if t.Rw.Meter.Charged != 0 {
-		t.Rw.Meter.Release()
-	}
-	t.Rw.Fr.Reset(64 << 10)
-	*t = tryAnswer{Rw: wire.EventRewriter{Fr: t.Rw.Fr, Held: t.Rw.Held[:0], IdBuf: t.Rw.IdBuf[:0]}, Buf: t.Buf, Out: t.Out[:0]}
 }
 
 var attemptPool = sync.Pool{New: func() any { return new(Attempt) }}
@@ -126,8 +57,9 @@ var attemptPool = sync.Pool{New: func() any { return new(Attempt) }}
 func NewAttempt(s *Env, ctx *fasthttp.RequestCtx, r *Request) *Attempt {
 	a := attemptPool.Get().(*Attempt)
 	// Its answer state was reset by release (or is new): its buffers stay.
-	*a = Attempt{S: s, Ctx: ctx, R: r, Sess: r.Sess, Msg: r.Msg, Watch: a.Watch, tryAnswer: a.tryAnswer,
+	*a = Attempt{call: call{S: s, Ctx: ctx, R: r, Sess: r.Sess, Msg: r.Msg, Watch: a.Watch}, answerStream: a.answerStream,
 		retry: s.Link.Retry(link.PaceRequest, s.Cfg.HealTimeout)}
+	a.answerStream.call, a.owner = &a.call, a
 	if a.Watch == nil {
 		a.Watch = NewAgentWatch()
 	} else if a.Watch.state.Load() != watchIdle || a.Watch.Gone.Load() {
@@ -156,32 +88,10 @@ func (a *Attempt) Release() {
 	if cap(a.Rw.Held) > 64<<10 {
 		a.Rw.Held = nil
 	}
-	a.tryAnswer.reset()
-	*a = Attempt{tryAnswer: a.tryAnswer, Watch: a.Watch}
+	a.answerStream.reset()
+	a.Resp = nil
+	*a = Attempt{call: call{Watch: a.Watch}, answerStream: a.answerStream}
 	attemptPool.Put(a)
-}
-
-// run loops until the agent has an answer, then writes it: the one exit of
-// every pass-through request. It reports whether that answer is a body
-// that now owns a (released when fasthttp has written it). The agent's
-// connection is watched from the first send until the answer is written.
-// With reroute set nothing was written: the upstream now speaks only
-// 2026-07-28 (a deploy changed its era) and refused the request before
-// running it, an outcome for the route stage, which sends it again
-// through the bridge.
-func (a *Attempt) Run() (owned, reroute bool) {
-	a.WatchAgent()
-	out := a.Loop()
-	if out.Kind == OutUpstream && a.Heals && a.eraRefused() && a.S.Eras.Bridged(a.R.Hdr.PeekBytes(wire.HdrAuthorization)) {
-		a.Unwatch()
-		return false, true
-	}
-	if a.Answer(out) {
-		a.R = nil          // the request goes back to its pool when the handler returns
-		return true, false // the body stops the watch once written (Close)
-	}
-	a.Unwatch()
-	return false, false
 }
 
 // loop is send → judge → decide → act. Each turn either ends with the
@@ -373,40 +283,6 @@ func (a *Attempt) judge(err error) Facts {
 	return f
 }
 
-// peek reads a POST's SSE answer up to its first event with data, through
-// the rewriter set up for it (peekFirst); false when the stream ended or
-// broke first.
-func (a *Attempt) peek() bool {
-	a.Rw.Gen, a.Rw.Max = a.Gen, a.S.Cfg.MaxSSELine
-	a.Rw.Meter.Mem = a.S.Mem
-	if !a.Heals {
-		a.Rw.Gen = 1 // nothing to renumber: no session, or the bridge's own
-	}
-	a.Rw.Watch = a.Msg.Method == "tools/list" && a.Sess != nil
-	if a.Heals && a.Msg.IsRequest() && !a.Msg.Batch && a.S.Cfg.ResumeBuffer > 0 {
-		a.Rw.Own = ownStreams.Add(1) // its agent may resume it (answerlog.go)
-	}
-	// A call that sends nothing for stream_keepalive is judged on its head
-	// and streamed, so that its agent gets keepalive comments (idle.go): a
-	// session error comes at once, never after that long.
-	a.quiet = a.Msg.IsRequest()
-	var ok bool
-	a.Out, a.First, a.FirstWhole, ok = wire.PeekFirst((*upstreamStream)(a), &a.Rw, a.Out[:0], a.readBuf())
-	if a.quietArmed {
-		_ = a.Resp.SetReadDeadline(time.Time{})
-	}
-	a.quiet, a.quietArmed = false, false
-	return ok
-}
-
-// readBuf returns the attempt's buffer for one upstream read.
-func (t *tryAnswer) readBuf() []byte {
-	if cap(t.Buf) < wire.ReadBuf {
-		t.Buf = make([]byte, wire.ReadBuf)
-	}
-	return t.Buf[:wire.ReadBuf]
-}
-
 // heal re-initializes the upstream session (single-flight per session) and
 // points the request at the new one. When healing fails, ok is false and
 // out is what the agent gets.
@@ -537,125 +413,13 @@ func (a *Attempt) endProbe() {
 	}
 }
 
-// abandon ends the attempt's exchange in flight as if its agent had gone
-// (a bridged call the agent cancelled): decide gives up on it and nothing
-// is sent again. It may run on another goroutine than the attempt's.
-func (a *Attempt) Abandon() {
-	a.Watch.Gone.Store(true)
-	a.Resp.Interrupt()
-}
-
 // renew readies the attempt for another request on the same route (a
 // bridged call's next round): that the upstream ran the last one says
 // nothing of this one.
 func (a *Attempt) Renew() {
 	a.Next()
-	a.mayHaveRun, a.healed, a.adopted, a.eof = false, false, false, false
+	a.mayHaveRun, a.healed, a.adopted = false, false, false
 	a.retry = a.S.Link.Retry(link.PaceRequest, a.S.Cfg.HealTimeout)
-}
-
-// peeked returns, once, the whole events the first exchange's peek read
-// (judge), for a route that reads the events itself (the bridge).
-func (t *tryAnswer) peeked() [][]byte {
-	if len(t.Out) == 0 {
-		return nil
-	}
-	var fr sse.Framer
-	fr.Feed(t.Out)
-	t.Out = t.Out[:0]
-	var evs [][]byte
-	for {
-		ev, ok, _ := fr.Next()
-		if !ok {
-			return evs
-		}
-		evs = append(evs, ev)
-	}
-}
-
-// How eachEvent ended.
-const (
-	EventsDone       = iota // fn said the answer is complete
-	EventsGone              // fn could not write to the agent
-	EventsCut               // the upstream stream ended first
-	EventsTooLarge          // an upstream event passed max_sse_line
-	EventsOverBudget        // holding an upstream event whole would pass memory_budget
-	EventsQuiet             // nothing came before the read deadline fn set, or a wake
-)
-
-// eachEvent reads the SSE answer's events, the first exchange's peek
-// first, and gives fn the data of each that has any, until fn reports the
-// answer done (done) or the agent gone (!ok), or the stream ends. It is how
-// a route that reads the events itself (the bridges) reads them; data is
-// valid until fn returns. A stream of a session mcpheal holds that ends
-// before its response is resumed upstream as the relay resumes it
-// (resume.go), from the last event id it read.
-func (a *Attempt) EachEvent(fn func(data []byte) (done, ok bool)) int {
-	fr := &a.Rw.Fr // it holds what the attempt's peek read past its first events
-	fr.Max = a.S.Cfg.MaxSSELine
-	var data []byte
-	a.Rw.Meter.Mem = a.S.Mem
-	// The peek's events were rewritten (their ids noted by the rewriter
-	// then); those framed here are the upstream's own, noted here.
-	feed := func(ev []byte) (int, bool) {
-		if data = sse.Data(data[:0], ev); len(data) == 0 {
-			return 0, false
-		}
-		done, ok := fn(data)
-		if cap(data) > wire.FreeHold {
-			data = nil // a large event's copy is not kept for the next
-		}
-		switch {
-		case !ok:
-			return EventsGone, true
-		case done:
-			return EventsDone, true
-		}
-		return 0, false
-	}
-	for {
-		for _, ev := range a.peeked() {
-			if end, stop := feed(ev); stop {
-				return end
-			}
-		}
-		for {
-			ev, ok, ferr := fr.Next()
-			if ferr != nil {
-				return EventsTooLarge
-			}
-			if !ok {
-				break
-			}
-			a.Rw.NoteEvent(ev)
-			if end, stop := feed(ev); stop {
-				return end
-			}
-		}
-		if a.Resp.TakeWake() {
-			return EventsQuiet // a route's own reason to look up (held_call.go inject)
-		}
-		if fr.Buffered() == 0 && fr.Held() > wire.FreeHold {
-			fr.Reset(wire.FreeHold) // a large event has passed: its room is not kept
-		}
-		n, err := a.Resp.Read(a.readBuf())
-		fr.Feed(a.Buf[:n])
-		// An event is held whole until it ends, then copied for fn (data)
-		// and translated by it: counted past freeHold, with its copies.
-		if !a.Rw.Meter.Hold(fr.Held() + 2*max(cap(data), fr.Buffered())) {
-			return EventsOverBudget
-		}
-		if err != nil && n == 0 {
-			if err != io.EOF && upstream.IsTimeout(err) { // IsTimeout allocates: not on every stream's end
-				a.Resp.TakeWake()
-				return EventsQuiet // only a route that set a deadline, or woke it, sees it
-			}
-			if us := (*upstreamStream)(a); us.resumable() && us.resume(err) {
-				continue // the rest of the answer, on a GET with Last-Event-ID
-			}
-			return EventsCut
-		}
-	}
 }
 
 // next prepares the attempt for another exchange. A session the upstream
@@ -667,12 +431,8 @@ func (a *Attempt) Next() {
 	}
 	a.Resp.Close()
 	a.Resp.Response.Reset()
-	a.tryAnswer.reset()
+	a.answerStream.reset()
 }
-
-// agentGone reports whether the agent closed its connection while the
-// attempt waited on the upstream.
-func (a *Attempt) AgentGone() bool { return a.Watch != nil && a.Watch.Gone.Load() }
 
 // eraRefused reports an upstream answer that refuses the request as of the
 // session era (legacyRefused); the era is then asked again.
@@ -683,4 +443,13 @@ func (a *Attempt) eraRefused() bool {
 	}
 	a.S.Eras.Forget()
 	return true
+}
+
+// watchAgent starts watching the agent's connection while the attempt
+// waits on the upstream (attempts that are not pooled, such as a GET
+// stream's, have no watch).
+func (a *Attempt) WatchAgent() {
+	if a.Watch != nil {
+		a.Watch.Arm(a.Ctx.Conn(), a.Resp)
+	}
 }

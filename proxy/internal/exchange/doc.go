@@ -18,6 +18,18 @@
 // counts its request once, as Answer does for the session route. Answers
 // an agent may resume after its connection drops are kept (AnswerLogs).
 //
+// An Attempt is three parts. Its call is what is sent: the agent's
+// request, its session, the upstream session it goes on and whether it
+// may run twice; only the loop changes it (a heal, judge). Its answer
+// stream (stream.go) is what one try brings back, and owns all that is
+// done with it: the peek at the first event that judge classifies, the
+// relay event by event (relay, settle, finish), the bodies fasthttp writes
+// to the agent (body.go), the resumption upstream of a stream that ends
+// before its response (resume.go), and the events a route reads itself
+// (EachEvent); it reads its call, never reaches the rest of the attempt,
+// and each try starts it over. The rest is the loop's own: the retry policy, whether
+// the request healed or may have run, the outage probe.
+//
 // An era change found while sending is not acted on here: Attempt.Run
 // reports it, and the route stage sends the request again. It imports no
 // route; routes get an Env (the stages below, named one by one) and send

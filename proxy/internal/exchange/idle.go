@@ -17,7 +17,7 @@ import (
 // line begins on the agent's side, so it never lands inside a line. A JSON
 // answer, or an SSE answer read whole, is written at once and gets none.
 type idleWriter struct {
-	a     *Attempt
+	st    *answerStream
 	every time.Duration
 	timer *time.Timer
 
@@ -31,9 +31,9 @@ type idleWriter struct {
 // every SSE parser ignores, inside an event or between two.
 var keepaliveLine = []byte(": keepalive\n")
 
-// newIdleWriter starts writing a's answer to w.
-func newIdleWriter(a *Attempt, w io.Writer) *idleWriter {
-	iw := &idleWriter{a: a, every: a.S.Cfg.StreamKeepalive, w: w, atLine: true}
+// newIdleWriter starts writing st's answer to w.
+func newIdleWriter(st *answerStream, w io.Writer) *idleWriter {
+	iw := &idleWriter{st: st, every: st.S.Cfg.StreamKeepalive, w: w, atLine: true}
 	iw.timer = time.AfterFunc(iw.every, iw.keepalive)
 	return iw
 }
@@ -43,7 +43,7 @@ func newIdleWriter(a *Attempt, w io.Writer) *idleWriter {
 func (iw *idleWriter) write(p []byte, atLine bool) (int, error) {
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
-	wire.ArmWrite(iw.a.conn, iw.a.S.Cfg.WriteTimeout)
+	wire.ArmWrite(iw.st.conn, iw.st.S.Cfg.WriteTimeout)
 	n, err := iw.w.Write(p)
 	iw.atLine = atLine
 	iw.timer.Reset(iw.every)
@@ -62,17 +62,17 @@ func (iw *idleWriter) keepalive() {
 		return
 	}
 	if iw.atLine {
-		wire.ArmWrite(iw.a.conn, iw.a.S.Cfg.WriteTimeout)
+		wire.ArmWrite(iw.st.conn, iw.st.S.Cfg.WriteTimeout)
 		if _, err := iw.w.Write(keepaliveLine); err != nil {
 			iw.stopped = true
-			if iw.a.log != nil {
-				iw.a.log.agentLeft() // the call goes on for the agent to resume it
+			if iw.st.log != nil {
+				iw.st.log.agentLeft() // the call goes on for the agent to resume it
 			} else {
-				iw.a.Abandon()
+				iw.st.Abandon()
 			}
 			return
 		}
-		iw.a.S.Count.BytesOut.Add(uint64(len(keepaliveLine)))
+		iw.st.S.Count.BytesOut.Add(uint64(len(keepaliveLine)))
 	}
 	iw.timer.Reset(iw.every)
 }

@@ -43,48 +43,48 @@ const ConflictWait = 2 * time.Second
 // asked for ever (the Go SDK's client counts the same way).
 const maxResumes = 5
 
-// upstreamStream is an attempt's upstream answer stream as every relay
+// upstreamStream is the answer stream's upstream side as every relay
 // reads it (peekFirst, finish, sseBody): the upstream response's body,
 // resumed when it ends or breaks before its response.
-type upstreamStream Attempt
+type upstreamStream answerStream
 
 // Read reads the answer stream. An error that ends it is held back while
 // the bytes read with it are relayed, so that resumption is decided on
 // everything that came (a response among them needs none).
 func (us *upstreamStream) Read(p []byte) (int, error) {
-	a := (*Attempt)(us)
+	st := (*answerStream)(us)
 	for {
-		err := a.rerr
+		err := st.rerr
 		if err == nil {
-			if a.quiet && a.Resp.TakeWake() {
+			if st.quiet && st.Resp.TakeWake() {
 				return 0, wire.ErrQuiet // the route has something for its agent (held_call.go inject)
 			}
-			if a.quiet && !a.quietArmed && a.Resp.Buffered() == 0 {
-				a.quietArmed = a.Resp.SetReadDeadline(time.Now().Add(a.S.Cfg.StreamKeepalive)) == nil
+			if st.quiet && !st.quietArmed && st.Resp.Buffered() == 0 {
+				st.quietArmed = st.Resp.SetReadDeadline(time.Now().Add(st.S.Cfg.StreamKeepalive)) == nil
 			}
 			var n int
-			n, err = a.Resp.Read(p)
+			n, err = st.Resp.Read(p)
 			switch {
 			case err == nil:
 				return n, nil
-			case a.quiet && (a.quietArmed || a.Resp.Woken()) && upstream.IsTimeout(err):
+			case st.quiet && (st.quietArmed || st.Resp.Woken()) && upstream.IsTimeout(err):
 				// IsTimeout last: it allocates, and a short answer's peek
 				// ends with io.EOF.
 				if n > 0 {
 					return n, nil // the deadline has passed, or a wake: the next read says so
 				}
-				a.Resp.TakeWake()
+				st.Resp.TakeWake()
 				return 0, wire.ErrQuiet
 			case n > 0:
-				a.rerr = err
+				st.rerr = err
 				return n, nil
 			}
 		}
-		a.rerr = err // what every later read returns, unless resumed
+		st.rerr = err // what every later read returns, unless resumed
 		if !us.resumable() || !us.resume(err) {
 			return 0, err
 		}
-		a.rerr = nil
+		st.rerr = nil
 	}
 }
 
@@ -92,50 +92,50 @@ func (us *upstreamStream) Read(p []byte) (int, error) {
 // request's answer on a session mcpheal holds, whose response has not
 // passed, after an event id, and nobody has given up on it.
 func (us *upstreamStream) resumable() bool {
-	a := (*Attempt)(us)
-	return a.Heals && a.resumeWhy == "" && !a.Msg.Get && !a.Msg.Batch && a.Msg.IsRequest() &&
-		!a.Rw.Answered && a.Rw.LastID != "" && !a.AgentGone()
+	st := (*answerStream)(us)
+	return st.Heals && st.resumeWhy == "" && !st.Msg.Get && !st.Msg.Batch && st.Msg.IsRequest() &&
+		!st.Rw.Answered && st.Rw.LastID != "" && !st.AgentGone()
 }
 
 // resume reopens the answer stream after cause ended it: it waits the
 // server's retry: interval, then asks for the events after the last one
 // that ended, on the same upstream session, within the heal budget. It
-// reports false when the stream cannot be resumed (a.resumeWhy says why,
+// reports false when the stream cannot be resumed (resumeWhy says why,
 // for the agent's error).
 func (us *upstreamStream) resume(cause error) bool {
-	a := (*Attempt)(us)
-	id := a.Rw.LastID
+	st := (*answerStream)(us)
+	id := st.Rw.LastID
 	// The server's retry: is its instruction, not an outage: it is waited
 	// in full (up to maxRetryWait), as its clients wait it directly, and
 	// the heal budget is for reaching it after that.
-	delay := min(time.Duration(a.Rw.RetryMs)*time.Millisecond, maxRetryWait)
-	if id != a.resumedAt {
+	delay := min(time.Duration(st.Rw.RetryMs)*time.Millisecond, maxRetryWait)
+	if id != st.resumedAt {
 		// Progress since the last resumption (or the first): a new budget.
-		a.resumedAt, a.resumes = id, 0
-		a.resumeBy = time.Now().Add(delay + a.S.Cfg.HealTimeout)
+		st.resumedAt, st.resumes = id, 0
+		st.resumeBy = time.Now().Add(delay + st.S.Cfg.HealTimeout)
 	}
 	clean := errors.Is(cause, io.EOF)
-	retry := a.S.Link.Retry(link.PaceRequest, 0)
-	retry.Until(a.resumeBy) // the budget, renewed by progress
+	retry := st.S.Link.Retry(link.PaceRequest, 0)
+	retry.Until(st.resumeBy) // the budget, renewed by progress
 	var conflictSince time.Time
 	for {
-		a.resumes++
-		if a.resumes > maxResumes {
+		st.resumes++
+		if st.resumes > maxResumes {
 			return us.noResume("the upstream ended it " + strconv.Itoa(maxResumes) + " times without a new event")
 		}
 		if !retry.Fits(delay) {
 			return us.noResume("the heal budget ran out before the upstream's retry interval")
 		}
-		if delay > 0 && !wire.SleepUnless(delay, nil, a.S.Done) {
+		if delay > 0 && !wire.SleepUnless(delay, nil, st.S.Done) {
 			return us.noResume("mcpheal is shutting down")
 		}
 		cls, status := us.reopen(id)
-		ev := a.S.Log.Debug()
+		ev := st.S.Log.Debug()
 		if !clean {
-			ev = a.S.Log.Warn() // a break, not the server's own polling
+			ev = st.S.Log.Warn() // a break, not the server's own polling
 		}
-		ev.Str(obs.LogMethod, obs.LogText(a.Msg.Method)).Str(obs.LogTool, obs.LogText(a.Msg.Tool)).Str(obs.LogSession, a.Sess.ID.Short()).
-			AnErr("cut", cause).Int("retry_ms", a.Rw.RetryMs).Stringer(obs.LogClass, cls).Int("status", status).
+		ev.Str(obs.LogMethod, obs.LogText(st.Msg.Method)).Str(obs.LogTool, obs.LogText(st.Msg.Tool)).Str(obs.LogSession, st.Sess.ID.Short()).
+			AnErr("cut", cause).Int("retry_ms", st.Rw.RetryMs).Stringer(obs.LogClass, cls).Int("status", status).
 			Msg("answer stream ended before its response; asked the upstream for the rest with Last-Event-ID")
 		if status == fasthttp.StatusConflict {
 			// The upstream still holds the stream that broke: asked again
@@ -145,19 +145,19 @@ func (us *upstreamStream) resume(cause error) bool {
 				conflictSince = time.Now()
 			}
 			if time.Since(conflictSince) < ConflictWait {
-				a.resumes--
+				st.resumes--
 				delay = retry.Next()
 				continue
 			}
 		}
 		switch cls {
 		case classify.OK:
-			a.S.Count.Resumes[obs.OutcomeOK].Add(1)
-			a.Rw.Resumed()
-			a.quietArmed = false // a peek's deadline was the old connection's
+			st.S.Count.Resumes[obs.OutcomeOK].Add(1)
+			st.Rw.Resumed()
+			st.quietArmed = false // a peek's deadline was the old connection's
 			return true
 		case classify.TransportDead, classify.Timeout:
-			if a.AgentGone() {
+			if st.AgentGone() {
 				return us.noResume("the agent went away")
 			}
 			delay = retry.Next() // the upstream may be restarting: try again within the budget
@@ -172,45 +172,45 @@ func (us *upstreamStream) resume(cause error) bool {
 // noResume records why the answer stream cannot be resumed, counts it and
 // reports false.
 func (us *upstreamStream) noResume(why string) bool {
-	a := (*Attempt)(us)
-	a.S.Count.Resumes[obs.OutcomeFailed].Add(1)
-	a.resumeWhy = why
-	a.S.Log.Warn().Str(obs.LogMethod, obs.LogText(a.Msg.Method)).Str(obs.LogTool, obs.LogText(a.Msg.Tool)).Str("why", why).
+	st := (*answerStream)(us)
+	st.S.Count.Resumes[obs.OutcomeFailed].Add(1)
+	st.resumeWhy = why
+	st.S.Log.Warn().Str(obs.LogMethod, obs.LogText(st.Msg.Method)).Str(obs.LogTool, obs.LogText(st.Msg.Tool)).Str("why", why).
 		Msg("answer stream not resumed")
 	return false
 }
 
 // reopen sends the GET that resumes the answer stream after the event
-// lastID, into a.resp, with the headers the request went with (its
+// lastID, into resp, with the headers the request went with (its
 // credential, the operator's). It returns the class of the answer, OK only
 // for an event stream.
 func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
-	a := (*Attempt)(us)
+	st := (*answerStream)(us)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	a.S.Link.Build(req, &link.Upcall{Hdr: &a.Req.Header, Method: fasthttp.MethodGet, Session: a.up,
-		Version: a.Sess.Recipe.ProtocolVersion, LastEventID: lastID})
-	if a.head == nil {
+	st.S.Link.Build(req, &link.Upcall{Hdr: &st.Req.Header, Method: fasthttp.MethodGet, Session: st.up,
+		Version: st.Sess.Recipe.ProtocolVersion, LastEventID: lastID})
+	if st.head == nil {
 		// The agent's answer keeps the head of the stream it began with.
-		a.head = new(fasthttp.ResponseHeader)
-		a.Resp.Header.CopyTo(a.head)
+		st.head = new(fasthttp.ResponseHeader)
+		st.Resp.Header.CopyTo(st.head)
 	}
-	a.Resp.Close()
-	a.Resp.Response.Reset()
+	st.Resp.Close()
+	st.Resp.Response.Reset()
 	// Its head is due within the heal budget, like every try of a heal.
-	err := a.S.Link.Do(req, a.Resp, a.resumeBy)
+	err := st.S.Link.Do(req, st.Resp, st.resumeBy)
 	if err != nil {
 		cls := link.FailClass(err)
-		a.S.Link.RecordHealth(cls)
+		st.S.Link.RecordHealth(cls)
 		return cls, 0
 	}
-	status, body := a.Resp.StatusCode(), []byte(nil)
-	if !a.Resp.IsStream() {
-		body = a.Resp.Body() // a stream is judged on its head: its events are the answer's
+	status, body := st.Resp.StatusCode(), []byte(nil)
+	if !st.Resp.IsStream() {
+		body = st.Resp.Body() // a stream is judged on its head: its events are the answer's
 	}
-	cls := classify.Classify(status, a.Resp.Header.ContentType(), body)
-	a.S.Link.RecordHealth(cls)
-	if cls == classify.OK && (!a.Resp.IsStream() || status != fasthttp.StatusOK) {
+	cls := classify.Classify(status, st.Resp.Header.ContentType(), body)
+	st.S.Link.RecordHealth(cls)
+	if cls == classify.OK && (!st.Resp.IsStream() || status != fasthttp.StatusOK) {
 		cls = classify.Protocol // an answer, but not the stream asked for
 	}
 	return cls, status
@@ -219,12 +219,12 @@ func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
 // ended says how the upstream's answer stream ended before its
 // response, and why mcpheal could not resume it (resume.go).
 func (us *upstreamStream) ended() string {
-	a := (*Attempt)(us)
+	st := (*answerStream)(us)
 	const ended = "the upstream's event stream ended before its answer"
 	switch {
-	case a.resumeWhy != "":
-		return ended + " (it could not be resumed: " + a.resumeWhy + ")"
-	case a.Heals && a.Rw.LastID == "":
+	case st.resumeWhy != "":
+		return ended + " (it could not be resumed: " + st.resumeWhy + ")"
+	case st.Heals && st.Rw.LastID == "":
 		return ended + " (no event id to resume it from)"
 	}
 	return ended

@@ -1,6 +1,9 @@
 package exchange
 
 import (
+	"io"
+
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcpheal/mcpheal/classify"
@@ -140,4 +143,64 @@ func (w Writer) Final(m *wire.Message, msg []byte) classify.Class {
 	cls := ClassOf(fasthttp.StatusOK, msg)
 	w.Count(m, cls)
 	return cls
+}
+
+// writeJSONAnswer writes a JSON answer mcpheal built itself (a bridged answer),
+// with the session's id, counted in the memory budget until written. It
+// reports false when the budget had no room (the agent got -32017).
+func writeJSONAnswer(ctx *fasthttp.RequestCtx, status int, body []byte, sess *session.Session, mem *wire.Budget) bool {
+	if !mem.Take(int64(len(body))) {
+		// body answers a request: its id is the request's.
+		req := wire.Message{ID: gjson.GetBytes(body, "id").Raw, Method: "request"}
+		WriteFailure(ctx, &req, Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeBudget,
+			Msg: "answer not relayed: mcpheal's memory_budget is reached; retry later", RetryAfter: 1})
+		return false
+	}
+	writeBudgetBody(ctx, status, &BudgetBody{B: body, Mem: mem, N: int64(len(body))}, sess)
+	return true
+}
+
+// writeBudgetBody writes body, held in the memory budget already, as the
+// JSON answer under status, with sess's id when sess is not nil.
+func writeBudgetBody(ctx *fasthttp.RequestCtx, status int, body *BudgetBody, sess *session.Session) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentTypeBytes(wire.MimeJSON)
+	if sess != nil {
+		ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(sess.ID))
+	}
+	ctx.Response.SetBodyStream(body, len(body.B))
+}
+
+// budgetBody is an answer mcpheal built itself, counted in the memory
+// budget (n bytes) until fasthttp has written it or the agent has gone:
+// fasthttp calls Close once, either way.
+type BudgetBody struct {
+	B   []byte
+	pos int
+	Mem *wire.Budget
+	N   int64
+}
+
+// Read copies the rest of the body to p (fasthttp uses WriteTo).
+func (bb *BudgetBody) Read(p []byte) (int, error) {
+	if bb.pos == len(bb.B) {
+		return 0, io.EOF
+	}
+	n := copy(p, bb.B[bb.pos:])
+	bb.pos += n
+	return n, nil
+}
+
+// WriteTo writes the body in one Write.
+func (bb *BudgetBody) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(bb.B[bb.pos:])
+	bb.pos += n
+	return int64(n), err
+}
+
+// Close gives the body's memory back to the budget.
+func (bb *BudgetBody) Close() error {
+	bb.Mem.Give(bb.N)
+	bb.N, bb.B = 0, nil
+	return nil
 }

@@ -405,7 +405,7 @@ func (c *bridgeCall) relayRound() ([]byte, bool) {
 	case exchange.EventsTooLarge:
 		c.fail(exchange.Failure{Code: wire.CodeTooLarge, Msg: "an upstream event passed max_sse_line"})
 	case exchange.EventsOverBudget:
-		c.fail(exchange.OverBudgetEvent(a))
+		c.fail(a.OverBudget())
 	case exchange.EventsCut:
 		if !c.isCancelled() {
 			c.fail(a.Cut())

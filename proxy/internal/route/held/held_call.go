@@ -193,7 +193,7 @@ func (c *heldCall) stream(w *bufio.Writer) {
 	case exchange.EventsTooLarge:
 		c.fail(exchange.Failure{Code: wire.CodeTooLarge, Msg: "an upstream event passed max_sse_line"})
 	case exchange.EventsOverBudget:
-		c.fail(exchange.OverBudgetEvent(a))
+		c.fail(a.OverBudget())
 	}
 	c.finish()
 }
