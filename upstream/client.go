@@ -590,6 +590,25 @@ func (r *Response) TakeWake() bool {
 	return true
 }
 
+// ReadEnd reads what is left of a streamed answer and drops it, if the
+// stream ends within wait (a server ends an answer's stream right after its
+// response): a stream read to its end leaves its connection to the pool at
+// Close, where one closed unread costs a new connection. It reads at most
+// max bytes; a stream that goes on past wait or max is left for Close to
+// drop with its connection, as before.
+func (r *Response) ReadEnd(wait time.Duration, buf []byte, max int) {
+	if r.stream == nil || r.conn.nc.SetReadDeadline(time.Now().Add(wait)) != nil {
+		return
+	}
+	for got := 0; got < max; {
+		n, err := r.Read(buf)
+		if err != nil {
+			return // io.EOF: read to its end
+		}
+		got += n
+	}
+}
+
 // Close ends a streamed answer. The connection is pooled again only if the
 // stream was read to its end.
 func (r *Response) Close() {

@@ -810,3 +810,70 @@ func TestArrived(t *testing.T) {
 		ReleaseResponse(resp)
 	}
 }
+
+// TestReadEnd: a stream whose end comes after the event read is read to
+// that end, and its connection serves the next request; a stream that
+// stays open is left after wait, and its connection is not pooled.
+func TestReadEnd(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int32
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	url := rawServer(t, func(c net.Conn) {
+		conns.Add(1)
+		br := bufio.NewReader(c)
+		for {
+			req, err := readRequest(br)
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			ev := "data: {\"result\":{}}\n\n"
+			fmt.Fprintf(c, "%x\r\n%s\r\n", len(ev), ev)
+			if string(req.Body()) == "open" {
+				<-hold // the stream stays open: no more requests on this connection
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // the end, in a write of its own
+			io.WriteString(c, "0\r\n\r\n")
+		}
+	})
+	c := newClient(t, url)
+	first := func(body string) *Response {
+		t.Helper()
+		resp, err := post(c, body, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		var got []byte
+		for !strings.Contains(string(got), "\n\n") {
+			n, err := resp.Read(buf)
+			if got = append(got, buf[:n]...); err != nil {
+				t.Fatalf("%s: the event: %q, %v", body, got, err)
+			}
+		}
+		return resp
+	}
+	buf := make([]byte, 512)
+	for i := range 2 {
+		resp := first("end")
+		resp.ReadEnd(time.Second, buf, 1<<10)
+		ReleaseResponse(resp)
+		if n := conns.Load(); n != 1 {
+			t.Fatalf("request %d: %d connections, want 1: the stream read to its end leaves its connection pooled", i+1, n)
+		}
+	}
+	resp := first("open")
+	start := time.Now()
+	resp.ReadEnd(20*time.Millisecond, buf, 1<<10)
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("ReadEnd of a stream that stays open took %v, want about 20ms", el)
+	}
+	ReleaseResponse(resp)
+	resp = first("end")
+	ReleaseResponse(resp)
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2: a stream left open takes its connection with it", n)
+	}
+}

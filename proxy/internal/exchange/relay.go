@@ -184,12 +184,12 @@ func (st *answerStream) learn() {
 
 // finish reads what has arrived of an SSE answer whose response has passed
 // (a server SHOULD end the stream after it, MCP 2025-11-25 §Sending
-// Messages to the Server), waiting up to endWait for the first of it. It
+// Messages to the Server), waiting up to wire.EndWait for the first of it. It
 // reports whether that included the stream's end: the answer then goes out
 // as one buffered write. What has not arrived is streamed.
 func (st *answerStream) finish() bool {
 	r := st.Resp
-	if !r.Arrived(endWait) || r.SetReadDeadline(time.Now().Add(finishWait)) != nil {
+	if !r.Arrived(wire.EndWait) || r.SetReadDeadline(time.Now().Add(wire.FinishWait)) != nil {
 		return false
 	}
 	buf := st.readBuf()
@@ -268,15 +268,3 @@ func (st *answerStream) handedOn() {
 	}
 	st.Rw.HandedOn()
 }
-
-// finishWait bounds finish's reads, which only read what has already
-// arrived (and the rest of a chunk that arrived in part).
-const finishWait = 20 * time.Millisecond
-
-// endWait is how long finish waits for more of an SSE answer whose
-// response has passed: servers write the stream's end right after the
-// response (the Go SDK in one more write; the TypeScript SDK v1's arrives
-// with the response itself), so it is almost always on its way. Waiting lets the answer go out as one buffered
-// write instead of chunks; a stream that stays open only costs its agent
-// endWait, then is relayed as it comes.
-const endWait = 2 * time.Millisecond

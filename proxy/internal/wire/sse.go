@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -111,7 +112,11 @@ func IsResponse(msg []byte) bool {
 // readAnswer reads the JSON-RPC answer of r whole: the body of a JSON
 // answer, or the data of the first event of an SSE answer that is a
 // response (events before it, such as progress notifications, are read
-// past; the stream is closed after it). raw is the answer as the agent
+// past; the stream is closed after it). The stream's end, which a server
+// writes right after the response, is read if it comes within FinishWait
+// (upstream.Response.ReadEnd): the connection then serves the next
+// exchange (a keepalive ping's, a heal's next upcall) instead of closing
+// unread, one new connection each. raw is the answer as the agent
 // would get it: the JSON body, or for SSE the events up to the response,
 // rewritten by er. Both are valid until r is reset or er reused. An SSE
 // answer past limit bytes is errAnswerTooLarge (a JSON body is capped by
@@ -138,6 +143,7 @@ func ReadAnswer(r *upstream.Response, er *EventRewriter, limit int) (raw, msg []
 				// The data is a view into the framer: copy it, the raw
 				// events may grow past it.
 				msg = append([]byte(nil), d...)
+				r.ReadEnd(FinishWait, buf, PeekLimit)
 				return raw, msg, nil
 			}
 		}
@@ -154,6 +160,20 @@ func ReadAnswer(r *upstream.Response, er *EventRewriter, limit int) (raw, msg []
 		}
 	}
 }
+
+// FinishWait bounds the reads of an SSE answer's end: the relay's finish
+// reads only what has already arrived (and the rest of a chunk that arrived
+// in part); ReadAnswer waits that long for a stream's end.
+const FinishWait = 20 * time.Millisecond
+
+// EndWait is how long mcpheal waits for more of an SSE answer whose
+// response has passed: servers write the stream's end right after the
+// response (the Go SDK in one more write; the TypeScript SDK v1's arrives
+// with the response itself), so it is almost always on its way. For the
+// relay, waiting lets the answer go out as one buffered write instead of
+// chunks; a stream that stays open only costs its agent EndWait, then is
+// relayed as it comes.
+const EndWait = 2 * time.Millisecond
 
 // errQuiet ends the peek at an answer's first event when the upstream sent
 // none for stream_keepalive: the answer is judged on its head and relayed.
