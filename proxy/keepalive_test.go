@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,39 +70,5 @@ func TestStateKeepalive(t *testing.T) {
 	}
 	if el < (want-1)*every-every/2 || el > 20*every {
 		t.Errorf("%d keepalives took %v, want about %v", want, el, (want-1)*every)
-	}
-}
-
-// TestUpcallsReuseTheirConnection: mcpheal's own requests read a Go SDK
-// server's event-stream answer to its end, which the server writes right
-// after the response, so that the connection serves the next exchange
-// instead of being closed with the stream unread: ten keepalive pings, and
-// three heals (each an initialize, its notification, the replay), open at
-// most one connection between them, not one or two each.
-func TestUpcallsReuseTheirConnection(t *testing.T) {
-	t.Parallel()
-	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	relay := NewTCPRelay(t, up.Addr())
-	_, url := startProxy(t, relay.URL(), func(c *conf.Config) { c.Keepalive = 20 * time.Millisecond })
-	sid := peers.RawInitialize(t, url)
-	before, pings := relay.Accepted(), up.Calls("ping")
-	peers.Wait(t, "ten keepalive pings", func() bool { return up.Calls("ping") >= pings+10 })
-	t.Logf("pings: %d connections", relay.Accepted()-before)
-	if n := relay.Accepted() - before; n > 1 {
-		t.Errorf("ten keepalive pings opened %d connections; want at most 1", n)
-	}
-	before = relay.Accepted()
-	for i := range 3 {
-		up.ExpireSessions()
-		footprintCall(t, url, sid, "heal"+strconv.Itoa(i))
-	}
-	if n := up.ToolCalls("echo"); n != 3 {
-		t.Errorf("echo ran %d times; want 3, once per call", n)
-	}
-	// A heal DELETEs the session it replaced in the background, while the
-	// call is replayed: that may take a connection of its own, once.
-	t.Logf("heals: %d connections", relay.Accepted()-before)
-	if n := relay.Accepted() - before; n > 1 {
-		t.Errorf("three heals opened %d connections; want at most 1", n)
 	}
 }

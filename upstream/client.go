@@ -595,19 +595,25 @@ func (r *Response) TakeWake() bool {
 // response): a stream read to its end leaves its connection to the pool at
 // Close, where one closed unread costs a new connection. It reads at most
 // max bytes; a stream that goes on past wait or max is left for Close to
-// drop with its connection, as before.
-func (r *Response) ReadEnd(wait time.Duration, buf []byte, max int) {
-	if r.stream == nil || r.conn.nc.SetReadDeadline(time.Now().Add(wait)) != nil {
+// drop with its connection, as before. An answer that is not a stream, or
+// was read to its end, costs nothing.
+func (r *Response) ReadEnd(wait time.Duration, max int) {
+	if r.stream == nil || r.eof || r.conn.nc.SetReadDeadline(time.Now().Add(wait)) != nil {
 		return
 	}
+	buf := endBufs.Get().(*[4 << 10]byte)
+	defer endBufs.Put(buf)
 	for got := 0; got < max; {
-		n, err := r.Read(buf)
+		n, err := r.Read(buf[:])
 		if err != nil {
 			return // io.EOF: read to its end
 		}
 		got += n
 	}
 }
+
+// endBufs are ReadEnd's buffers: what it reads is dropped.
+var endBufs = sync.Pool{New: func() any { return new([4 << 10]byte) }}
 
 // Close ends a streamed answer. The connection is pooled again only if the
 // stream was read to its end.

@@ -855,10 +855,9 @@ func TestReadEnd(t *testing.T) {
 		}
 		return resp
 	}
-	buf := make([]byte, 512)
 	for i := range 2 {
 		resp := first("end")
-		resp.ReadEnd(time.Second, buf, 1<<10)
+		resp.ReadEnd(time.Second, 1<<10)
 		ReleaseResponse(resp)
 		if n := conns.Load(); n != 1 {
 			t.Fatalf("request %d: %d connections, want 1: the stream read to its end leaves its connection pooled", i+1, n)
@@ -866,7 +865,7 @@ func TestReadEnd(t *testing.T) {
 	}
 	resp := first("open")
 	start := time.Now()
-	resp.ReadEnd(20*time.Millisecond, buf, 1<<10)
+	resp.ReadEnd(20*time.Millisecond, 1<<10)
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("ReadEnd of a stream that stays open took %v, want about 20ms", el)
 	}

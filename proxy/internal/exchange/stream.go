@@ -95,3 +95,13 @@ func (st *answerStream) Abandon() {
 // upstreamLastID is the upstream's id of the last event of the answer that
 // ended (answerCall).
 func (st *answerStream) upstreamLastID() string { return st.Rw.LastID }
+
+// letGo closes the try's upstream answer. A stream that a route read up
+// to its response and stopped at (EachEvent), or that was judged on its
+// first event, is read to its end first if that comes within EndWait (a
+// server ends the stream right after its response): its connection then
+// serves the next exchange instead of closing unread.
+func (st *answerStream) letGo() {
+	st.Resp.ReadEnd(wire.EndWait, wire.PeekLimit)
+	st.Resp.Close()
+}

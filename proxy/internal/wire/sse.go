@@ -143,7 +143,7 @@ func ReadAnswer(r *upstream.Response, er *EventRewriter, limit int) (raw, msg []
 				// The data is a view into the framer: copy it, the raw
 				// events may grow past it.
 				msg = append([]byte(nil), d...)
-				r.ReadEnd(FinishWait, buf, PeekLimit)
+				r.ReadEnd(FinishWait, PeekLimit)
 				return raw, msg, nil
 			}
 		}
