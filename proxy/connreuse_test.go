@@ -26,28 +26,37 @@ import (
 // most one connection between them, not one or two each.
 func TestUpcallsReuseTheirConnection(t *testing.T) {
 	t.Parallel()
-	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	relay := NewTCPRelay(t, up.Addr())
-	_, url := startProxy(t, relay.URL(), func(c *conf.Config) { c.Keepalive = 20 * time.Millisecond })
-	sid := peers.RawInitialize(t, url)
-	before, pings := relay.Accepted(), up.Calls("ping")
-	peers.Wait(t, "ten keepalive pings", func() bool { return up.Calls("ping") >= pings+10 })
-	if n := relay.Accepted() - before; n > 1 {
-		t.Errorf("ten keepalive pings opened %d connections; want at most 1", n)
-	}
-	before = relay.Accepted()
-	for i := range 3 {
-		up.ExpireSessions()
-		footprintCall(t, url, sid, "heal"+strconv.Itoa(i))
-	}
-	if n := up.ToolCalls("echo"); n != 3 {
-		t.Errorf("echo ran %d times; want 3, once per call", n)
-	}
-	// A heal DELETEs the session it replaced in the background, while the
-	// call is replayed: that may take a connection of its own, once.
-	if n := relay.Accepted() - before; n > 1 {
-		t.Errorf("three heals opened %d connections; want at most 1", n)
-	}
+	t.Run("keepalive", func(t *testing.T) {
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
+		relay := NewTCPRelay(t, up.Addr())
+		_, url := startProxy(t, relay.URL(), func(c *conf.Config) { c.Keepalive = 20 * time.Millisecond })
+		peers.RawInitialize(t, url)
+		before, pings := relay.Accepted(), up.Calls("ping")
+		peers.Wait(t, "ten keepalive pings", func() bool { return up.Calls("ping") >= pings+10 })
+		if n := relay.Accepted() - before; n > 1 {
+			t.Errorf("ten keepalive pings opened %d connections; want at most 1", n)
+		}
+	})
+	t.Run("heal", func(t *testing.T) {
+		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
+		relay := NewTCPRelay(t, up.Addr())
+		_, url := startProxy(t, relay.URL(), nil)
+		sid := peers.RawInitialize(t, url)
+		footprintCall(t, url, sid, "live")
+		before := relay.Accepted()
+		for i := range 3 {
+			up.ExpireSessions()
+			footprintCall(t, url, sid, "heal"+strconv.Itoa(i))
+		}
+		if n := up.ToolCalls("echo"); n != 4 {
+			t.Errorf("echo ran %d times; want 4, once per call", n)
+		}
+		// A heal DELETEs the session it replaced in the background, while
+		// the call is replayed: that may take a connection of its own, once.
+		if n := relay.Accepted() - before; n > 1 {
+			t.Errorf("three heals opened %d connections; want at most 1", n)
+		}
+	})
 }
 
 // TestRoutesReuseTheirConnection: ten calls on each route that reads an

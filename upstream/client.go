@@ -595,10 +595,10 @@ func (r *Response) TakeWake() bool {
 // response): a stream read to its end leaves its connection to the pool at
 // Close, where one closed unread costs a new connection. It reads at most
 // max bytes; a stream that goes on past wait or max is left for Close to
-// drop with its connection, as before. An answer that is not a stream, or
-// was read to its end, costs nothing.
+// drop with its connection, as before. An answer that is not a stream, was
+// read to its end, or whose connection closes after it costs nothing.
 func (r *Response) ReadEnd(wait time.Duration, max int) {
-	if r.stream == nil || r.eof || r.conn.nc.SetReadDeadline(time.Now().Add(wait)) != nil {
+	if r.stream == nil || r.eof || r.closeConn || r.conn.nc.SetReadDeadline(time.Now().Add(wait)) != nil {
 		return
 	}
 	buf := endBufs.Get().(*[4 << 10]byte)

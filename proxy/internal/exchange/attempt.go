@@ -79,7 +79,6 @@ func NewAttempt(s *Env, ctx *fasthttp.RequestCtx, r *Request) *Attempt {
 func (a *Attempt) Release() {
 	fasthttp.ReleaseRequest(a.Req)
 	if a.Resp != nil {
-		a.letGo()
 		upstream.ReleaseResponse(a.Resp)
 	}
 	a.S.Mem.Give(a.Charged)
@@ -430,7 +429,7 @@ func (a *Attempt) Next() {
 	if a.Sess == nil {
 		a.S.Link.DropMinted(a.Resp)
 	}
-	a.letGo()
+	a.Resp.Close()
 	a.Resp.Response.Reset()
 	a.answerStream.reset()
 }

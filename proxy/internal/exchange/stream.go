@@ -96,12 +96,13 @@ func (st *answerStream) Abandon() {
 // ended (answerCall).
 func (st *answerStream) upstreamLastID() string { return st.Rw.LastID }
 
-// letGo closes the try's upstream answer. A stream that a route read up
-// to its response and stopped at (EachEvent), or that was judged on its
-// first event, is read to its end first if that comes within EndWait (a
-// server ends the stream right after its response): its connection then
-// serves the next exchange instead of closing unread.
-func (st *answerStream) letGo() {
+// LetGo ends the answer stream of a route that read its events up to the
+// response and stops there (EachEvent: the held route, the bridge). The
+// server writes the stream's end right after the response: read now, if it
+// comes within EndWait, it leaves the connection to the pool at once, idle
+// from now, for the agent's next call; closed unread, it would take the
+// connection with it.
+func (st *answerStream) LetGo() {
 	st.Resp.ReadEnd(wire.EndWait, wire.PeekLimit)
 	st.Resp.Close()
 }

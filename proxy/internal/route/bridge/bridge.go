@@ -411,6 +411,7 @@ func (c *bridgeCall) relayRound() ([]byte, bool) {
 			c.fail(a.Cut())
 		}
 	case exchange.EventsDone:
+		a.LetGo() // its connection serves the next round, or the next call
 		return msg, true
 	}
 	return nil, false
