@@ -82,7 +82,6 @@ type Route struct {
 type Upstream interface {
 	RequestDrops() *wire.NameSet
 	SetOperatorHeaders(h *fasthttp.RequestHeader)
-	Sleep(d time.Duration) bool
 	Retry(p link.Pace, budget time.Duration) link.Retry
 	Allow() (bool, time.Duration)
 	Build(req *fasthttp.Request, c *link.Upcall)
@@ -127,15 +126,16 @@ func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute b
 	ok, reroute := a.Run()
 	// The stream replaced here closes at once; one another process of the
 	// fleet holds closes when that process hears the claim, which may take
-	// longer under load: up to exchange.ConflictWait.
-	until := time.Now().Add(exchange.ConflictWait)
-	for try := 1; !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict && time.Now().Before(until); try++ {
+	// longer under load: asked again for up to exchange.ConflictWait, at
+	// the pace an answer stream's resumption asks again after a 409.
+	retry := sr.Up.Retry(link.PaceRequest, exchange.ConflictWait)
+	for !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict {
 		if !evicted && !sr.Set.Evict(sess.ID, 0) && s.Sessions.Fleet == nil {
 			break // the conflicting GET is not the proxy's
 		}
 		evicted = true
 		// The upstream has not yet seen the replaced stream's connection close.
-		if !sr.Up.Sleep(min(time.Duration(try)*20*time.Millisecond, 200*time.Millisecond)) {
+		if !retry.Wait() {
 			break
 		}
 		a.S.Mem.Give(a.Charged) // the refusal buffered for the agent is replaced
