@@ -27,9 +27,7 @@ import (
 func TestUpcallsReuseTheirConnection(t *testing.T) {
 	t.Parallel()
 	t.Run("keepalive", func(t *testing.T) {
-		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-		relay := NewTCPRelay(t, up.Addr())
-		_, url := startProxy(t, relay.URL(), func(c *conf.Config) { c.Keepalive = 20 * time.Millisecond })
+		up, relay, url := goSDKBehindRelay(t, func(c *conf.Config) { c.Keepalive = 20 * time.Millisecond })
 		peers.RawInitialize(t, url)
 		before, pings := relay.Accepted(), up.Calls("ping")
 		peers.Wait(t, "ten keepalive pings", func() bool { return up.Calls("ping") >= pings+10 })
@@ -38,9 +36,7 @@ func TestUpcallsReuseTheirConnection(t *testing.T) {
 		}
 	})
 	t.Run("heal", func(t *testing.T) {
-		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-		relay := NewTCPRelay(t, up.Addr())
-		_, url := startProxy(t, relay.URL(), nil)
+		up, relay, url := goSDKBehindRelay(t, nil)
 		sid := peers.RawInitialize(t, url)
 		footprintCall(t, url, sid, "live")
 		before := relay.Accepted()
@@ -88,15 +84,11 @@ func TestRoutesReuseTheirConnection(t *testing.T) {
 		}
 	}
 	t.Run("session", func(t *testing.T) {
-		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-		relay := NewTCPRelay(t, up.Addr())
-		_, url := startProxy(t, relay.URL(), nil)
+		_, relay, url := goSDKBehindRelay(t, nil)
 		calls(t, relay, peers.GoSDKClient(t, url))
 	})
 	t.Run("held", func(t *testing.T) {
-		up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-		relay := NewTCPRelay(t, up.Addr())
-		_, url := startProxy(t, relay.URL(), nil)
+		_, relay, url := goSDKBehindRelay(t, nil)
 		calls(t, relay, peers.GoSDK2026Client(t, url, nil))
 	})
 	t.Run("bridge", func(t *testing.T) {
@@ -116,4 +108,15 @@ func TestRoutesReuseTheirConnection(t *testing.T) {
 			t.Errorf("echo ran %d times; want 11, once per call", n)
 		}
 	})
+}
+
+// goSDKBehindRelay starts a Go SDK server, a counting TCP relay in front of
+// it, and mcpheal in front of the relay (mod, when set, changes its
+// configuration); it returns the server, the relay and mcpheal's URL.
+func goSDKBehindRelay(t *testing.T, mod func(*conf.Config)) (*peers.Server, *TcpRelay, string) {
+	t.Helper()
+	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
+	relay := NewTCPRelay(t, up.Addr())
+	_, url := startProxy(t, relay.URL(), mod)
+	return up, relay, url
 }

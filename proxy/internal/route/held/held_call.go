@@ -182,7 +182,7 @@ func (c *heldCall) stream(w *bufio.Writer) {
 			return // the agent's retry resumes it (resume)
 		}
 		a.LetGo() // its connection serves the next call
-		c.a.Answered(c.h.S.Writer().Final(&c.a.Msg, final), final)
+		a.Answered(c.h.S.Writer().Final(&a.Msg, final), final)
 	case exchange.EventsGone:
 		c.cancelUpstream()
 	case exchange.EventsCut:
