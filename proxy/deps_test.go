@@ -4,10 +4,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
 )
 
 // stages is the order of proxy's packages, from the front door down
@@ -108,16 +111,45 @@ func TestRoutesAnswerThroughWriter(t *testing.T) {
 	routeLinesMatching(t, writesAnswer, "writes or counts an answer itself")
 }
 
-// reachesLink matches a route reaching the upstream link through the
-// exchange's Env rather than through its own narrow sender.
+// reachesLink matches a route reaching the upstream link through a
+// stage it was given (a heal.Sessions, a heal.Healer, an era.State hold
+// it) rather than through its own narrow sender.
 var reachesLink = regexp.MustCompile(`\.Link\b`)
 
 // TestRoutesSendThroughTheirUpstream: a route sends upstream only through
 // the attempts of the exchange and its own Upstream (the few link methods
-// it names); none reaches the link itself through the Env.
+// it names); none reaches the link itself through a stage.
 func TestRoutesSendThroughTheirUpstream(t *testing.T) {
 	t.Parallel()
 	routeLinesMatching(t, reachesLink, "reaches the link past its Upstream")
+}
+
+// ground is what an exchange.Env gives whoever holds it: the ground every
+// stage stands on, no stage.
+var ground = map[string]string{"Cfg": "*conf.Config", "Log": "*zerolog.Logger", "Count": "*obs.Counters",
+	"Mem": "*wire.Budget", "Bg": "*wire.BgGroup", "Done": "<-chan struct {}"}
+
+// TestEnvGivesOnlyTheGround: the routes start their attempts with an
+// exchange.Env, and reach through it the ground and no stage (the link,
+// the sessions, the healer, the era, the answer logs: exchange.Stages are
+// the exchange's own); a route is given the stages it uses as its own
+// fields, so the compiler keeps it from the others.
+func TestEnvGivesOnlyTheGround(t *testing.T) {
+	t.Parallel()
+	env := reflect.TypeFor[exchange.Env]()
+	seen := 0
+	for f := range env.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		seen++
+		if want, ok := ground[f.Name]; !ok || f.Type.String() != want {
+			t.Errorf("exchange.Env.%s (%s) is not the ground %v: a route holding an Env reaches it", f.Name, f.Type, ground)
+		}
+	}
+	if seen != len(ground) {
+		t.Errorf("exchange.Env exports %d fields, want the %d of the ground", seen, len(ground))
+	}
 }
 
 // routeLinesMatching fails the test for each line of code (comments

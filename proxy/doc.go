@@ -21,15 +21,20 @@
 //	internal/wire          JSON-RPC, headers, SSE events, the memory budget
 //	internal/conf          the configuration
 //
-// A stage is given the few stages below it that it uses (exchange.Env for
-// the exchange and the routes, heal's StreamNotes for the streams a heal
+// A stage is given the few stages below it that it uses (exchange.Stages
+// for the exchange; a route's own fields for each route, held.Route,
+// bridge.Route, stream.Route; heal's StreamNotes for the streams a heal
 // moves); nothing below calls back up: an outcome travels up as a value
 // (the exchange's era change, Attempt.Run's reroute, is acted on here). A
-// route sends upstream through the exchange's attempts and, for what it
-// sends itself, through its own Upstream: the few link methods it names
+// route starts its attempts with an exchange.Env, which gives it the
+// ground (configuration, log, counters, memory budget) and none of the
+// exchange's stages: the compiler keeps a route from a stage it was not
+// given. It sends upstream through the exchange's attempts and, for what
+// it sends itself, through its own Upstream: the few link methods it names
 // (held.Upstream, bridge.Upstream, stream.Upstream), as a handler reaches
 // its transport only as a RoundTripper; TestRoutesSendThroughTheirUpstream
-// fails on a route that reaches the link past it.
+// fails on a route that reaches the link past it (through a stage's own
+// field), TestEnvGivesOnlyTheGround on an Env that hands a route a stage.
 //
 // # One pipeline, in reading order
 //

@@ -76,7 +76,7 @@ func (s *Server) wellKnown(ctx *fasthttp.RequestCtx, path string) {
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Set("Accept", "application/json")
 	isPRM := strings.HasPrefix(path, exchange.PrmPath)
-	if p := s.env.Challenges.Prm.Load(); p != nil && path == exchange.PrmPath+s.link.Up.Path() {
+	if p := s.challenges.Prm.Load(); p != nil && path == exchange.PrmPath+s.link.Up.Path() {
 		path = *p // the server named another location in its challenge
 	}
 	var tl *upstream.TooLargeError

@@ -29,12 +29,12 @@ func (a *Attempt) Fail(out Outcome) Failure {
 	case OutDown:
 		c.UpstreamDown.Add(1)
 		c.Request(m, classify.TransportDead)
-		return Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, Msg: out.Why + ": " + a.S.Link.Up.Origin(), RetryAfter: 1}
+		return Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, Msg: out.Why + ": " + a.S.stages.Link.Up.Origin(), RetryAfter: 1}
 	case outBreakerOpen:
 		c.UpstreamDown.Add(1)
 		c.Request(m, classify.TransportDead)
 		return Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, Msg: "upstream " + a.S.Cfg.Name +
-			" unavailable (circuit breaker open): " + a.S.Link.Up.Origin(), RetryAfter: int((out.wait + time.Second - 1) / time.Second)}
+			" unavailable (circuit breaker open): " + a.S.stages.Link.Up.Origin(), RetryAfter: int((out.wait + time.Second - 1) / time.Second)}
 	case outGone:
 		c.Request(m, classify.SessionGone)
 		return Failure{Status: fasthttp.StatusNotFound, Code: wire.CodeSessionNotFound, Msg: "Session not found"}
@@ -64,12 +64,12 @@ func (a *Attempt) Fail(out Outcome) Failure {
 	case outHealAuth:
 		c.Request(m, classify.Auth)
 		he := out.Err.(*heal.HealAuthError)
-		if a.S.Link.OwnsAuthorization() && a.S.Cfg.Credentials != nil {
+		if a.S.stages.Link.OwnsAuthorization() && a.S.Cfg.Credentials != nil {
 			return Failure{Status: fasthttp.StatusBadGateway, Code: wire.CodeCredential, Msg: "the upstream refused mcpheal's own credential " +
 				"while re-creating the session (" + strconv.Itoa(he.Status) + ")"}
 		}
 		return Failure{Status: he.Status, Code: wire.CodeUnauthorized, Msg: "the upstream refused this request's credential while re-creating " +
-			"the session (" + strconv.Itoa(he.Status) + "); the session stays valid", Challenge: string(a.S.Challenges.Own(a.R.Hdr, []byte(he.Challenge)))}
+			"the session (" + strconv.Itoa(he.Status) + "); the session stays valid", Challenge: string(a.S.stages.Challenges.Own(a.R.Hdr, []byte(he.Challenge)))}
 	case outBusy:
 		c.Request(m, classify.Busy)
 		be := out.Err.(*heal.BusyError)
@@ -149,7 +149,7 @@ func (a *Attempt) Answer(out Outcome) bool {
 		a.Ctx.SetConnectionClose()
 	}
 	if a.Sess == nil {
-		a.S.Link.DropMinted(a.Resp) // an answer not passed on: a session it opened is nobody's
+		a.S.stages.Link.DropMinted(a.Resp) // an answer not passed on: a session it opened is nobody's
 	}
 	f := a.Fail(out)
 	a.R.Outcome(out.Kind, out.Class, f.Code)
@@ -209,18 +209,18 @@ func (a *Attempt) accepted() {
 	if !a.Msg.Get && a.Msg.IsRequest() && a.Msg.Method != "initialize" {
 		// The upstream took a call beyond the initialize: admission keeps
 		// the session (a flood of bare initializes only displaces itself).
-		a.S.Sessions.Store.Used(a.Sess)
+		a.S.stages.Sessions.Store.Used(a.Sess)
 	}
 	if a.R.Journal != (session.JournalChange{}) {
-		a.S.Sessions.Journal(a.Sess, a.R.Journal, a.R.Reserved)
+		a.S.stages.Sessions.Journal(a.Sess, a.R.Journal, a.R.Reserved)
 		a.R.Journal, a.R.Reserved = session.JournalChange{}, 0
 	}
-	if a.R.Standing == heal.Rotating || (!a.R.OwnCredential && !a.S.Link.OwnsAuthorization()) {
+	if a.R.Standing == heal.Rotating || (!a.R.OwnCredential && !a.S.stages.Link.OwnsAuthorization()) {
 		// Another principal the upstream accepted, or a new token of the
 		// session's (a renewed JWT): the session's own work goes on with
 		// it. Without an agent credential to forward (mcpheal owns it)
 		// there is none to keep.
-		a.S.Sessions.Rebind(a.Sess, a.R.Auth, &a.Req.Header)
+		a.S.stages.Sessions.Rebind(a.Sess, a.R.Auth, &a.Req.Header)
 		a.R.Standing, a.R.OwnCredential = heal.Bound, true
 	}
 }
@@ -288,7 +288,7 @@ func (a *Attempt) respond() bool {
 	if a.Rw.Own != 0 {
 		// The agent may come back for it: keep what it is sent, and let a
 		// dropped connection end the relay's writes, not the call.
-		a.log = s.Answers.open(&a.answerStream)
+		a.log = s.stages.Answers.open(&a.answerStream)
 		a.log.Append(a.Out)
 		a.watchForLog()
 	}
@@ -311,9 +311,9 @@ func (a *Attempt) respondHead() {
 	if a.Sess != nil {
 		ctx.Response.Header.SetBytesK(wire.HdrSessionID, string(a.Sess.ID))
 	} else {
-		a.S.Link.DropMinted(a.Resp)
+		a.S.stages.Link.DropMinted(a.Resp)
 	}
-	a.S.Challenges.Pass(ctx, h)
+	a.S.stages.Challenges.Pass(ctx, h)
 	if st := h.StatusCode(); st == fasthttp.StatusTooManyRequests || st == fasthttp.StatusServiceUnavailable {
 		busyRetryAfter(&ctx.Response.Header, h) // a busy upstream's answer (decide)
 	}
@@ -367,7 +367,7 @@ func (a *Attempt) InitializeAnswer() (msg []byte, ok bool) {
 func (a *Attempt) Run() (owned, reroute bool) {
 	a.WatchAgent()
 	out := a.Loop()
-	if out.Kind == OutUpstream && a.Heals && a.eraRefused() && a.S.Eras.Bridged(a.R.Hdr.PeekBytes(wire.HdrAuthorization)) {
+	if out.Kind == OutUpstream && a.Heals && a.eraRefused() && a.S.stages.Eras.Bridged(a.R.Hdr.PeekBytes(wire.HdrAuthorization)) {
 		a.Unwatch()
 		return false, true
 	}

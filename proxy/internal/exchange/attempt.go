@@ -58,7 +58,7 @@ func NewAttempt(s *Env, ctx *fasthttp.RequestCtx, r *Request) *Attempt {
 	a := attemptPool.Get().(*Attempt)
 	// Its answer state was reset by release (or is new): its buffers stay.
 	*a = Attempt{call: call{S: s, Ctx: ctx, R: r, Sess: r.Sess, Msg: r.Msg, Watch: a.Watch}, answerStream: a.answerStream,
-		retry: s.Link.Retry(link.PaceRequest, s.Cfg.HealTimeout)}
+		retry: s.stages.Link.Retry(link.PaceRequest, s.Cfg.HealTimeout)}
 	a.answerStream.call, a.owner = &a.call, a
 	if a.Watch == nil {
 		a.Watch = NewAgentWatch()
@@ -71,7 +71,7 @@ func NewAttempt(s *Env, ctx *fasthttp.RequestCtx, r *Request) *Attempt {
 	if a.Sess != nil {
 		a.up, a.Gen = a.Sess.Current()
 	}
-	a.replaySafe = replayable(&a.Msg, a.Sess, s.ReplayTools)
+	a.replaySafe = replayable(&a.Msg, a.Sess, s.stages.ReplayTools)
 	return a
 }
 
@@ -110,11 +110,11 @@ func (a *Attempt) Loop() Outcome {
 		}
 	}
 	for {
-		if ok, wait := a.S.Link.Breaker.Allow(); !ok {
+		if ok, wait := a.S.stages.Link.Breaker.Allow(); !ok {
 			if !a.retry.Begun() {
 				// A new request waits out a young outage (a redeploy) to
 				// its end, and fails fast past it.
-				end := a.S.Link.OutageEnd()
+				end := a.S.stages.Link.OutageEnd()
 				if !time.Now().Before(end) {
 					return Outcome{Kind: outBreakerOpen, wait: wait}
 				}
@@ -133,7 +133,7 @@ func (a *Attempt) Loop() Outcome {
 		if err == nil && a.Sess != nil && a.Sess.ToolsPending.Load() != 0 {
 			// The request reached the upstream: what was put off until it
 			// went first (Session.DueTools) goes now.
-			a.S.Healer.ToolsDue(a.Sess)
+			a.S.stages.Healer.ToolsDue(a.Sess)
 		}
 		f := a.judge(err)
 		if a.xspan != nil {
@@ -143,11 +143,11 @@ func (a *Attempt) Loop() Outcome {
 		a.mayHaveRun = a.mayHaveRun || f.Dispatched
 		if !f.AgentGone && !f.credential { // neither says anything of the upstream
 			a.S.Count.Class(f.Class)
-			a.S.Link.RecordHealth(f.Class)
+			a.S.stages.Link.RecordHealth(f.Class)
 		}
 		act := Decide(f)
 		if f.Class == classify.Busy {
-			a.S.Link.NoteBusy(a.Resp.StatusCode(), act == actWait)
+			a.S.stages.Link.NoteBusy(a.Resp.StatusCode(), act == actWait)
 		}
 		switch act {
 		case ActAbandon:
@@ -201,15 +201,15 @@ func (a *Attempt) send() error {
 		wire.SetSessionHeader(a.Req, a.up)
 	}
 	a.tries++
-	if a.S.Trace != nil && a.R != nil && a.R.Tctx != nil {
-		a.xspan = a.S.Trace.Exchange(a.R.Tctx, a.Req, a.spanName(), attribute.Int("mcpheal.try", a.tries))
+	if a.S.stages.Trace != nil && a.R != nil && a.R.Tctx != nil {
+		a.xspan = a.S.stages.Trace.Exchange(a.R.Tctx, a.Req, a.spanName(), attribute.Int("mcpheal.try", a.tries))
 	}
 	a.S.Count.BytesIn.Add(uint64(len(a.Req.Body())))
 	deadline := time.Now().Add(a.S.Cfg.ResponseTimeout)
 	if a.replaySafe {
-		return a.S.Link.Do(a.Req, a.Resp, deadline)
+		return a.S.stages.Link.Do(a.Req, a.Resp, deadline)
 	}
-	return a.S.Link.DoOnce(a.Req, a.Resp, deadline)
+	return a.S.stages.Link.DoOnce(a.Req, a.Resp, deadline)
 }
 
 // judge turns one exchange into the facts decide needs: the class of the
@@ -219,7 +219,7 @@ func (a *Attempt) judge(err error) Facts {
 	if !a.replaySafe && a.Msg.Tool != "" {
 		// mcpheal may have learnt the tool's annotations since the request
 		// set out (its own tools/list of a held session, held.go).
-		a.replaySafe = replayable(&a.Msg, a.Sess, a.S.ReplayTools)
+		a.replaySafe = replayable(&a.Msg, a.Sess, a.S.stages.ReplayTools)
 	}
 	f := Facts{ReplaySafe: a.replaySafe, Session: a.Heals, healed: a.healed}
 	if a.AgentGone() {
@@ -290,7 +290,7 @@ func (a *Attempt) heal(reason int) (out Outcome, ok bool) {
 	a.Next()
 	ctx, cancel := context.WithDeadline(a.traceContext(), a.retry.Begin())
 	defer cancel()
-	up, gen, err := a.S.Healer.Heal(ctx, a.Sess, a.Gen, reason, a.R.Hdr)
+	up, gen, err := a.S.stages.Healer.Heal(ctx, a.Sess, a.Gen, reason, a.R.Hdr)
 	if err != nil {
 		var (
 			bo *heal.BreakerOpenError
@@ -311,7 +311,7 @@ func (a *Attempt) heal(reason int) (out Outcome, ok bool) {
 			return Outcome{Kind: OutDown, Why: "mcpheal is shutting down"}, false
 		case errors.Is(err, heal.ErrRecipeRefused) || errors.Is(err, session.ErrClosed):
 			// Its id would open again and heal into the same refusal.
-			a.S.Sessions.End(a.Sess, errors.Is(err, heal.ErrRecipeRefused))
+			a.S.stages.Sessions.End(a.Sess, errors.Is(err, heal.ErrRecipeRefused))
 			return Outcome{Kind: outGone}, false
 		}
 		return Outcome{Kind: OutDown, Why: "upstream unreachable while re-initializing the session"}, false
@@ -350,8 +350,8 @@ func (a *Attempt) backoff() bool {
 	if left <= 0 {
 		return false
 	}
-	if a.S.Trace != nil && a.R != nil && a.R.Tctx != nil {
-		_, sp := a.S.Trace.Child(a.R.Tctx, "mcpheal wait", attribute.String("mcpheal.wait", "outage"))
+	if a.S.stages.Trace != nil && a.R != nil && a.R.Tctx != nil {
+		_, sp := a.S.stages.Trace.Child(a.R.Tctx, "mcpheal wait", attribute.String("mcpheal.wait", "outage"))
 		defer sp.End()
 	}
 	if a.Sess != nil && !a.probing {
@@ -419,7 +419,7 @@ func (a *Attempt) endProbe() {
 func (a *Attempt) Renew() {
 	a.Next()
 	a.mayHaveRun, a.healed, a.adopted = false, false, false
-	a.retry = a.S.Link.Retry(link.PaceRequest, a.S.Cfg.HealTimeout)
+	a.retry = a.S.stages.Link.Retry(link.PaceRequest, a.S.Cfg.HealTimeout)
 }
 
 // next prepares the attempt for another exchange. A session the upstream
@@ -427,7 +427,7 @@ func (a *Attempt) Renew() {
 // request to a session-era server) is DELETEd: nobody will use its id.
 func (a *Attempt) Next() {
 	if a.Sess == nil {
-		a.S.Link.DropMinted(a.Resp)
+		a.S.stages.Link.DropMinted(a.Resp)
 	}
 	a.Resp.Close()
 	a.Resp.Response.Reset()
@@ -441,7 +441,7 @@ func (a *Attempt) eraRefused() bool {
 	if r.StatusCode() != fasthttp.StatusBadRequest || r.IsStream() || !era.LegacyRefused(fasthttp.StatusBadRequest, r.Body()) {
 		return false
 	}
-	a.S.Eras.Forget()
+	a.S.stages.Eras.Forget()
 	return true
 }
 

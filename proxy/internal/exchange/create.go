@@ -14,7 +14,7 @@ import (
 func (a *Attempt) AnswerRoute() bool {
 	if wire.AnswerGen(a.Msg.ID) > a.Gen {
 		// Asked by a generation another process healed into.
-		a.Gen = a.S.Sessions.Fleet.Follow(a.Sess)
+		a.Gen = a.S.stages.Sessions.Fleet.Follow(a.Sess)
 		a.up, a.Gen = a.Sess.Current()
 	}
 	restored, live := wire.AnswerRoute(a.R.Body, a.Msg.ID, a.Gen)
@@ -32,7 +32,7 @@ func (a *Attempt) AnswerRoute() bool {
 func (a *Attempt) Create() Outcome {
 	msg, ok := a.InitializeAnswer()
 	if !ok {
-		a.S.Link.DropMinted(a.Resp)
+		a.S.stages.Link.DropMinted(a.Resp)
 		return Outcome{Kind: OutTooLarge, Class: classify.Protocol, Err: wire.ErrAnswerTooLarge}
 	}
 	return a.CreateFrom(msg)
@@ -46,14 +46,14 @@ func (a *Attempt) CreateFrom(msg []byte) Outcome {
 		return Outcome{Kind: OutUpstream, Class: classify.Classify(a.Resp.StatusCode(), wire.MimeJSON, msg)}
 	}
 	s := a.S
-	up, err := s.Link.SessionOf(&a.Resp.Header, a.Req.Header.PeekBytes(wire.HdrAuthorization))
+	up, err := s.stages.Link.SessionOf(&a.Resp.Header, a.Req.Header.PeekBytes(wire.HdrAuthorization))
 	if err != nil {
 		return Outcome{Kind: outInvalid, Err: err}
 	}
-	sess := s.Sessions.NewSession(heal.Origin{Auth: a.R.Auth, Init: a.R.Body, HeldID: a.R.HeldID, HeldGen: a.R.HeldGen}, &a.Req.Header, version, up)
-	if err := s.Sessions.Admit(sess); err != nil {
-		s.Link.DropMinted(a.Resp)
-		s.Log.Warn().Err(err).Int("sessions", s.Sessions.Store.Len()).Int64("budget", s.Mem.Limit).Msg("initialize refused")
+	sess := s.stages.Sessions.NewSession(heal.Origin{Auth: a.R.Auth, Init: a.R.Body, HeldID: a.R.HeldID, HeldGen: a.R.HeldGen}, &a.Req.Header, version, up)
+	if err := s.stages.Sessions.Admit(sess); err != nil {
+		s.stages.Link.DropMinted(a.Resp)
+		s.Log.Warn().Err(err).Int("sessions", s.stages.Sessions.Store.Len()).Int64("budget", s.Mem.Limit).Msg("initialize refused")
 		return Outcome{Kind: outFull, Err: err}
 	}
 	a.Sess, a.R.Sess, a.Heals = sess, sess, true

@@ -32,6 +32,7 @@
 //
 // An era change found while sending is not acted on here: Attempt.Run
 // reports it, and the route stage sends the request again. It imports no
-// route; routes get an Env (the stages below, named one by one) and send
-// through NewAttempt.
+// route. Routes start their attempts with an Env (NewAttempt), which
+// gives them the ground and none of its Stages: a route is given the
+// stages it uses itself.
 package exchange

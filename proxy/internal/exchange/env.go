@@ -12,16 +12,26 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-// env is what an exchange (attempt.go) and the routes above it use of the
-// stages below: the front door makes one per upstream and hands it down,
-// and nothing below calls back up.
+// Env is what an exchange (attempt.go) uses of the stages below: the
+// front door makes one per upstream (NewEnv) and hands it down, and
+// nothing below calls back up. Its exported fields are the ground every
+// stage stands on; the stages are the exchange's own. A route is given
+// the few stages it uses beside the Env it starts its attempts with
+// (held.Route, bridge.Route, stream.Route), and reaches no other through
+// it: the link least of all, which a route sends on only through its own
+// narrow Upstream.
 type Env struct {
-	Cfg         *conf.Config
-	Log         *zerolog.Logger
-	Count       *obs.Counters
-	Mem         *wire.Budget
-	Bg          *wire.BgGroup
-	Done        <-chan struct{}
+	Cfg    *conf.Config
+	Log    *zerolog.Logger
+	Count  *obs.Counters
+	Mem    *wire.Budget
+	Bg     *wire.BgGroup
+	Done   <-chan struct{}
+	stages Stages
+}
+
+// Stages are the stages an exchange uses below it.
+type Stages struct {
 	Link        *link.Link
 	Sessions    *heal.Sessions
 	Healer      *heal.Healer
@@ -32,10 +42,16 @@ type Env struct {
 	Challenges  *Challenges     // the upstream's OAuth challenges, as the agent gets them
 }
 
+// NewEnv returns the Env of the ground e and the stages st.
+func NewEnv(e Env, st Stages) *Env {
+	e.stages = st
+	return &e
+}
+
 // ShareAnswers has the answers agents may resume kept for the fleet too
 // (answershare.go): shared keeps them, owner names this process there.
 func (e *Env) ShareAnswers(shared session.Answers, owner string) {
-	fa := &e.Answers.FleetAnswers
+	fa := &e.stages.Answers.FleetAnswers
 	fa.Shared, fa.Owner = shared, owner
 	fa.cfg, fa.log, fa.count, fa.mem, fa.bg, fa.done = e.Cfg, e.Log, e.Count, e.Mem, e.Bg, e.Done
 }

@@ -115,7 +115,7 @@ func (us *upstreamStream) resume(cause error) bool {
 		st.resumeBy = time.Now().Add(delay + st.S.Cfg.HealTimeout)
 	}
 	clean := errors.Is(cause, io.EOF)
-	retry := st.S.Link.Retry(link.PaceRequest, 0)
+	retry := st.S.stages.Link.Retry(link.PaceRequest, 0)
 	retry.Until(st.resumeBy) // the budget, renewed by progress
 	var conflictSince time.Time
 	for {
@@ -188,7 +188,7 @@ func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
 	st := (*answerStream)(us)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	st.S.Link.Build(req, &link.Upcall{Hdr: &st.Req.Header, Method: fasthttp.MethodGet, Session: st.up,
+	st.S.stages.Link.Build(req, &link.Upcall{Hdr: &st.Req.Header, Method: fasthttp.MethodGet, Session: st.up,
 		Version: st.Sess.Recipe.ProtocolVersion, LastEventID: lastID})
 	if st.head == nil {
 		// The agent's answer keeps the head of the stream it began with.
@@ -198,10 +198,10 @@ func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
 	st.Resp.Close()
 	st.Resp.Response.Reset()
 	// Its head is due within the heal budget, like every try of a heal.
-	err := st.S.Link.Do(req, st.Resp, st.resumeBy)
+	err := st.S.stages.Link.Do(req, st.Resp, st.resumeBy)
 	if err != nil {
 		cls := link.FailClass(err)
-		st.S.Link.RecordHealth(cls)
+		st.S.stages.Link.RecordHealth(cls)
 		return cls, 0
 	}
 	status, body := st.Resp.StatusCode(), []byte(nil)
@@ -209,7 +209,7 @@ func (us *upstreamStream) reopen(lastID string) (classify.Class, int) {
 		body = st.Resp.Body() // a stream is judged on its head: its events are the answer's
 	}
 	cls := classify.Classify(status, st.Resp.Header.ContentType(), body)
-	st.S.Link.RecordHealth(cls)
+	st.S.stages.Link.RecordHealth(cls)
 	if cls == classify.OK && (!st.Resp.IsStream() || status != fasthttp.StatusOK) {
 		cls = classify.Protocol // an answer, but not the stream asked for
 	}

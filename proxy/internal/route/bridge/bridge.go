@@ -46,11 +46,15 @@ import (
 //   - notifications/cancelled ends the upstream request;
 //   - what cannot be translated gets a JSON-RPC error that names it.
 type Route struct {
-	S       *exchange.Env
-	Up      Upstream // all it sends upstream beside its calls' attempts
-	inputs  sync.Map // raw JSON id of a request sent to an agent → *pendingInput
-	calls   sync.Map // callKey → *bridgeCall, for notifications/cancelled
-	listens sync.Map // session.ClientID → *listenState (bridge_listen.go)
+	S  *exchange.Env // the exchange its calls' attempts go through
+	Up Upstream      // all it sends upstream beside its calls' attempts
+	// The stages it uses itself; it reaches no other.
+	Sessions *heal.Sessions
+	Eras     *era.State
+	Trace    *obs.Tracing
+	inputs   sync.Map // raw JSON id of a request sent to an agent → *pendingInput
+	calls    sync.Map // callKey → *bridgeCall, for notifications/cancelled
+	listens  sync.Map // session.ClientID → *listenState (bridge_listen.go)
 }
 
 // Upstream is what the bridge sends upstream itself, beside the attempts
@@ -147,7 +151,7 @@ func (b *Route) local(r *exchange.Request) (int, []byte, classify.Class) {
 // the memory budget until written.
 func (b *Route) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	s, m := b.S, &r.Msg
-	d := s.Eras.Info.Load()
+	d := b.Eras.Info.Load()
 	if d == nil {
 		s.Writer().Fail(ctx, m, classify.Unknown, exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, RetryAfter: 1,
 			Msg: "upstream unreachable: " + b.Up.Origin()})
@@ -164,8 +168,8 @@ func (b *Route) initialize(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 		return
 	}
 	body := &exchange.BudgetBody{Mem: s.Mem, N: int64(size), B: make([]byte, 0, size)}
-	sess := s.Sessions.NewSession(heal.Origin{Auth: r.Auth, Init: r.Body}, r.Hdr, version, "")
-	if err := s.Sessions.Admit(sess); err != nil {
+	sess := b.Sessions.NewSession(heal.Origin{Auth: r.Auth, Init: r.Body}, r.Hdr, version, "")
+	if err := b.Sessions.Admit(sess); err != nil {
 		body.Close()
 		s.Writer().Fail(ctx, m, classify.OK, exchange.AdmissionFailure(err))
 		return
@@ -199,7 +203,7 @@ func (b *Route) journal(r *exchange.Request) (errBody []byte, ok bool) {
 	case r.Journal == (session.JournalChange{}):
 		return wire.AppendError(nil, -32602, r.Msg.ID, "Invalid params: uri is required"), false
 	}
-	b.S.Sessions.Journal(r.Sess, r.Journal, r.Reserved)
+	b.Sessions.Journal(r.Sess, r.Journal, r.Reserved)
 	r.Journal, r.Reserved = session.JournalChange{}, 0
 	if r.Msg.Method != "logging/setLevel" {
 		b.listenChanged(r.Sess.ID)
@@ -369,11 +373,11 @@ func (c *bridgeCall) stream(w *bufio.Writer) {
 // span under the agent request's, its exchanges and any heal beneath it.
 func (c *bridgeCall) round(n int) exchange.Outcome {
 	a := c.a
-	if a.S.Trace == nil || a.R == nil || a.R.Tctx == nil {
+	if c.b.Trace == nil || a.R == nil || a.R.Tctx == nil {
 		return a.Loop()
 	}
 	parent := a.R.Tctx
-	ctx, sp := a.S.Trace.Child(parent, "mcpheal bridge round", attribute.Int("mcpheal.bridge.round", n))
+	ctx, sp := c.b.Trace.Child(parent, "mcpheal bridge round", attribute.Int("mcpheal.bridge.round", n))
 	a.R.Tctx = ctx
 	out := a.Loop()
 	a.R.Tctx = parent
@@ -425,7 +429,7 @@ func (c *bridgeCall) relayRound() ([]byte, bool) {
 func (c *bridgeCall) legacyAnswer(status int, msg []byte) ([]byte, int) {
 	mid := c.a.Msg.ID
 	if era.ModernRefused(status, msg) {
-		c.a.S.Eras.Forget()
+		c.b.Eras.Forget()
 	}
 	r := gjson.ParseBytes(msg)
 	if !r.IsObject() {

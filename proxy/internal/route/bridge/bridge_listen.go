@@ -120,7 +120,7 @@ func (b *Route) listenPump(sess *session.Session, l *listenState, hdr *fasthttp.
 			return
 		default:
 		}
-		body, any := listenBody(s.Eras.Info.Load(), sess)
+		body, any := listenBody(b.Eras.Info.Load(), sess)
 		if !any {
 			// Nothing to listen to: the agent's stream stays open with
 			// keepalives until a subscription opens one.
@@ -151,7 +151,7 @@ func (b *Route) listenOnce(sess *session.Session, l *listenState, hdr *fasthttp.
 	fasthttp.ReleaseRequest(req)
 	if err != nil || resp.StatusCode() != fasthttp.StatusOK || !resp.IsStream() {
 		if err == nil && era.ModernRefused(resp.StatusCode(), resp.Body()) {
-			s.Eras.Forget()
+			b.Eras.Forget()
 		}
 		return false
 	}

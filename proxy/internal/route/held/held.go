@@ -60,16 +60,21 @@ import (
 // of its key, never leaves mcpheal; with a fleet's store, a restarted
 // process takes it over (adopt).
 type Route struct {
-	S       *exchange.Env
-	Up      Upstream    // all it sends upstream beside its requests' attempts
-	Streams *stream.Set // the held sessions' GET streams among the upstream's
-	Scope   string      // heldScope
-	mu      sync.Mutex
-	ByKey   map[Key]*Entry
-	parked  sync.Map // requestState → *heldCall waiting for the agent's input
-	calls   sync.Map // callKey → heldCancel, for notifications/cancelled
-	Infos   sync.Map // *session.Session → *discovery: its initialize's answer
-	Hubs    map[*session.Session]*Hub
+	S  *exchange.Env // the exchange its requests' attempts go through
+	Up Upstream      // all it sends upstream beside its requests' attempts
+	// The stages it uses itself; it reaches no other.
+	Sessions   *heal.Sessions
+	Healer     *heal.Healer
+	Eras       *era.State
+	Challenges *exchange.Challenges
+	Streams    *stream.Set // the held sessions' GET streams among the upstream's
+	Scope      string      // heldScope
+	mu         sync.Mutex
+	ByKey      map[Key]*Entry
+	parked     sync.Map // requestState → *heldCall waiting for the agent's input
+	calls      sync.Map // callKey → heldCancel, for notifications/cancelled
+	Infos      sync.Map // *session.Session → *discovery: its initialize's answer
+	Hubs       map[*session.Session]*Hub
 	// refusing counts the answers to upstream requests on GET streams in
 	// flight (refuse, ask).
 	refusing atomic.Int32
@@ -229,17 +234,17 @@ func (h *Route) journalled(ctx context.Context, hdr *fasthttp.RequestHeader, ses
 		sess.UnreserveJournal(n)
 		return heal.ErrBudget
 	}
-	s.Sessions.Journal(sess, c, int64(n))
+	h.Sessions.Journal(sess, c, int64(n))
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	up, gen := sess.Current()
 	body := `{"jsonrpc":"2.0","id":` + h.Up.UpcallID("journal") + `,"method":"` + method + `","params":` + params + `}`
-	cls, err := s.Healer.SessionCall(ctx, hdr, sess, up, body, nil)
+	cls, err := h.Healer.SessionCall(ctx, hdr, sess, up, body, nil)
 	if cls == classify.SessionGone {
 		hctx, cancel := context.WithTimeout(ctx, s.Cfg.HealTimeout)
 		defer cancel()
-		_, _, err = s.Healer.Heal(hctx, sess, gen, obs.ReasonSessionGone, hdr)
+		_, _, err = h.Healer.Heal(hctx, sess, gen, obs.ReasonSessionGone, hdr)
 	}
 	return err
 }
@@ -314,7 +319,7 @@ func (h *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	switch {
 	case m.Method == "server/discover":
 		h.discover(ctx, r, info)
-		h.S.Healer.ToolsDue(r.Sess) // no request of the agent's waits upstream
+		h.Healer.ToolsDue(r.Sess) // no request of the agent's waits upstream
 	case m.Method == "subscriptions/listen":
 		h.listen(ctx, r)
 	case strings.HasPrefix(gjson.GetBytes(r.Body, "params.requestState").Str, heldState):
@@ -552,8 +557,8 @@ func (h *Route) create(r *exchange.Request, e *Entry, id session.ClientID) excha
 	}
 	up, _ := sess.Current()
 	hdr := heal.RecipeHeader(sess)
-	if err := s.Healer.Initialized(r.Tctx, hdr, up, sess.Recipe.ProtocolVersion, time.Now().Add(s.Cfg.HealTimeout)); err != nil {
-		s.Sessions.End(sess, false)
+	if err := h.Healer.Initialized(r.Tctx, hdr, up, sess.Recipe.ProtocolVersion, time.Now().Add(s.Cfg.HealTimeout)); err != nil {
+		h.Sessions.End(sess, false)
 		h.Up.DeleteLater(up, hdr.PeekBytes(wire.HdrAuthorization), true)
 		return exchange.Failure{Status: fasthttp.StatusServiceUnavailable, Code: wire.CodeUpstreamDown, RetryAfter: 1,
 			Msg: "the upstream did not take notifications/initialized: " + err.Error()}
@@ -599,7 +604,7 @@ func (h *Route) learnTools(sess *session.Session) {
 // generation the store knew, which the new upstream session follows.
 func (h *Route) adopt(r *exchange.Request, e *Entry, id session.ClientID) bool {
 	s := h.S
-	st, ok := s.Sessions.Fleet.Load(context.Background(), id)
+	st, ok := h.Sessions.Fleet.Load(context.Background(), id)
 	if !ok || st.Ended {
 		return false
 	}
@@ -613,7 +618,7 @@ func (h *Route) adopt(r *exchange.Request, e *Entry, id session.ClientID) bool {
 	rec := seal.NewRecord(s.Cfg.Name, heal.BindingOf(r.Auth), version, init, time.Now(), s.Cfg.SessionMaxAge)
 	recipe := heal.NewRecipe(r.Hdr, rec, init, version)
 	recipe.InitSealed = true
-	sess, ok := s.Sessions.AddRestored(session.Adopted(id, recipe, st.Upstream, st.Gen), st)
+	sess, ok := h.Sessions.AddRestored(session.Adopted(id, recipe, st.Upstream, st.Gen), st)
 	if !ok {
 		return false
 	}
@@ -662,7 +667,7 @@ func (h *Route) open(r *exchange.Request, id session.ClientID) (*session.Session
 			if wire.InitializedVersion(a.Resp.StatusCode(), msg) != "" {
 				// Before the session is recorded: a process that finds
 				// it in the store finds its answer too.
-				s.Sessions.Fleet.Keep(id, msg)
+				h.Sessions.Fleet.Keep(id, msg)
 			}
 			out = a.CreateFrom(msg)
 		}
@@ -673,10 +678,10 @@ func (h *Route) open(r *exchange.Request, id session.ClientID) (*session.Session
 	case a.Sess != nil:
 		return a.Sess, heldDiscovery(msg), exchange.Failure{}
 	case st == fasthttp.StatusUnauthorized || st == fasthttp.StatusForbidden:
-		return nil, nil, exchange.Failure{Status: st, Code: wire.CodeUnauthorized, Challenge: string(s.Challenges.Own(r.Hdr, a.Resp.Header.Peek("WWW-Authenticate"))),
+		return nil, nil, exchange.Failure{Status: st, Code: wire.CodeUnauthorized, Challenge: string(h.Challenges.Own(r.Hdr, a.Resp.Header.Peek("WWW-Authenticate"))),
 			Msg: "the upstream refused this request's credential (" + strconv.Itoa(st) + ")"}
 	case era.LegacyRefused(st, msg):
-		s.Eras.Forget() // redeployed 2026-07-28-only: the next request asks again
+		h.Eras.Forget() // redeployed 2026-07-28-only: the next request asks again
 	}
 	why := gjson.GetBytes(msg, "error.message").Str
 	if why == "" {

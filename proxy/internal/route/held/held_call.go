@@ -132,7 +132,7 @@ func (h *Route) call(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	case !a.Resp.IsStream():
 		msg, status := c.modernAnswer(a.Resp.StatusCode(), a.Resp.Body())
 		if status == fasthttp.StatusUnauthorized || status == fasthttp.StatusForbidden {
-			s.Challenges.Pass(ctx, &a.Resp.Header) // the agent logs in, or asks for more scope
+			h.Challenges.Pass(ctx, &a.Resp.Header) // the agent logs in, or asks for more scope
 		}
 		cls := exchange.ClassOf(status, msg)
 		s.Writer().JSON(ctx, &a.Msg, cls, status, msg, nil)

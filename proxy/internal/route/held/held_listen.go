@@ -236,7 +236,7 @@ func (h *Route) hub(sess *session.Session) *Hub {
 		return hub
 	}
 	s := h.S
-	g := &stream.Stream{S: s, Up: h.Up, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: wire.NewQueue(s.Mem, stream.QueueLen), Lossy: true,
+	g := &stream.Stream{S: s, Up: h.Up, Healer: h.Healer, Set: h.Streams, Sess: sess, Hdr: heal.RecipeHeader(sess), Out: wire.NewQueue(s.Mem, stream.QueueLen), Lossy: true,
 		Quit: make(chan struct{}), Wake: make(chan struct{}, 1),
 		Done: make(chan struct{})}
 	hub := &Hub{g: g, listens: map[*heldListen]struct{}{}, uris: map[string]int{}}
@@ -309,7 +309,7 @@ func (hub *Hub) deliver(h *Route, msg []byte) {
 	switch method {
 	case "notifications/tools/list_changed":
 		if h.S.Bg.Add(1) { // what the new list says of its tools' annotations
-			go h.S.Healer.RefreshTools(hub.g.Sess, heal.RecipeHeader(hub.g.Sess), false)
+			go h.Healer.RefreshTools(hub.g.Sess, heal.RecipeHeader(hub.g.Sess), false)
 		}
 	case "notifications/prompts/list_changed", "notifications/resources/list_changed":
 	case "notifications/resources/updated":

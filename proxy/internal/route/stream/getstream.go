@@ -12,6 +12,7 @@ import (
 	"github.com/mcpheal/mcpheal/classify"
 	"github.com/mcpheal/mcpheal/classify/sse"
 	"github.com/mcpheal/mcpheal/proxy/internal/exchange"
+	"github.com/mcpheal/mcpheal/proxy/internal/heal"
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
@@ -32,13 +33,14 @@ import (
 // The pump owns the upstream side, the writer the agent side; the writer
 // stops the pump when the agent goes away.
 type Stream struct {
-	S    *exchange.Env
-	Up   Upstream // all it sends upstream beside the attempt that opens it
-	Set  *Set     // the streams of the upstream, this one among them
-	conn net.Conn // the agent's connection: each write is bounded by WriteTimeout
-	Sess *session.Session
-	Hdr  *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
-	Out  *wire.Queue             // rewritten events, pump → writer, counted in memory_budget
+	S      *exchange.Env
+	Up     Upstream     // all it sends upstream beside the attempt that opens it
+	Healer *heal.Healer // heals the session when the stream finds it gone
+	Set    *Set         // the streams of the upstream, this one among them
+	conn   net.Conn     // the agent's connection: each write is bounded by WriteTimeout
+	Sess   *session.Session
+	Hdr    *fasthttp.RequestHeader // the agent's GET headers, for reopens and heals
+	Out    *wire.Queue             // rewritten events, pump → writer, counted in memory_budget
 	// Lossy: an event the budget cannot queue is dropped, and the stream
 	// goes on (the held route's hub, whose listens drop what their agents
 	// do not read); otherwise the stream ends.
@@ -68,9 +70,13 @@ type Stream struct {
 // (serve), or the resumption of an answer mcpheal keeps (serveLog). It
 // holds the streams open, which a heal moves to the new upstream session.
 type Route struct {
-	Env *exchange.Env
-	Up  Upstream // all it sends upstream beside its requests' attempts
+	Env *exchange.Env // the exchange its GETs' attempts go through
+	Up  Upstream      // all it sends upstream beside its requests' attempts
 	Set Set
+	// The stages it uses itself; it reaches no other.
+	Sessions *heal.Sessions
+	Healer   *heal.Healer
+	Answers  *exchange.AnswerLogs
 }
 
 // Upstream is what the stream route sends upstream itself, beside the
@@ -95,7 +101,7 @@ type Upstream interface {
 // outlives upstream sessions.
 func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute bool) {
 	s, sess := sr.Env, r.Sess
-	g := &Stream{S: s, Up: sr.Up, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader), Wake: make(chan struct{}, 1),
+	g := &Stream{S: s, Up: sr.Up, Healer: sr.Healer, Set: &sr.Set, Sess: sess, Hdr: new(fasthttp.RequestHeader), Wake: make(chan struct{}, 1),
 		Out: wire.NewQueue(s.Mem, QueueLen), Quit: make(chan struct{}), Done: make(chan struct{})}
 	r.Hdr.CopyTo(g.Hdr)
 	wire.StripRequestHeader(g.Hdr, sr.Up.RequestDrops())
@@ -115,7 +121,7 @@ func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute b
 	// refuses it.
 	evicted := !g.resume && sr.Set.Evict(sess.ID, s.Cfg.MaxStreams-1)
 	if !g.resume {
-		s.Sessions.Fleet.ClaimStream(sess) // and in the other processes of the fleet
+		sr.Sessions.Fleet.ClaimStream(sess) // and in the other processes of the fleet
 	}
 
 	a := exchange.NewAttempt(s, ctx, r)
@@ -130,7 +136,7 @@ func (sr *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) (reroute b
 	// the pace an answer stream's resumption asks again after a 409.
 	retry := sr.Up.Retry(link.PaceRequest, exchange.ConflictWait)
 	for !ok && ctx.Response.StatusCode() == fasthttp.StatusConflict {
-		if !evicted && !sr.Set.Evict(sess.ID, 0) && s.Sessions.Fleet == nil {
+		if !evicted && !sr.Set.Evict(sess.ID, 0) && sr.Sessions.Fleet == nil {
 			break // the conflicting GET is not the proxy's
 		}
 		evicted = true
@@ -391,7 +397,7 @@ func (g *Stream) heal(seen uint64) bool {
 		g.healing = false
 		g.mu.Unlock()
 	}()
-	_, _, err := g.S.Healer.Heal(ctx, g.Sess, seen, obs.ReasonSessionGone, g.Hdr)
+	_, _, err := g.Healer.Heal(ctx, g.Sess, seen, obs.ReasonSessionGone, g.Hdr)
 	return err == nil
 }
 

@@ -54,7 +54,7 @@ func (sr *Route) ServeShared(ctx *fasthttp.RequestCtx, r *exchange.Request, key 
 	rctx, cancel := context.WithTimeout(context.Background(), sharedFirstWait+s.Cfg.StoreTimeout)
 	// Not marked read (reader false) until the session is known to be
 	// the answer's: another session's agent must not keep it going.
-	rd, err := s.Answers.Shared.ReadAnswer(rctx, key, seq, sharedFirstWait, false)
+	rd, err := sr.Answers.Shared.ReadAnswer(rctx, key, seq, sharedFirstWait, false)
 	cancel()
 	if err != nil || !rd.Found || rd.Info.Session != exchange.SessionDigest(r.Sess.ID) {
 		s.Count.SharedAnswers[obs.SharedMissing].Add(1)
@@ -66,7 +66,7 @@ func (sr *Route) ServeShared(ctx *fasthttp.RequestCtx, r *exchange.Request, key 
 	}
 	s.Count.SharedAnswers[obs.SharedServed].Add(1)
 	s.Count.AgentResumes[obs.OutcomeOK].Add(1)
-	f := &follower{s: s, up: sr.Up, key: key, sess: r.Sess.ID, hdr: new(fasthttp.RequestHeader), conn: ctx.Conn()}
+	f := &follower{s: s, answers: sr.Answers, up: sr.Up, key: key, sess: r.Sess.ID, hdr: new(fasthttp.RequestHeader), conn: ctx.Conn()}
 	r.Hdr.CopyTo(f.hdr)
 	wire.StripRequestHeader(f.hdr, sr.Up.RequestDrops())
 	sr.Up.SetOperatorHeaders(f.hdr)
@@ -78,14 +78,15 @@ func (sr *Route) ServeShared(ctx *fasthttp.RequestCtx, r *exchange.Request, key 
 
 // follower serves one agent an answer from the fleet's log.
 type follower struct {
-	s    *exchange.Env
-	up   Upstream
-	key  string
-	sess session.ClientID
-	hdr  *fasthttp.RequestHeader // the agent's, for the upstream should it take the answer over
-	conn net.Conn
-	out  exchange.AgentStream
-	seq  int // the last event the agent has
+	s       *exchange.Env
+	answers *exchange.AnswerLogs
+	up      Upstream
+	key     string
+	sess    session.ClientID
+	hdr     *fasthttp.RequestHeader // the agent's, for the upstream should it take the answer over
+	conn    net.Conn
+	out     exchange.AgentStream
+	seq     int // the last event the agent has
 }
 
 // follow writes the events after seq, from rd on, until the answer ends,
@@ -128,7 +129,7 @@ func (f *follower) follow(rd session.AnswerRead, seq int) {
 		wait := min(s.Cfg.StreamKeepalive, sharedFollow)
 		ctx, cancel := context.WithTimeout(context.Background(), wait+s.Cfg.StoreTimeout)
 		var err error
-		rd, err = s.Answers.Shared.ReadAnswer(ctx, f.key, f.seq, wait, true)
+		rd, err = f.answers.Shared.ReadAnswer(ctx, f.key, f.seq, wait, true)
 		cancel()
 		if err != nil || !rd.Found {
 			// The agent's SDK resumes again, wherever that lands; the
@@ -168,7 +169,7 @@ func (f *follower) write(events [][]byte) bool {
 func (f *follower) take() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), f.s.Cfg.StoreTimeout)
 	defer cancel()
-	ok, err := f.s.Answers.Shared.TakeAnswer(ctx, f.key, f.s.Answers.Owner, exchange.ShareLease)
+	ok, err := f.answers.Shared.TakeAnswer(ctx, f.key, f.answers.Owner, exchange.ShareLease)
 	return ok && err == nil
 }
 
@@ -186,7 +187,7 @@ func (f *follower) takeOver(rd session.AnswerRead) {
 	// may be ahead of what the log holds (its writes trail the relay).
 	// The agent gets all of them: an event twice rather than one lost.
 	base := max(rd.Numbered, rd.Tail, f.seq)
-	sh := s.Answers.Adopt(f.key, base+1)
+	sh := f.answers.Adopt(f.key, base+1)
 	ended := false
 	defer func() {
 		if !ended {
