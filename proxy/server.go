@@ -104,22 +104,7 @@ func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 		Streams: &s.streams.Set, Bg: &s.bg, Trace: s.trace}
 	s.eras = &era.State{Cfg: &s.cfg, Log: &s.log, Link: s.link, Mem: &s.mem, Bg: &s.bg}
 	s.link.OnRecover = s.eras.Recheck
-	s.challenges = &exchange.Challenges{Link: s.link, Path: s.cfg.Path}
-	s.env = exchange.NewEnv(exchange.Env{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Bg: &s.bg, Done: s.done},
-		exchange.Stages{Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
-			Answers: &s.answers, ReplayTools: s.replayTools, Challenges: s.challenges})
-	if sh, ok := s.cfg.Shared.(session.Answers); ok && s.cfg.ResumeBuffer > 0 && s.cfg.ResumeWindow > 0 {
-		s.env.ShareAnswers(sh, rand.Text()) // answers outlive their replica (docs/streams.md "Across replicas")
-	}
-	// Each route gets the exchange; as its narrow sender, what it sends
-	// upstream itself (the link, seen through the route's Upstream); and
-	// the few stages it uses itself.
-	s.streams.Env, s.streams.Up = s.env, s.link
-	s.streams.Sessions, s.streams.Healer, s.streams.Answers = s.sessions, s.healer, &s.answers
-	s.bridge = &bridge.Route{S: s.env, Up: s.link, Sessions: s.sessions, Eras: s.eras, Trace: s.trace}
-	s.held = &held.Route{S: s.env, Up: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Challenges: s.challenges,
-		Streams: &s.streams.Set, Scope: held.Scope(s.cfg.Listen), ByKey: make(map[held.Key]*held.Entry),
-		Hubs: make(map[*session.Session]*held.Hub)}
+	s.newRoutes()
 	if f := s.sessions.Fleet; f != nil && f.Watcher != nil && s.bg.Add(1) {
 		go func() {
 			defer s.bg.Done()
@@ -130,6 +115,26 @@ func New(cfg conf.Config, log zerolog.Logger) (*Server, error) {
 		go s.healer.KeepaliveLoop(s.done)
 	}
 	return s, nil
+}
+
+// newRoutes makes the exchange and the routes over it. Each route gets
+// the exchange; as its narrow sender, what it sends upstream itself (the
+// link, seen through the route's Upstream); and the few stages it uses
+// itself.
+func (s *Server) newRoutes() {
+	s.challenges = &exchange.Challenges{Link: s.link, Path: s.cfg.Path}
+	s.env = exchange.NewEnv(exchange.Env{Cfg: &s.cfg, Log: &s.log, Count: &s.count, Mem: &s.mem, Bg: &s.bg, Done: s.done},
+		exchange.Stages{Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
+			Answers: &s.answers, ReplayTools: s.replayTools, Challenges: s.challenges})
+	if sh, ok := s.cfg.Shared.(session.Answers); ok && s.cfg.ResumeBuffer > 0 && s.cfg.ResumeWindow > 0 {
+		s.env.ShareAnswers(sh, rand.Text()) // answers outlive their replica (docs/streams.md "Across replicas")
+	}
+	s.streams.Env, s.streams.Up = s.env, s.link
+	s.streams.Sessions, s.streams.Healer, s.streams.Answers = s.sessions, s.healer, &s.answers
+	s.bridge = &bridge.Route{S: s.env, Up: s.link, Sessions: s.sessions, Eras: s.eras, Trace: s.trace}
+	s.held = &held.Route{S: s.env, Up: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Challenges: s.challenges,
+		Streams: &s.streams.Set, Scope: held.Scope(s.cfg.Listen), ByKey: make(map[held.Key]*held.Entry),
+		Hubs: make(map[*session.Session]*held.Hub)}
 }
 
 // newFleet returns the fleet of Config.Shared, or nil.
