@@ -64,7 +64,7 @@ func TestUpcallsReuseTheirConnection(t *testing.T) {
 // (ten for ten).
 func TestRoutesReuseTheirConnection(t *testing.T) {
 	t.Parallel()
-	calls := func(t *testing.T, relay *TcpRelay, cs *mcp.ClientSession) {
+	calls := func(t *testing.T, relay *peers.TCPRelay, cs *mcp.ClientSession) {
 		t.Helper()
 		call := func() {
 			if res, err := peers.GoSDKCall(t, cs, "echo", map[string]any{"text": "x"}); err != nil || peers.ResultText(res) != "x" {
@@ -97,7 +97,7 @@ func TestRoutesReuseTheirConnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		relay := NewTCPRelay(t, u.Host)
+		relay := peers.NewTCPRelay(t, u.Host)
 		_, proxyURL := startProxy(t, "http://"+relay.Addr()+u.Path, nil)
 		cs, err := legacyClient(t, proxyURL, nil)
 		if err != nil {
@@ -113,10 +113,10 @@ func TestRoutesReuseTheirConnection(t *testing.T) {
 // goSDKBehindRelay starts a Go SDK server, a counting TCP relay in front of
 // it, and mcpheal in front of the relay (mod, when set, changes its
 // configuration); it returns the server, the relay and mcpheal's URL.
-func goSDKBehindRelay(t *testing.T, mod func(*conf.Config)) (*peers.Server, *TcpRelay, string) {
+func goSDKBehindRelay(t *testing.T, mod func(*conf.Config)) (*peers.Server, *peers.TCPRelay, string) {
 	t.Helper()
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	relay := NewTCPRelay(t, up.Addr())
+	relay := peers.NewTCPRelay(t, up.Addr())
 	_, url := startProxy(t, relay.URL(), mod)
 	return up, relay, url
 }

@@ -368,7 +368,7 @@ func TestHeldSessionReleasedWhileInUse(t *testing.T) {
 func TestHeldLearnsTools(t *testing.T) {
 	t.Parallel()
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	relay := NewTCPRelay(t, up.Addr())
+	relay := peers.NewTCPRelay(t, up.Addr())
 	s, url, logs := startProxyLog(t, relay.URL(), nil)
 	var changed atomic.Int64
 	cs := peers.GoSDK2026Client(t, url, &mcp.ClientOptions{

@@ -349,7 +349,7 @@ func TestCutHeldLineNotCompleted(t *testing.T) {
 func TestLogLinesBounded(t *testing.T) {
 	t.Parallel()
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	relay := NewTCPRelay(t, up.Addr())
+	relay := peers.NewTCPRelay(t, up.Addr())
 	_, url, logs := startProxyLog(t, relay.URL(), nil)
 	sid := peers.RawInitialize(t, url)
 	name := "t" + strings.Repeat("x", 1<<20)

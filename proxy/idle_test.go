@@ -33,7 +33,7 @@ func TestIdleAnswerKeptAlive(t *testing.T) {
 				streamEvents(w, resumeResult+"\n\n")
 			}, nil)
 			_, url := startProxy(t, up, func(c *conf.Config) { c.StreamKeepalive = every })
-			relay := NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
+			relay := peers.NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp"))
 			relay.CloseIdle(400 * time.Millisecond)
 			sid := peers.RawInitialize(t, relay.URL())
 			req := peers.PostRequest(t, relay.URL(), sid, resumeCall)
@@ -81,8 +81,8 @@ func TestLongQuietCallBehindIdleTimeout(t *testing.T) {
 	t.Parallel()
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: true})
 	_, url := startProxy(t, up.URL(), nil)
-	call := func(target string) (*mcp.CallToolResult, *TcpRelay, error) {
-		relay := NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(target, "http://"), "/mcp"))
+	call := func(target string) (*mcp.CallToolResult, *peers.TCPRelay, error) {
+		relay := peers.NewTCPRelay(t, strings.TrimSuffix(strings.TrimPrefix(target, "http://"), "/mcp"))
 		relay.CloseIdle(30 * time.Second)
 		cs := peers.GoSDKClient(t, relay.URL())
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -92,7 +92,7 @@ func TestLongQuietCallBehindIdleTimeout(t *testing.T) {
 	}
 	type outcome struct {
 		res   *mcp.CallToolResult
-		relay *TcpRelay
+		relay *peers.TCPRelay
 		err   error
 	}
 	direct := make(chan outcome, 1)

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,9 +36,9 @@ import (
 // so the proxy sends the request again on a fresh connection: an agent that
 // idles past the middlebox's limit between calls never notices.
 func TestResetIdleConnectionRetriedFresh(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	rl := NewTCPRelay(t, up.Addr())
+	rl := peers.NewTCPRelay(t, up.Addr())
 	rl.ResetIdle(time.Second)
 	s, url := startProxy(t, rl.URL(), nil)
 	cs := peers.GoSDKClient(t, url)
@@ -91,10 +90,10 @@ func TestResetIdleConnectionRetriedFresh(t *testing.T) {
 // limit (30 s by default, against the usual 60–350 s): no request ever goes
 // into a forgotten flow. Scaled down here: relay 600 ms, MaxIdleConn 200 ms.
 func TestBlackholedConnectionNeverReused(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	const healTimeout = 2 * time.Second
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	rl := NewTCPRelay(t, up.Addr())
+	rl := peers.NewTCPRelay(t, up.Addr())
 	rl.Blackhole(600 * time.Millisecond)
 	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
 		c.MaxIdleConn = 200 * time.Millisecond
@@ -128,13 +127,13 @@ func TestBlackholedConnectionNeverReused(t *testing.T) {
 // tools/call, which may have run for all the proxy knows, is answered -32011
 // rather than risk running twice.
 func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	const (
 		respTimeout = 300 * time.Millisecond
 		healTimeout = 2 * time.Second
 	)
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	rl := NewTCPRelay(t, up.Addr())
+	rl := peers.NewTCPRelay(t, up.Addr())
 	rl.Blackhole(500 * time.Millisecond)
 	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
 		c.ResponseTimeout = respTimeout
@@ -180,9 +179,9 @@ func TestBlackholeReplayableRetriedAfterDeadline(t *testing.T) {
 // its upstream connection goes back to the pool (found by the blackhole
 // test: learnTools drained and released the stream with Response.Body).
 func TestStreamedToolsListKeepsConnection(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	rl := NewTCPRelay(t, up.Addr())
+	rl := peers.NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), nil)
 	sid := peers.RawInitialize(t, url)
 	list := `{"jsonrpc":"2.0","id":"list-1","method":"tools/list"}`
@@ -209,7 +208,7 @@ func TestStreamedToolsListKeepsConnection(t *testing.T) {
 // The agent is raw HTTP: a go-sdk client's standalone GET stream ends with
 // the upstream session, and the proxy's stream reopen would heal it.
 func TestKeepaliveLeavesGoneSessions(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{SessionTimeout: 600 * time.Millisecond})
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.Keepalive = 900 * time.Millisecond })
 	sid := peers.RawInitialize(t, url)
@@ -249,7 +248,7 @@ func TestKeepaliveLeavesGoneSessions(t *testing.T) {
 // idle timeout, a session left quiet for several timeouts keeps its upstream
 // session: no heal, one initialize, one upstream session id throughout.
 func TestKeepaliveKeepsSessionAlive(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	// A wide ratio (10×), so that a loaded machine stalling a ping by a
 	// few hundred milliseconds does not expire the session.
 	const timeout = time.Second
@@ -288,10 +287,10 @@ func TestKeepaliveKeepsSessionAlive(t *testing.T) {
 // upstream, and the cooldown grows. When the upstream is back, the first
 // call after the cooldown heals the session and succeeds.
 func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	const name = "care-upstream"
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	rl := NewTCPRelay(t, up.Addr())
+	rl := peers.NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), func(c *conf.Config) {
 		c.Name = name
 		c.Keepalive = -1 // no background probe: every upstream attempt is an agent's
@@ -366,7 +365,7 @@ func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 	// Every upstream connection attempt since the breaker opened, until the
 	// successful call started: exactly one probe per cooldown.
 	var last time.Time
-	var after []RelayAttempt
+	var after []peers.RelayAttempt
 	for _, at := range rl.Attempts() {
 		switch {
 		case at.At.Before(openAt):
@@ -425,7 +424,7 @@ func TestBreakerFailsFastAndProbesOncePerCooldown(t *testing.T) {
 // TestSessionTTLDeletesUpstream: a client session idle past session_ttl is
 // dropped, and its upstream session DELETEd; one in use outlives the TTL.
 func TestSessionTTLDeletesUpstream(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	const ttl = time.Second
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), func(c *conf.Config) { c.SessionTTL = ttl })
@@ -468,7 +467,7 @@ func TestSessionTTLDeletesUpstream(t *testing.T) {
 // TestShutdownDeletesUpstreamSessions: Shutdown ends every upstream session
 // the proxy holds before it returns.
 func TestShutdownDeletesUpstreamSessions(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
 	s, url := startProxy(t, up.URL(), nil)
 	var ids []string
@@ -505,9 +504,9 @@ func TestShutdownDeletesUpstreamSessions(t *testing.T) {
 // few seconds of the proxy's own, even with no deadline from the caller and
 // an upstream that swallows every request.
 func TestShutdownBoundedWhenUpstreamHangs(t *testing.T) {
-	CheckGoroutines(t)
+	peers.CheckGoroutines(t)
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	rl := NewTCPRelay(t, up.Addr())
+	rl := peers.NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), nil)
 	peers.RawInitialize(t, url)
 	peers.RawInitialize(t, url)
@@ -526,68 +525,6 @@ func TestShutdownBoundedWhenUpstreamHangs(t *testing.T) {
 
 // ---------------------------------------------------------------------------
 // helpers
-
-// leakWait bounds how long goroutines may take to finish once a test's
-// cleanups have run.
-const leakWait = 5 * time.Second
-
-// leakIgnored names goroutines that outlive a test by fasthttp's design, not
-// a leak of ours: the process-wide Date header ticker, started once by the
-// first fasthttp.Server; and a stopped server's idle-worker cleaner, which
-// sleeps up to MaxIdleWorkerDuration (10 s) before it sees the stop.
-var leakIgnored = []string{
-	"fasthttp.updateServerDate",
-	"fasthttp.(*workerPool).Start",
-}
-
-// checkGoroutines fails t if goroutines started during it are still running
-// leakWait after it ended. Call it first in a test that does not run in
-// parallel: its cleanup then runs after every cleanup registered later
-// (clients, proxy, relay, peer).
-func CheckGoroutines(t *testing.T) {
-	t.Helper()
-	before := goroutineStacks()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(leakWait)
-		for {
-			var left []string
-			for id, stack := range goroutineStacks() {
-				if _, ok := before[id]; ok || slices.ContainsFunc(leakIgnored, func(s string) bool { return strings.Contains(stack, s) }) {
-					continue
-				}
-				left = append(left, stack)
-			}
-			if len(left) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("%d goroutines started by the test still run %v after it ended:\n\n%s",
-					len(left), leakWait, strings.Join(left, "\n\n"))
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
-// goroutineStacks returns every goroutine's stack by goroutine id.
-func goroutineStacks() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := make(map[string]string)
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		head, _, _ := strings.Cut(g, " [")
-		out[strings.TrimPrefix(head, "goroutine ")] = g
-	}
-	return out
-}
 
 // careClient is an agent's HTTP client with keep-alive, so that measured
 // latencies are the proxy's, not connection setup.

@@ -153,7 +153,7 @@ func TestSSEProgressStreams(t *testing.T) {
 func TestAbandonedStreamClosesUpstream(t *testing.T) {
 	t.Parallel()
 	up := peers.StartGoSDK(t, peers.GoSDKOpts{})
-	rl := NewTCPRelay(t, up.Addr())
+	rl := peers.NewTCPRelay(t, up.Addr())
 	s, url := startProxy(t, rl.URL(), func(c *conf.Config) { c.ResumeWindow = 200 * time.Millisecond })
 	sid := peers.RawInitialize(t, url)
 	rawEcho(t, url, sid, "warm")

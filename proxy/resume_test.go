@@ -254,7 +254,7 @@ func TestResumeGoSDKCutMidCall(t *testing.T) {
 		t.Run(map[bool]string{true: "EventStore", false: "NoEventStore"}[store], func(t *testing.T) {
 			t.Parallel()
 			up := peers.StartGoSDK(t, peers.GoSDKOpts{EventStore: store})
-			relay := NewTCPRelay(t, up.Addr())
+			relay := peers.NewTCPRelay(t, up.Addr())
 			s, url := startProxy(t, relay.URL(), nil)
 			var steps atomic.Int32
 			cs := peers.GoSDKClientWith(t, url, &mcp.ClientOptions{

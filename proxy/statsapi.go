@@ -12,6 +12,7 @@ type Stats struct {
 	Heals          uint64 // successful re-inits, whatever their reason
 	HealFailures   uint64
 	Replays        uint64
+	Keepalives     uint64 // keepalive pings the upstream answered (mcpheal_keepalive_total{result="ok"})
 	ReplaysRefused uint64
 	// UnsafeResends counts requests that are not replay-safe sent again
 	// although they may have run: always 0 unless mcpheal has a bug.
@@ -33,6 +34,7 @@ func (s *Server) Stats() Stats {
 	st := Stats{
 		UpstreamInits:  c.UpstreamInits.Load(),
 		Replays:        c.Replays.Load(),
+		Keepalives:     c.Keepalive[obs.KeepaliveOK].Load(),
 		ReplaysRefused: c.ReplaysRefused.Load(),
 		UnsafeResends:  c.UnsafeResends.Load(),
 		UpstreamDown:   c.UpstreamDown.Load(),

@@ -16,7 +16,12 @@
 // JSON-RPC methods, and can be restarted on the same port (all sessions lost),
 // stopped, started again and told to forget its sessions. The clients are
 // the SDKs' own: GoSDKClient (go-sdk) and McpGoClient (mcp-go). Script is
-// the one keyed scripted fake, for the faults no real peer makes.
+// the one keyed scripted fake, for the faults no real peer makes. TCPRelay
+// stands between mcpheal and any upstream, in-process or a child process
+// (proxy/interop): it counts the connections mcpheal opens and plays the
+// network's faults (an idle flow reset or blackholed, a host down, a
+// request or an answer cut). CheckGoroutines fails a test that leaves
+// goroutines behind.
 package peers
 
 import (

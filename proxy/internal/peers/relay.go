@@ -1,6 +1,6 @@
-package proxy
+package peers
 
-// tcpRelay: a TCP relay on 127.0.0.1 between the proxy and a real upstream,
+// TCPRelay: a TCP relay on 127.0.0.1 between the proxy and a real upstream,
 // for fault injection. It plays the network middlebox that the
 // field reports blame: a NAT or load balancer that forgets an idle flow and
 // answers its next packet with a reset, one that forgets it silently, and an
@@ -9,17 +9,15 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"github.com/mcpheal/mcpheal/proxy/internal/peers"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
 
-// relayMode is what a tcpRelay does to the traffic it carries.
+// relayMode is what a TCPRelay does to the traffic it carries.
 type relayMode int
 
 const (
@@ -52,16 +50,16 @@ func (m relayMode) String() string {
 	return "unknown"
 }
 
-// relayAttempt is one connection the relay accepted.
+// RelayAttempt is one connection the relay accepted.
 type RelayAttempt struct {
 	At      time.Time
 	Refused bool // reset at once because the relay was down
 }
 
-// tcpRelay forwards 127.0.0.1:port to a target address. Modes switch at
+// TCPRelay forwards 127.0.0.1:port to a target address. Modes switch at
 // runtime and apply to connections already open. It stops in t.Cleanup and
 // leaves no goroutine behind. All methods are safe for concurrent use.
-type TcpRelay struct {
+type TCPRelay struct {
 	ln     net.Listener
 	target string
 
@@ -89,14 +87,14 @@ type TcpRelay struct {
 	once sync.Once
 }
 
-// newTCPRelay starts a pass-through relay to target ("host:port").
-func NewTCPRelay(tb testing.TB, target string) *TcpRelay {
+// NewTCPRelay starts a pass-through relay to target ("host:port").
+func NewTCPRelay(tb testing.TB, target string) *TCPRelay {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("relay listen: %v", err)
 	}
-	r := &TcpRelay{ln: ln, target: target, conns: make(map[*relayConn]struct{})}
+	r := &TCPRelay{ln: ln, target: target, conns: make(map[*relayConn]struct{})}
 	r.wg.Add(1)
 	go r.serve()
 	tb.Cleanup(r.Close)
@@ -104,29 +102,29 @@ func NewTCPRelay(tb testing.TB, target string) *TcpRelay {
 }
 
 // Addr returns the relay's "127.0.0.1:port".
-func (r *TcpRelay) Addr() string { return r.ln.Addr().String() }
+func (r *TCPRelay) Addr() string { return r.ln.Addr().String() }
 
 // URL returns the MCP endpoint through the relay, http://127.0.0.1:port/mcp
 // (the path every peer serves).
-func (r *TcpRelay) URL() string { return "http://" + r.Addr() + "/mcp" }
+func (r *TCPRelay) URL() string { return "http://" + r.Addr() + "/mcp" }
 
 // Pass forwards everything again. Flows already blackholed stay dead, as
 // they would behind a NAT that forgot them.
-func (r *TcpRelay) Pass() { r.set(relayPass, 0) }
+func (r *TCPRelay) Pass() { r.set(relayPass, 0) }
 
 // ResetIdle resets every connection idle longer than limit when the proxy
 // next sends on it (a load balancer or NAT that dropped the flow).
-func (r *TcpRelay) ResetIdle(limit time.Duration) { r.set(relayResetIdle, limit) }
+func (r *TCPRelay) ResetIdle(limit time.Duration) { r.set(relayResetIdle, limit) }
 
 // Blackhole silently stops forwarding on every connection idle longer than
 // limit when bytes next arrive on it. Blackhole(0) swallows every flow,
 // new ones included, from its first byte: a hung upstream.
-func (r *TcpRelay) Blackhole(limit time.Duration) { r.set(relayBlackhole, limit) }
+func (r *TCPRelay) Blackhole(limit time.Duration) { r.set(relayBlackhole, limit) }
 
 // CutAfter resets, once, the connection on which the upstream next sends
 // bytes that contain pattern, right after forwarding them: an answer cut
 // mid-stream (a load balancer's timeout, a reset) after its first event.
-func (r *TcpRelay) CutAfter(pattern string) {
+func (r *TCPRelay) CutAfter(pattern string) {
 	b := []byte(pattern)
 	r.cutAfter.Store(&b)
 }
@@ -134,17 +132,17 @@ func (r *TcpRelay) CutAfter(pattern string) {
 // CutRequest resets, once, the connection on which the proxy next sends
 // bytes that contain pattern, without forwarding them: a request written
 // and lost on its way (the server never sees it, the proxy cannot know).
-func (r *TcpRelay) CutRequest(pattern string) {
+func (r *TCPRelay) CutRequest(pattern string) {
 	b := []byte(pattern)
 	r.cutBefore.Store(&b)
 }
 
 // Cuts counts connections reset by CutAfter and CutRequest.
-func (r *TcpRelay) Cuts() int64 { return r.cuts.Load() }
+func (r *TCPRelay) Cuts() int64 { return r.cuts.Load() }
 
 // cut reports whether bytes b are the ones a CutAfter or CutRequest
 // (which) waits for; the first such bytes disarm it.
-func (r *TcpRelay) cut(which *atomic.Pointer[[]byte], b []byte) bool {
+func (r *TCPRelay) cut(which *atomic.Pointer[[]byte], b []byte) bool {
 	p := which.Load()
 	return p != nil && bytes.Contains(b, *p) && which.CompareAndSwap(p, nil)
 }
@@ -152,7 +150,7 @@ func (r *TcpRelay) cut(which *atomic.Pointer[[]byte], b []byte) bool {
 // CloseIdle closes, from now until the relay closes, every connection
 // that carried nothing either way for limit: a load balancer's idle
 // timeout. It checks every limit/8.
-func (r *TcpRelay) CloseIdle(limit time.Duration) {
+func (r *TCPRelay) CloseIdle(limit time.Duration) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -182,13 +180,13 @@ func (r *TcpRelay) CloseIdle(limit time.Duration) {
 }
 
 // IdleClosed counts connections closed by CloseIdle.
-func (r *TcpRelay) IdleClosed() int64 { return r.idleClosed.Load() }
+func (r *TCPRelay) IdleClosed() int64 { return r.idleClosed.Load() }
 
 // Down resets every open connection, as a host that died would, and then
 // accepts and resets each new one (counted by Attempts). Accept-and-RST
 // rather than a closed listener, so that every connection attempt of the
 // proxy is seen and counted.
-func (r *TcpRelay) Down() {
+func (r *TCPRelay) Down() {
 	r.mu.Lock()
 	r.mode = relayDown
 	open := make([]*relayConn, 0, len(r.conns))
@@ -201,23 +199,23 @@ func (r *TcpRelay) Down() {
 	}
 }
 
-func (r *TcpRelay) set(m relayMode, limit time.Duration) {
+func (r *TCPRelay) set(m relayMode, limit time.Duration) {
 	r.mu.Lock()
 	r.mode, r.limit = m, limit
 	r.mu.Unlock()
 }
 
-func (r *TcpRelay) settings() (relayMode, time.Duration) {
+func (r *TCPRelay) settings() (relayMode, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.mode, r.limit
 }
 
 // Accepted counts every connection accepted, whatever the mode.
-func (r *TcpRelay) Accepted() int { return len(r.Attempts()) }
+func (r *TCPRelay) Accepted() int { return len(r.Attempts()) }
 
 // Refused counts connections reset at once because the relay was down.
-func (r *TcpRelay) Refused() int {
+func (r *TCPRelay) Refused() int {
 	n := 0
 	for _, a := range r.Attempts() {
 		if a.Refused {
@@ -228,21 +226,21 @@ func (r *TcpRelay) Refused() int {
 }
 
 // Attempts returns every accepted connection in order.
-func (r *TcpRelay) Attempts() []RelayAttempt {
+func (r *TCPRelay) Attempts() []RelayAttempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]RelayAttempt(nil), r.attempts...)
 }
 
 // Resets counts connections reset by ResetIdle.
-func (r *TcpRelay) Resets() int64 { return r.resets.Load() }
+func (r *TCPRelay) Resets() int64 { return r.resets.Load() }
 
 // Holes counts connections blackholed by Blackhole.
-func (r *TcpRelay) Holes() int64 { return r.holes.Load() }
+func (r *TCPRelay) Holes() int64 { return r.holes.Load() }
 
 // Close stops the relay: the listener and every connection are closed and
 // every goroutine has returned when it does. It is idempotent.
-func (r *TcpRelay) Close() {
+func (r *TCPRelay) Close() {
 	r.once.Do(func() {
 		r.mu.Lock()
 		r.closed = true
@@ -259,7 +257,7 @@ func (r *TcpRelay) Close() {
 	})
 }
 
-func (r *TcpRelay) serve() {
+func (r *TCPRelay) serve() {
 	defer r.wg.Done()
 	for {
 		nc, err := r.ln.Accept()
@@ -289,13 +287,13 @@ func (r *TcpRelay) serve() {
 }
 
 // Open returns how many relayed connections are open.
-func (r *TcpRelay) Open() int {
+func (r *TCPRelay) Open() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.conns)
 }
 
-func (r *TcpRelay) forget(c *relayConn) {
+func (r *TCPRelay) forget(c *relayConn) {
 	r.mu.Lock()
 	delete(r.conns, c)
 	r.mu.Unlock()
@@ -311,7 +309,7 @@ func resetConn(nc net.Conn) {
 
 // relayConn is one relayed connection: proxy side and upstream side.
 type relayConn struct {
-	r     *TcpRelay
+	r     *TCPRelay
 	proxy net.Conn // accepted from the proxy; written once
 
 	mu       sync.Mutex // protects upstream, last, holed, dead
@@ -333,7 +331,7 @@ const (
 func (c *relayConn) run() {
 	defer c.r.wg.Done()
 	defer c.r.forget(c)
-	up, err := net.DialTimeout("tcp", c.r.target, peers.Timeout)
+	up, err := net.DialTimeout("tcp", c.r.target, Timeout)
 	if err != nil {
 		c.close(true) // the upstream refuses: so does the relay
 		return
@@ -452,126 +450,4 @@ func (c *relayConn) close(rst bool) {
 			_ = nc.Close()
 		}
 	}
-}
-
-// TestRelayModes: the relay does what the fault tests rely on, on a plain TCP
-// echo server: pass-through, reset after idle, blackhole, down (counted), and
-// it leaves no goroutine behind.
-func TestRelayModes(t *testing.T) {
-	CheckGoroutines(t)
-	echo := startTCPEcho(t)
-	r := NewTCPRelay(t, echo)
-	roundTrip := func(c net.Conn, msg string) error {
-		_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
-		if _, err := c.Write([]byte(msg)); err != nil {
-			return err
-		}
-		got := make([]byte, len(msg))
-		if _, err := io.ReadFull(c, got); err != nil {
-			return err
-		}
-		if string(got) != msg {
-			return errors.New("echo " + string(got) + ", want " + msg)
-		}
-		return nil
-	}
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", r.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-
-	c := dial()
-	if err := roundTrip(c, "pass"); err != nil {
-		t.Fatalf("pass: %v", err)
-	}
-
-	r.ResetIdle(50 * time.Millisecond)
-	if err := roundTrip(c, "busy"); err != nil {
-		t.Fatalf("reset-idle, connection not idle: %v", err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	err := roundTrip(c, "late")
-	if !errors.Is(err, syscall.ECONNRESET) || r.Resets() != 1 {
-		t.Fatalf("reset-idle after 100ms idle: err %v (want ECONNRESET), %d resets", err, r.Resets())
-	}
-
-	r.Blackhole(50 * time.Millisecond)
-	c = dial()
-	if err := roundTrip(c, "fresh"); err != nil {
-		t.Fatalf("blackhole, fresh connection: %v", err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	err = roundTrip(c, "lost")
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() || r.Holes() != 1 {
-		t.Fatalf("blackhole after 100ms idle: err %v (want a timeout), %d holes", err, r.Holes())
-	}
-
-	r.Down()
-	before := r.Accepted()
-	// The kernel completes the handshake before the relay accepts, so the
-	// reset shows on the round trip, or on the dial if it came first.
-	if c, err := net.Dial("tcp", r.Addr()); err == nil {
-		err = roundTrip(c, "down")
-		_ = c.Close()
-		if err == nil {
-			t.Fatal("down: round trip succeeded")
-		}
-	} else if !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("down: dial: %v, want success or ECONNRESET", err)
-	}
-	peers.Wait(t, "the refused connection to be counted", func() bool { return r.Accepted() == before+1 })
-	if r.Accepted() != before+1 || r.Refused() != 1 {
-		t.Fatalf("down: %d accepted (want %d), %d refused (want 1)", r.Accepted(), before+1, r.Refused())
-	}
-
-	r.Pass()
-	if err := roundTrip(dial(), "back"); err != nil {
-		t.Fatalf("pass again: %v", err)
-	}
-}
-
-// startTCPEcho serves a TCP echo on 127.0.0.1 until cleanup.
-func startTCPEcho(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex // protects conns
-	conns := map[net.Conn]bool{}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns[c] = true
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(c, c)
-				_ = c.Close()
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
 }
