@@ -316,6 +316,15 @@ func (c *Client) readBody(cn *conn, resp *Response) error {
 		}
 	}
 	err := resp.ReadBody(cn.br, limit)
+	if err == nil && resp.Header.ContentLength() == -1 {
+		// A chunked body ends with its trailer section, if only the empty
+		// line: ReadBody leaves it in the reader (fasthttp's Response.Read
+		// reads it after). Left there, it would look like bytes the server
+		// sent unasked, and the next request that must not run twice would
+		// give up the connection; a trailer field would be read as the next
+		// answer's status line.
+		err = resp.Header.ReadTrailer(cn.br)
+	}
 	cn.meter = nil
 	switch {
 	case cn.overBudget:

@@ -103,6 +103,57 @@ func TestDoJSONAndReuse(t *testing.T) {
 	}
 }
 
+// TestDoChunkedAndReuse: a JSON answer with a chunked body (the TypeScript
+// SDK v2's web-standard handler behind node:http sends them) is read with
+// the end of its chunks, its trailer section: the connection is clean for
+// the next request, even one that must not run twice (it gives up a
+// connection with unread bytes), and a trailer field is not taken for the
+// next answer's head.
+func TestDoChunkedAndReuse(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int32
+	url := rawServer(t, func(c net.Conn) {
+		conns.Add(1)
+		br := bufio.NewReader(c)
+		for {
+			req, err := readRequest(br)
+			if err != nil {
+				return
+			}
+			b := req.Body()
+			trailer := ""
+			if string(b) == `{"trailer":true}` {
+				trailer = "X-Checksum: 1\r\n"
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"+
+				"%x\r\n%s\r\n0\r\n%s\r\n", len(b), b, trailer)
+		}
+	})
+	c := newClient(t, url)
+	// The request after the trailer may run twice: it takes the pooled
+	// connection without looking at what is left in it.
+	for i, body := range []string{`{"n":1}`, `{"trailer":true}`, `{"n":2}`, `{"n":3}`} {
+		req := fasthttp.AcquireRequest()
+		req.Header.SetMethod("POST")
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(body)
+		resp := AcquireResponse()
+		do := c.DoOnce
+		if i == 2 {
+			do = c.Do
+		}
+		err := do(req, resp, time.Now().Add(time.Second))
+		fasthttp.ReleaseRequest(req)
+		if err != nil || string(resp.Body()) != body {
+			t.Fatalf("request #%d: %v, %q, want %q", i+1, err, resp.Body(), body)
+		}
+		ReleaseResponse(resp)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1: a chunked answer read to its end leaves its connection for the next request", n)
+	}
+}
+
 // TestDoNoContent: a 204 has no body even without Content-Length (RFC 9110
 // §15.3.5); reading one would wait for the connection to close.
 func TestDoNoContent(t *testing.T) {
