@@ -130,10 +130,10 @@ var ground = map[string]string{"Cfg": "*conf.Config", "Log": "*zerolog.Logger", 
 	"Mem": "*wire.Budget", "Bg": "*wire.BgGroup", "Done": "<-chan struct {}"}
 
 // TestEnvGivesOnlyTheGround: the routes start their attempts with an
-// exchange.Env, and reach through it the ground and no stage (the link,
-// the sessions, the healer, the era, the answer logs: exchange.Stages are
-// the exchange's own); a route is given the stages it uses as its own
-// fields, so the compiler keeps it from the others.
+// exchange.Env, and reach through its fields and methods the ground and no
+// stage (the link, the sessions, the healer, the era, the answer logs:
+// exchange.Stages are the exchange's own); a route is given the stages it
+// uses as its own fields, so the compiler keeps it from the others.
 func TestEnvGivesOnlyTheGround(t *testing.T) {
 	t.Parallel()
 	env := reflect.TypeFor[exchange.Env]()
@@ -149,6 +149,12 @@ func TestEnvGivesOnlyTheGround(t *testing.T) {
 	}
 	if seen != len(ground) {
 		t.Errorf("exchange.Env exports %d fields, want the %d of the ground", seen, len(ground))
+	}
+	// Its methods: the answer writer, which stands on the ground alone.
+	for m := range reflect.TypeFor[*exchange.Env]().Methods() {
+		if m.Name != "Writer" {
+			t.Errorf("exchange.Env.%s: a method of the Env a route may call, beside Writer", m.Name)
+		}
 	}
 }
 

@@ -1,11 +1,11 @@
 package proxy
 
 // Fault-injection tests for upstream care (docs/healing.md "Keeping upstream
-// healthy"): a real go-sdk upstream, a tcpRelay between it and the proxy
+// healthy"): a real go-sdk upstream, a peers.TCPRelay between it and the proxy
 // playing the middlebox, real agents.
 //
 // These tests do not run in parallel: each one ends with a goroutine census
-// (checkGoroutines), which is only exact while no other test runs. Go runs
+// (peers.CheckGoroutines), which is only exact while no other test runs. Go runs
 // every sequential test of the package before releasing the parallel ones,
 // so the census sees this test's goroutines only.
 

@@ -47,7 +47,7 @@ type Server struct {
 	eras       *era.State
 	bridge     *bridge.Route
 	held       *held.Route
-	env        *exchange.Env        // what the exchange, the routes and agents' streams use of the stages
+	env        *exchange.Env        // the exchange's ground and stages; routes start their attempts with it
 	challenges *exchange.Challenges // the upstream's OAuth challenges (wellknown.go)
 	streams    *stream.Route        // agents' GET streams
 	answers    exchange.AnswerLogs  // answers agents may resume (answerlog.go)
@@ -127,7 +127,7 @@ func (s *Server) newRoutes() {
 		exchange.Stages{Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
 			Answers: &s.answers, ReplayTools: s.replayTools, Challenges: s.challenges})
 	if sh, ok := s.cfg.Shared.(session.Answers); ok && s.cfg.ResumeBuffer > 0 && s.cfg.ResumeWindow > 0 {
-		s.env.ShareAnswers(sh, rand.Text()) // answers outlive their replica (docs/streams.md "Across replicas")
+		s.answers.Share(sh, rand.Text(), s.env) // answers outlive their replica (docs/streams.md "Across replicas")
 	}
 	s.streams.Env, s.streams.Up = s.env, s.link
 	s.streams.Sessions, s.streams.Healer, s.streams.Answers = s.sessions, s.healer, &s.answers

@@ -59,13 +59,21 @@ type FleetAnswers struct {
 	Shared  session.Answers
 	Owner   string
 	holdOff atomic.Int64
-	// What the writes use of the stages below (Env.ShareAnswers).
+	// What the writes use of the ground (Share).
 	cfg   *conf.Config
 	log   *zerolog.Logger
 	count *obs.Counters
 	mem   *wire.Budget
 	bg    *wire.BgGroup
 	done  <-chan struct{}
+}
+
+// Share has the answers agents may resume kept for the fleet too: shared
+// keeps them, owner names this process there; the writes stand on e's
+// ground.
+func (fa *FleetAnswers) Share(shared session.Answers, owner string, e *Env) {
+	fa.Shared, fa.Owner = shared, owner
+	fa.cfg, fa.log, fa.count, fa.mem, fa.bg, fa.done = e.Cfg, e.Log, e.Count, e.Mem, e.Bg, e.Done
 }
 
 // SessionDigest is how the shared log names an answer's agent session.

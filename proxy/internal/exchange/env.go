@@ -9,7 +9,6 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/link"
 	"github.com/mcpheal/mcpheal/proxy/internal/obs"
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
-	"github.com/mcpheal/mcpheal/session"
 )
 
 // Env is what an exchange (attempt.go) uses of the stages below: the
@@ -46,12 +45,4 @@ type Stages struct {
 func NewEnv(e Env, st Stages) *Env {
 	e.stages = st
 	return &e
-}
-
-// ShareAnswers has the answers agents may resume kept for the fleet too
-// (answershare.go): shared keeps them, owner names this process there.
-func (e *Env) ShareAnswers(shared session.Answers, owner string) {
-	fa := &e.stages.Answers.FleetAnswers
-	fa.Shared, fa.Owner = shared, owner
-	fa.cfg, fa.log, fa.count, fa.mem, fa.bg, fa.done = e.Cfg, e.Log, e.Count, e.Mem, e.Bg, e.Done
 }
