@@ -31,8 +31,9 @@ import (
 // the others opened none either way (the TypeScript SDK v1 server's pings,
 // the Python servers' held calls). Without the read of a chunked JSON
 // answer's trailer section (upstream.Client.readBody), the bridged calls
-// opened 10. The pass-through, which relays every stream to its end,
-// opened none either way: it is counted for the route's sake.
+// opened 10. The pass-through, which relays every stream to its end, and
+// the Python SDK's server answering JSON with a Content-Length, opened none
+// either way: they are counted for the route's and the answer shape's sake.
 //
 // Not parallel at the top (the Python servers', see python_use_test.go);
 // its subtests run in parallel.
@@ -48,6 +49,7 @@ func TestServersKeepTheirConnection(t *testing.T) {
 		{"fastmcp", func(t *testing.T) *server { return startFastMCP(t) }, false},
 		{"fastmcp-py", func(t *testing.T) *server { return startPyServer(t, pyServerOpts{impl: pyFastMCP}) }, false},
 		{"mcpserver-py", func(t *testing.T) *server { return startPyServer(t, pyServerOpts{impl: pyMCPServer}) }, false},
+		{"mcpserver-py-json", func(t *testing.T) *server { return startPyServer(t, pyServerOpts{impl: pyMCPServer, json: true}) }, false},
 		{"ts-sdk-v2-2026", func(t *testing.T) *server { return startEraServer(t, eraOpts{}) }, true},
 	}
 	for _, sv := range servers {
