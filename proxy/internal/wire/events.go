@@ -181,7 +181,7 @@ func (er *EventRewriter) line(out, line []byte) []byte {
 			er.RetryMs = ms
 		}
 	case "data":
-		er.hasData = er.hasData || len(bytes.TrimSpace(v)) > 0
+		er.hasData = er.hasData || notBlank(v)
 		if er.Watch && IsResponse(v) {
 			er.Response, er.Watch = append(er.Response[:0], v...), false
 		}

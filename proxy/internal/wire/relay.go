@@ -249,7 +249,7 @@ func (er *EventRewriter) startHead() {
 	er.headN = 0
 	if er.data {
 		_, v, _ := sse.Field(er.Held)
-		er.hasData = er.hasData || len(bytes.TrimSpace(v)) > 0
+		er.hasData = er.hasData || notBlank(v)
 		er.headN = copy(er.head[:], er.Held)
 	}
 }
@@ -257,7 +257,7 @@ func (er *EventRewriter) startHead() {
 // addHead keeps the head of a data line that passes through.
 func (er *EventRewriter) addHead(seg []byte) {
 	if er.data && !er.hasData {
-		er.hasData = len(bytes.TrimSpace(seg)) > 0
+		er.hasData = notBlank(seg)
 	}
 	if er.data && er.headN < headLen {
 		er.headN += copy(er.head[er.headN:], seg)

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"sync"
@@ -81,7 +80,21 @@ func PeekFirst(r io.Reader, er *EventRewriter, out, buf []byte) (_, first []byte
 // hasData reports whether an event carries a message (data beyond
 // whitespace): not a comment, a priming event or a lone line ending.
 func HasData(ev []byte) bool {
-	return len(bytes.TrimSpace(sse.Data(nil, ev))) > 0
+	return notBlank(sse.Data(nil, ev))
+}
+
+// notBlank reports whether b holds a byte other than JSON's whitespace
+// (space, tab, CR, LF). It looks at bytes alone, so that a data line read
+// in pieces is judged as it is whole (Unicode's spaces, which
+// bytes.TrimSpace trims, would be judged otherwise when a read splits
+// one).
+func notBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return true
+		}
+	}
+	return false
 }
 
 // isResponse reports whether a JSON-RPC message is a response (it has a
