@@ -127,7 +127,7 @@ func (s *Server) newRoutes() {
 		exchange.Stages{Link: s.link, Sessions: s.sessions, Healer: s.healer, Eras: s.eras, Trace: s.trace,
 			Answers: &s.answers, ReplayTools: s.replayTools, Challenges: s.challenges})
 	if sh, ok := s.cfg.Shared.(session.Answers); ok && s.cfg.ResumeBuffer > 0 && s.cfg.ResumeWindow > 0 {
-		s.answers.Share(sh, rand.Text(), s.env) // answers outlive their replica (docs/streams.md "Across replicas")
+		s.answers.Share(sh, rand.Text()) // answers outlive their replica (docs/streams.md "Across replicas")
 	}
 	s.streams.Env, s.streams.Up = s.env, s.link
 	s.streams.Sessions, s.streams.Healer, s.streams.Answers = s.sessions, s.healer, &s.answers

@@ -59,7 +59,7 @@ type FleetAnswers struct {
 	Shared  session.Answers
 	Owner   string
 	holdOff atomic.Int64
-	// What the writes use of the ground (Share).
+	// What the writes use of the ground (NewEnv).
 	cfg   *conf.Config
 	log   *zerolog.Logger
 	count *obs.Counters
@@ -69,11 +69,10 @@ type FleetAnswers struct {
 }
 
 // Share has the answers agents may resume kept for the fleet too: shared
-// keeps them, owner names this process there; the writes stand on e's
-// ground.
-func (fa *FleetAnswers) Share(shared session.Answers, owner string, e *Env) {
+// keeps them, owner names this process there. The writes stand on the
+// ground of the Env the answers were given to (NewEnv).
+func (fa *FleetAnswers) Share(shared session.Answers, owner string) {
 	fa.Shared, fa.Owner = shared, owner
-	fa.cfg, fa.log, fa.count, fa.mem, fa.bg, fa.done = e.Cfg, e.Log, e.Count, e.Mem, e.Bg, e.Done
 }
 
 // SessionDigest is how the shared log names an answer's agent session.

@@ -44,5 +44,9 @@ type Stages struct {
 // NewEnv returns the Env of the ground e and the stages st.
 func NewEnv(e Env, st Stages) *Env {
 	e.stages = st
+	if st.Answers != nil {
+		fa := &st.Answers.FleetAnswers
+		fa.cfg, fa.log, fa.count, fa.mem, fa.bg, fa.done = e.Cfg, e.Log, e.Count, e.Mem, e.Bg, e.Done
+	}
 	return &e
 }
