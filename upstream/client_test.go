@@ -41,6 +41,24 @@ func rawServer(t *testing.T, handle func(net.Conn)) string {
 	return "http://" + ln.Addr().String() + "/mcp"
 }
 
+// countingServer is a rawServer that answers each request of a connection
+// with answer (false: the connection ends there), and counts the
+// connections it accepted.
+func countingServer(t *testing.T, answer func(c net.Conn, req *fasthttp.Request) bool) (string, *atomic.Int32) {
+	conns := new(atomic.Int32)
+	url := rawServer(t, func(c net.Conn) {
+		conns.Add(1)
+		br := bufio.NewReader(c)
+		for {
+			req, err := readRequest(br)
+			if err != nil || !answer(c, req) {
+				return
+			}
+		}
+	})
+	return url, conns
+}
+
 // readRequest consumes one HTTP request from br.
 func readRequest(br *bufio.Reader) (*fasthttp.Request, error) {
 	req := new(fasthttp.Request)
@@ -111,23 +129,15 @@ func TestDoJSONAndReuse(t *testing.T) {
 // next answer's head.
 func TestDoChunkedAndReuse(t *testing.T) {
 	t.Parallel()
-	var conns atomic.Int32
-	url := rawServer(t, func(c net.Conn) {
-		conns.Add(1)
-		br := bufio.NewReader(c)
-		for {
-			req, err := readRequest(br)
-			if err != nil {
-				return
-			}
-			b := req.Body()
-			trailer := ""
-			if string(b) == `{"trailer":true}` {
-				trailer = "X-Checksum: 1\r\n"
-			}
-			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"+
-				"%x\r\n%s\r\n0\r\n%s\r\n", len(b), b, trailer)
+	url, conns := countingServer(t, func(c net.Conn, req *fasthttp.Request) bool {
+		b := req.Body()
+		trailer := ""
+		if string(b) == `{"trailer":true}` {
+			trailer = "X-Checksum: 1\r\n"
 		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"+
+			"%x\r\n%s\r\n0\r\n%s\r\n", len(b), b, trailer)
+		return true
 	})
 	c := newClient(t, url)
 	// The request after the trailer may run twice: it takes the pooled
@@ -867,27 +877,19 @@ func TestArrived(t *testing.T) {
 // stays open is left after wait, and its connection is not pooled.
 func TestReadEnd(t *testing.T) {
 	t.Parallel()
-	var conns atomic.Int32
 	hold := make(chan struct{})
 	t.Cleanup(func() { close(hold) })
-	url := rawServer(t, func(c net.Conn) {
-		conns.Add(1)
-		br := bufio.NewReader(c)
-		for {
-			req, err := readRequest(br)
-			if err != nil {
-				return
-			}
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-			ev := "data: {\"result\":{}}\n\n"
-			fmt.Fprintf(c, "%x\r\n%s\r\n", len(ev), ev)
-			if string(req.Body()) == "open" {
-				<-hold // the stream stays open: no more requests on this connection
-				return
-			}
-			time.Sleep(5 * time.Millisecond) // the end, in a write of its own
-			io.WriteString(c, "0\r\n\r\n")
+	url, conns := countingServer(t, func(c net.Conn, req *fasthttp.Request) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		ev := "data: {\"result\":{}}\n\n"
+		fmt.Fprintf(c, "%x\r\n%s\r\n", len(ev), ev)
+		if string(req.Body()) == "open" {
+			<-hold // the stream stays open: no more requests on this connection
+			return false
 		}
+		time.Sleep(5 * time.Millisecond) // the end, in a write of its own
+		io.WriteString(c, "0\r\n\r\n")
+		return true
 	})
 	c := newClient(t, url)
 	first := func(body string) *Response {
