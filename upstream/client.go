@@ -280,6 +280,18 @@ func (c *Client) exchange(cn *conn, req *fasthttp.Request, resp *Response, deadl
 		if err := c.readBody(cn, resp); err != nil {
 			return fail("read", err)
 		}
+		// A chunked body ends with its trailer section, if only the empty
+		// line, which ReadBody leaves in the reader (fasthttp's
+		// Response.Read reads it after). Left there, it would look like
+		// bytes the server sent unasked, and the next request that must
+		// not run twice would give up the connection; a trailer field would
+		// be read as the next answer's status line. The answer is whole
+		// without it: a trailer that does not end well (the server closed
+		// before its empty line, a field fasthttp refuses) costs the
+		// connection, not the answer.
+		if resp.Header.ContentLength() == -1 && resp.Header.ReadTrailer(cn.br) != nil {
+			closeConn = true
+		}
 	}
 	if !resp.live.CompareAndSwap(cn, nil) {
 		return fail("read", ErrInterrupted) // whole, but its caller has given up on it
@@ -316,15 +328,6 @@ func (c *Client) readBody(cn *conn, resp *Response) error {
 		}
 	}
 	err := resp.ReadBody(cn.br, limit)
-	if err == nil && resp.Header.ContentLength() == -1 {
-		// A chunked body ends with its trailer section, if only the empty
-		// line: ReadBody leaves it in the reader (fasthttp's Response.Read
-		// reads it after). Left there, it would look like bytes the server
-		// sent unasked, and the next request that must not run twice would
-		// give up the connection; a trailer field would be read as the next
-		// answer's status line.
-		err = resp.Header.ReadTrailer(cn.br)
-	}
 	cn.meter = nil
 	switch {
 	case cn.overBudget:

@@ -164,6 +164,44 @@ func TestDoChunkedAndReuse(t *testing.T) {
 	}
 }
 
+// TestDoChunkedTrailerGoneWrong: a chunked answer whose trailer section
+// does not end well is still the answer (the server has sent all of it);
+// only its connection is not used again. The server closes after the last
+// chunk, before the empty line; it sends a trailer field fasthttp refuses.
+func TestDoChunkedTrailerGoneWrong(t *testing.T) {
+	t.Parallel()
+	url, conns := countingServer(t, func(c net.Conn, req *fasthttp.Request) bool {
+		b := req.Body()
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n", len(b), b)
+		switch string(b) {
+		case `{"cut":true}`:
+			return false // closed before the trailer's empty line
+		case `{"refused":true}`:
+			io.WriteString(c, "Content-Length: 3\r\n\r\n")
+		default:
+			io.WriteString(c, "\r\n")
+		}
+		return true
+	})
+	c := newClient(t, url)
+	for i, body := range []string{`{"cut":true}`, `{"n":1}`, `{"refused":true}`, `{"n":2}`} {
+		req := fasthttp.AcquireRequest()
+		req.Header.SetMethod("POST")
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(body)
+		resp := AcquireResponse()
+		err := c.DoOnce(req, resp, time.Now().Add(time.Second))
+		fasthttp.ReleaseRequest(req)
+		if err != nil || string(resp.Body()) != body {
+			t.Fatalf("request #%d: %v, %q, want %q", i+1, err, resp.Body(), body)
+		}
+		ReleaseResponse(resp)
+	}
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("%d connections, want 3: each answer whose trailer went wrong gives up its connection", n)
+	}
+}
+
 // TestDoNoContent: a 204 has no body even without Content-Length (RFC 9110
 // §15.3.5); reading one would wait for the connection to close.
 func TestDoNoContent(t *testing.T) {
