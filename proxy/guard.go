@@ -278,7 +278,7 @@ func jsonDepthOK(b []byte, max int) bool {
 	return true
 }
 
-// requestID returns the raw JSON id of body for error answers, or "null".
+// RequestID returns the raw JSON id of body for error answers, or "null".
 // maxDepth is Config.MaxJSONDepth: gjson's validator recurses per level.
 func RequestID(body []byte, maxDepth int) string {
 	if len(body) == 0 || !jsonDepthOK(body, maxDepth) || !gjson.ValidBytes(body) { // an id from broken JSON is no id
@@ -330,7 +330,7 @@ func hostname(h string) string {
 	return strings.Trim(h, "[]")
 }
 
-// allowHost reports whether a Host header names this proxy.
+// AllowHost reports whether a Host header names this proxy.
 func (g hostGuard) AllowHost(h []byte) bool {
 	if len(h) == 0 {
 		return false
@@ -339,7 +339,7 @@ func (g hostGuard) AllowHost(h []byte) bool {
 	return g.hosts[name] || g.hosts[strings.ToLower(name)]
 }
 
-// allowOrigin reports whether an Origin header is absent (a non-browser
+// AllowOrigin reports whether an Origin header is absent (a non-browser
 // client), or a page served from one of the proxy's own names.
 func (g hostGuard) AllowOrigin(o []byte) bool {
 	if len(o) == 0 {

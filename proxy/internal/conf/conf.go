@@ -162,7 +162,7 @@ type Config struct {
 	AdminListen string
 }
 
-// adminOff is the AdminListen value that disables the operations listener.
+// AdminOff is the AdminListen value that disables the operations listener.
 const AdminOff = "off"
 
 // AdminFor returns the admin listener's address for an agent listener that
@@ -294,7 +294,7 @@ func orDur(d, def time.Duration) time.Duration {
 	return d
 }
 
-// orStr returns s, or def when s is empty.
+// OrStr returns s, or def when s is empty.
 func OrStr(s, def string) string {
 	if s == "" {
 		return def

@@ -32,7 +32,7 @@ const (
 	eraBoth           // both eras: every agent passes through
 )
 
-// discovery is what server/discover told of a 2026-07-28 upstream.
+// Discovery is what server/discover told of a 2026-07-28 upstream.
 type Discovery struct {
 	Capabilities []byte // the result's capabilities object, raw JSON
 	ServerInfo   []byte // _meta["io.modelcontextprotocol/serverInfo"], raw JSON
@@ -79,7 +79,7 @@ const eraProbeTimeout = 5 * time.Second
 // meets the outage there).
 func (e *State) era(auth []byte) int { return e.Detect(true, auth) }
 
-// detect is era; log says whether to log the era it detects.
+// Detect is era; log says whether to log the era it detects.
 func (e *State) Detect(log bool, auth []byte) int {
 	if e.Cfg.EraBridge == "off" {
 		return eraBoth // as if: nothing is bridged
@@ -118,7 +118,7 @@ func (e *State) keep(d *Discovery) {
 	}
 }
 
-// size is what a discovery is counted for.
+// Size is what a discovery is counted for.
 func (d *Discovery) Size() int64 {
 	return int64(len(d.Capabilities) + len(d.ServerInfo) + len(d.Instructions))
 }
@@ -161,7 +161,7 @@ func (e *State) Recheck() {
 	}()
 }
 
-// bridged reports whether legacy agents of this upstream go through the
+// Bridged reports whether legacy agents of this upstream go through the
 // bridge: when it speaks 2026-07-28 only, or (era_bridge prefer-2026) both
 // eras.
 func (e *State) Bridged(auth []byte) bool {
@@ -175,7 +175,7 @@ func (e *State) Bridged(auth []byte) bool {
 	return e.era(auth) == EraModern
 }
 
-// heldRoute reports whether 2026-07-28 agents of this upstream go through
+// HeldRoute reports whether 2026-07-28 agents of this upstream go through
 // the held route (held.go).
 func (e *State) HeldRoute(auth []byte) bool {
 	return e.Cfg.EraBridge != conf.EraBridgeLegacy && e.era(auth) == EraLegacy
@@ -368,7 +368,7 @@ func (e *State) servesSessions(auth []byte) int {
 	return EraModern
 }
 
-// legacyRefused reports an answer by which a 2026-07-28-only server refuses
+// LegacyRefused reports an answer by which a 2026-07-28-only server refuses
 // a session-era request: 400 with -32022 (unsupported protocol version), or
 // the Go SDK's text/plain "Unsupported protocol version".
 func LegacyRefused(status int, body []byte) bool {
@@ -381,7 +381,7 @@ func LegacyRefused(status int, body []byte) bool {
 	return bytes.Contains(body, []byte("Unsupported protocol version"))
 }
 
-// modernRefused reports an answer by which a session-era server refuses a
+// ModernRefused reports an answer by which a session-era server refuses a
 // 2026-07-28 request: it wants a session.
 func ModernRefused(status int, body []byte) bool {
 	return status == fasthttp.StatusBadRequest &&

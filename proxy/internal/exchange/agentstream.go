@@ -9,7 +9,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
-// agentStream writes an SSE answer that stays open to its agent: a GET
+// AgentStream writes an SSE answer that stays open to its agent: a GET
 // stream (getstream.go, or the bridge's listen) or a bridged call's rounds
 // (bridge.go). It writes whole events only, framed by the one SSE writer
 // (sse.AppendEvent), each flushed at once, each write bounded by
@@ -22,12 +22,12 @@ type AgentStream struct {
 	buf  []byte
 }
 
-// keepaliveComment keeps an idle stream's connection alive: proxies and
+// KeepaliveComment keeps an idle stream's connection alive: proxies and
 // runtimes in between cut streams idle for minutes (Node's 300 s request
 // timeout), and every MCP client's SSE parser ignores comments.
 var KeepaliveComment = sse.AppendComment(nil, "keepalive")
 
-// write writes b, whole events, and flushes; false once the agent is gone.
+// Write writes b, whole events, and flushes; false once the agent is gone.
 func (st *AgentStream) Write(b []byte) bool {
 	wire.ArmWrite(st.Conn, st.S.Cfg.WriteTimeout)
 	if _, err := st.W.Write(b); err != nil || st.W.Flush() != nil {
@@ -37,7 +37,7 @@ func (st *AgentStream) Write(b []byte) bool {
 	return true
 }
 
-// event writes one JSON-RPC message as a message event.
+// Event writes one JSON-RPC message as a message event.
 func (st *AgentStream) Event(msg []byte) bool {
 	st.buf = sse.AppendEvent(st.buf[:0], "message", msg)
 	ok := st.Write(st.buf)
@@ -47,7 +47,7 @@ func (st *AgentStream) Event(msg []byte) bool {
 	return ok
 }
 
-// pump writes the events that arrive on out, and a keepalive comment
+// Pump writes the events that arrive on out, and a keepalive comment
 // every StreamKeepalive, until quit closes, the server closes, or the
 // agent goes away. When done closes (the producer ended), what it queued
 // goes out, then the stream ends. head writes a comment at once, so that

@@ -13,7 +13,7 @@ import (
 // upstream exchange is interrupted, instead of running on to
 // response_timeout for nobody.
 
-// watchAfter is how long a request waits on the upstream before mcpheal
+// WatchAfter is how long a request waits on the upstream before mcpheal
 // starts watching the agent's connection. A faster answer costs a timer
 // reset and stop, and no system call.
 const WatchAfter = 500 * time.Millisecond
@@ -64,7 +64,7 @@ func NewAgentWatch() *agentWatch {
 	return w
 }
 
-// arm starts watching nc after watchAfter, for the exchanges on resp. A
+// Arm starts watching nc after watchAfter, for the exchanges on resp. A
 // connection that is not a socket of its own (TLS: its bytes are records,
 // not requests; a stand-in made by RequestCtx.Init) is not watched.
 func (w *agentWatch) Arm(nc net.Conn, resp *upstream.Response) {
@@ -98,7 +98,7 @@ func (w *agentWatch) start() {
 	}
 }
 
-// stop ends the watch, waiting for start's goroutine if it runs, and
+// Stop ends the watch, waiting for start's goroutine if it runs, and
 // reports whether the agent closed its connection; the watch forgets it,
 // since it goes back to the pool with its attempt. It must run before
 // fasthttp reads the connection again.

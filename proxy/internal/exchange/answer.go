@@ -18,7 +18,7 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// fail turns out into mcpheal's error, counting and logging it once.
+// Fail turns out into mcpheal's error, counting and logging it once.
 func (a *Attempt) Fail(out Outcome) Failure {
 	c, m := a.S.Count, &a.Msg
 	switch out.Kind {
@@ -94,7 +94,7 @@ func (a *Attempt) Fail(out Outcome) Failure {
 	return Failure{Status: fasthttp.StatusBadGateway, Code: wire.CodeProxyError, Msg: "mcpheal internal error"}
 }
 
-// admissionFailure is the answer to a new session that the store's caps
+// AdmissionFailure is the answer to a new session that the store's caps
 // or the memory budget have no room for.
 func AdmissionFailure(err error) Failure {
 	switch {
@@ -119,7 +119,7 @@ func errorText(err error) string {
 	return err.Error()
 }
 
-// answer writes the agent's answer for out and counts it: the upstream's
+// Answer writes the agent's answer for out and counts it: the upstream's
 // answer relayed here (respond), mcpheal's own through the Writer. It
 // reports whether the answer is a body that now owns a.
 func (a *Attempt) Answer(out Outcome) bool {
@@ -330,7 +330,7 @@ func busyRetryAfter(dst, up *fasthttp.ResponseHeader) {
 	dst.Set("Retry-After", "1")
 }
 
-// initializeAnswer returns the JSON-RPC message that answers the agent's
+// InitializeAnswer returns the JSON-RPC message that answers the agent's
 // initialize: a JSON body, or the response event of an SSE answer (read
 // on past the first event when that was not it, counted in the memory
 // budget until the answer is written). ok is false when the answer passed
@@ -356,7 +356,7 @@ func (a *Attempt) InitializeAnswer() (msg []byte, ok bool) {
 	return msg, true
 }
 
-// run loops until the agent has an answer, then writes it: the one exit of
+// Run loops until the agent has an answer, then writes it: the one exit of
 // every pass-through request. It reports whether that answer is a body
 // that now owns a (released when fasthttp has written it). The agent's
 // connection is watched from the first send until the answer is written.

@@ -36,7 +36,7 @@ func init() {
 	ownStreams.Store(binary.LittleEndian.Uint64(b[:]) >> 8) // room before it wraps
 }
 
-// answerLogs is a Server's logs of answers in flight, by key.
+// AnswerLogs is a Server's logs of answers in flight, by key.
 type AnswerLogs struct {
 	Mu sync.Mutex // protects m
 	M  map[string]*AnswerLog
@@ -54,7 +54,7 @@ func (ls *AnswerLogs) SharedKey(lastEventID []byte) (key string, seq int, ok boo
 	return wire.ParseOwnID(lastEventID)
 }
 
-// find returns the log an agent's Last-Event-ID names, and the number of
+// Find returns the log an agent's Last-Event-ID names, and the number of
 // the last event the agent got; nil unless the log is of sess and still
 // kept.
 func (ls *AnswerLogs) Find(sess session.ClientID, lastEventID []byte) (*AnswerLog, int) {
@@ -87,14 +87,14 @@ type answerCall interface {
 	Abandon()
 }
 
-// logChunk is the unit an answerLog stores and charges memory_budget in;
+// LogChunk is the unit an answerLog stores and charges memory_budget in;
 // chunks are pooled, so that a streamed answer's log allocates nothing in
 // the steady state.
 const LogChunk = 64 << 10
 
 var logChunks = sync.Pool{New: func() any { return new([LogChunk]byte) }}
 
-// answerLog is what mcpheal sent an agent of one answer: its last max
+// AnswerLog is what mcpheal sent an agent of one answer: its last max
 // bytes (at least), in chunks, and where each of its events ended.
 // Offsets are counted from the answer's first byte.
 type AnswerLog struct {
@@ -131,7 +131,7 @@ type AnswerLog struct {
 	share   *AnswerShare // the fleet's copy (answershare.go), nil if none
 }
 
-// append records p, sent (or being sent) to the agent.
+// Append records p, sent (or being sent) to the agent.
 func (l *AnswerLog) Append(p []byte) {
 	if len(p) == 0 {
 		return
@@ -328,7 +328,7 @@ func (l *AnswerLog) giveUpLocked() {
 	}
 }
 
-// finish notes that the answer ended (or was given up). A log nobody may
+// Finish notes that the answer ended (or was given up). A log nobody may
 // come back for goes at once; one whose agent left, or that an agent
 // reads, stays for the window.
 func (l *AnswerLog) Finish() {
@@ -383,7 +383,7 @@ func (l *AnswerLog) windowEnded() {
 	l.dropLocked()
 }
 
-// attach adds a reader (an agent resuming); false when the log was dropped.
+// Attach adds a reader (an agent resuming); false when the log was dropped.
 func (l *AnswerLog) Attach() bool {
 	l.Mu.Lock()
 	defer l.Mu.Unlock()
@@ -407,7 +407,7 @@ func (l *AnswerLog) Detach() {
 	}
 }
 
-// since appends to dst the whole events after event seq that the log has,
+// Since appends to dst the whole events after event seq that the log has,
 // and returns the number of the last of them, the channel that is closed
 // when there may be more, and whether nothing more will come: the answer
 // ended, or the events after seq are no longer kept (lost).

@@ -52,7 +52,7 @@ type Attempt struct {
 
 var attemptPool = sync.Pool{New: func() any { return new(Attempt) }}
 
-// newAttempt takes a pooled attempt for r, with its upstream request and
+// NewAttempt takes a pooled attempt for r, with its upstream request and
 // response; ctx may be nil (no agent connection to watch or answer).
 func NewAttempt(s *Env, ctx *fasthttp.RequestCtx, r *Request) *Attempt {
 	a := attemptPool.Get().(*Attempt)
@@ -75,7 +75,7 @@ func NewAttempt(s *Env, ctx *fasthttp.RequestCtx, r *Request) *Attempt {
 	return a
 }
 
-// release returns the attempt, its request and response and its buffers.
+// Release returns the attempt, its request and response and its buffers.
 func (a *Attempt) Release() {
 	fasthttp.ReleaseRequest(a.Req)
 	if a.Resp != nil {
@@ -94,7 +94,7 @@ func (a *Attempt) Release() {
 	attemptPool.Put(a)
 }
 
-// loop is send → judge → decide → act. Each turn either ends with the
+// Loop is send → judge → decide → act. Each turn either ends with the
 // outcome the agent gets, or sends the request again: after a heal, or
 // after waiting out a failure that proves no harm.
 func (a *Attempt) Loop() Outcome {
@@ -413,7 +413,7 @@ func (a *Attempt) endProbe() {
 	}
 }
 
-// renew readies the attempt for another request on the same route (a
+// Renew readies the attempt for another request on the same route (a
 // bridged call's next round): that the upstream ran the last one says
 // nothing of this one.
 func (a *Attempt) Renew() {
@@ -422,7 +422,7 @@ func (a *Attempt) Renew() {
 	a.retry = a.S.stages.Link.Retry(link.PaceRequest, a.S.Cfg.HealTimeout)
 }
 
-// next prepares the attempt for another exchange. A session the upstream
+// Next prepares the attempt for another exchange. A session the upstream
 // opened for an answer that is dropped (a failed initialize, a 2026-07-28
 // request to a session-era server) is DELETEd: nobody will use its id.
 func (a *Attempt) Next() {
@@ -445,7 +445,7 @@ func (a *Attempt) eraRefused() bool {
 	return true
 }
 
-// watchAgent starts watching the agent's connection while the attempt
+// WatchAgent starts watching the agent's connection while the attempt
 // waits on the upstream (attempts that are not pooled, such as a GET
 // stream's, have no watch).
 func (a *Attempt) WatchAgent() {

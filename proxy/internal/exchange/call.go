@@ -32,11 +32,11 @@ type call struct {
 	Watch *agentWatch
 }
 
-// agentGone reports whether the agent closed its connection while the
+// AgentGone reports whether the agent closed its connection while the
 // attempt waited on the upstream.
 func (c *call) AgentGone() bool { return c.Watch != nil && c.Watch.Gone.Load() }
 
-// unwatch stops watching the agent's connection, and counts and logs an
+// Unwatch stops watching the agent's connection, and counts and logs an
 // agent that went away.
 func (c *call) Unwatch() {
 	if c.Watch == nil || !c.Watch.Stop() {

@@ -7,7 +7,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
-// answerRoute points the agent's answer to a server→client request at the
+// AnswerRoute points the agent's answer to a server→client request at the
 // upstream session that asked (docs/streams.md "Streams and session state across a
 // heal": ids of later generations were renumbered). It reports false when
 // that session is gone.
@@ -24,7 +24,7 @@ func (a *Attempt) AnswerRoute() bool {
 	return live
 }
 
-// create makes the agent's session from the upstream's accepted
+// Create makes the agent's session from the upstream's accepted
 // initialize. An answer that is not a successful initialize passes through
 // without one; a session the caps or the budget leave no room for, or an
 // upstream session id past maxUpstreamID, is DELETEd upstream and the
@@ -38,7 +38,7 @@ func (a *Attempt) Create() Outcome {
 	return a.CreateFrom(msg)
 }
 
-// createFrom is create, given the initialize's answer (its JSON-RPC
+// CreateFrom is create, given the initialize's answer (its JSON-RPC
 // message).
 func (a *Attempt) CreateFrom(msg []byte) Outcome {
 	version := wire.InitializedVersion(a.Resp.StatusCode(), msg)

@@ -44,7 +44,7 @@ var actionNames = [...]string{"pass", "heal", "retry", "refuse", "fail", "too la
 
 func (a action) String() string { return actionNames[a] }
 
-// facts are what the decision needs to know of one exchange.
+// Facts are what the decision needs to know of one exchange.
 type Facts struct {
 	Class classify.Class
 	// dispatched: the upstream may have run the request. False only on
@@ -82,7 +82,7 @@ type Facts struct {
 	waitFits, waited bool
 }
 
-// decide is the docs/healing.md's "What it does with each answer" and "Replay
+// Decide is the docs/healing.md's "What it does with each answer" and "Replay
 // rules" as one pure function; TestDecide is that table row by row.
 //
 // A request is sent again only if it is safe to run twice or the upstream

@@ -8,7 +8,7 @@ import (
 	"github.com/mcpheal/mcpheal/proxy/internal/wire"
 )
 
-// failure is mcpheal's own answer for an outcome that is not the
+// Failure is mcpheal's own answer for an outcome that is not the
 // upstream's: the HTTP status (for a JSON answer), the JSON-RPC error, and
 // Retry-After (0: none). It is the one table of mcpheal's errors (docs/observability.md
 // "Errors mcpheal answers itself"), for every route, JSON or SSE.
@@ -19,7 +19,7 @@ type Failure struct {
 	Challenge    string // WWW-Authenticate, for a 401
 }
 
-// writeFailure writes mcpheal's error f as the JSON answer to m, with
+// WriteFailure writes mcpheal's error f as the JSON answer to m, with
 // the status agentStatus gives it.
 func WriteFailure(ctx *fasthttp.RequestCtx, m *wire.Message, f Failure) {
 	status := agentStatus(m, f.Status)

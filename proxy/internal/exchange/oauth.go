@@ -23,11 +23,11 @@ import (
 // audience against its own URL refuses it, and such a server needs
 // mcpheal's own credential (credentials) instead.
 
-// prmPath is where RFC 9728 §3.1 puts a resource's metadata: this segment,
+// PrmPath is where RFC 9728 §3.1 puts a resource's metadata: this segment,
 // then the resource's path.
 const PrmPath = "/.well-known/oauth-protected-resource"
 
-// ownOrigin is mcpheal's origin as the agent that sent h reached it:
+// OwnOrigin is mcpheal's origin as the agent that sent h reached it:
 // https when a TLS terminator in front says so (X-Forwarded-Proto), the
 // agent's own Host.
 func OwnOrigin(h *fasthttp.RequestHeader) string {
@@ -42,7 +42,7 @@ func OwnOrigin(h *fasthttp.RequestHeader) string {
 // WWW-Authenticate challenge (RFC 9728 §5.1), its URL in group 1.
 var resourceMetadata = regexp.MustCompile(`(?i)\bresource_metadata="([^"]*)"`)
 
-// challenges rewrites the upstream's WWW-Authenticate challenges for the
+// Challenges rewrites the upstream's WWW-Authenticate challenges for the
 // agent (see above), and remembers where the upstream keeps its protected
 // resource metadata, for the well-known route.
 type Challenges struct {
@@ -53,7 +53,7 @@ type Challenges struct {
 	Prm atomic.Pointer[string]
 }
 
-// own rewrites the upstream's challenge for the agent: a
+// Own rewrites the upstream's challenge for the agent: a
 // resource_metadata on the upstream's origin becomes mcpheal's well-known
 // URL for this upstream. Any other challenge is returned as it is.
 func (s *Challenges) Own(h *fasthttp.RequestHeader, challenge []byte) []byte {
@@ -76,7 +76,7 @@ func (s *Challenges) Own(h *fasthttp.RequestHeader, challenge []byte) []byte {
 	return append(out, challenge[m[3]:]...)
 }
 
-// pass gives the agent the upstream's challenge (in h), as mcpheal's
+// Pass gives the agent the upstream's challenge (in h), as mcpheal's
 // (own), unless mcpheal owns the upstream's credential: the agent then has
 // nothing to log in to.
 func (s *Challenges) Pass(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader) {

@@ -6,7 +6,7 @@ import (
 	"github.com/mcpheal/mcpheal/classify"
 )
 
-// outcome is how an agent's request ends: the one answer it gets.
+// Outcome is how an agent's request ends: the one answer it gets.
 type Outcome struct {
 	Kind  outcomeKind
 	Class classify.Class // of the upstream's answer (outUpstream, outRefused)

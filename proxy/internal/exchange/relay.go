@@ -70,7 +70,7 @@ func (st *answerStream) peeked() [][]byte {
 	}
 }
 
-// eachEvent reads the SSE answer's events, the first exchange's peek
+// EachEvent reads the SSE answer's events, the first exchange's peek
 // first, and gives fn the data of each that has any, until fn reports the
 // answer done (done) or the agent gone (!ok), or the stream ends. It is how
 // a route that reads the events itself (the bridges) reads them; data is
@@ -145,7 +145,7 @@ func (st *answerStream) EachEvent(fn func(data []byte) (done, ok bool)) int {
 	}
 }
 
-// cut is the error that ends an SSE answer whose upstream stream ended
+// Cut is the error that ends an SSE answer whose upstream stream ended
 // before its response: the request is safe to send again (-32010), or it
 // may have run and was not (-32011).
 func (st *answerStream) Cut() Failure {

@@ -17,7 +17,7 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-// requestPool holds the guard's requests: one per agent request, which the
+// RequestPool holds the guard's requests: one per agent request, which the
 // attempt points to, so that none is allocated on the hot path. Nothing
 // may hold a request once its handler has returned (an answer body that
 // outlives it lets go of it: attempt.run).
@@ -74,7 +74,7 @@ func (r *Request) EndSpan() {
 	}
 }
 
-// outcome records on the request's span what the agent got.
+// Outcome records on the request's span what the agent got.
 func (r *Request) Outcome(kind outcomeKind, cls classify.Class, code int) {
 	if r == nil || r.span == nil {
 		return
@@ -86,7 +86,7 @@ func (r *Request) Outcome(kind outcomeKind, cls classify.Class, code int) {
 	}
 }
 
-// request is one agent request as the guard let it through: what every
+// Request is one agent request as the guard let it through: what every
 // later stage reads instead of going back to the RequestCtx, which only
 // the answer writes. Its slices are views into the agent's request, valid
 // until the handler returns.

@@ -84,7 +84,7 @@ func (st *answerStream) readBuf() []byte {
 	return st.Buf[:wire.ReadBuf]
 }
 
-// abandon ends the attempt's exchange in flight as if its agent had gone
+// Abandon ends the attempt's exchange in flight as if its agent had gone
 // (a bridged call the agent cancelled): decide gives up on it and nothing
 // is sent again. It may run on another goroutine than the attempt's.
 func (st *answerStream) Abandon() {

@@ -171,7 +171,7 @@ func writeBudgetBody(ctx *fasthttp.RequestCtx, status int, body *BudgetBody, ses
 	ctx.Response.SetBodyStream(body, len(body.B))
 }
 
-// budgetBody is an answer mcpheal built itself, counted in the memory
+// BudgetBody is an answer mcpheal built itself, counted in the memory
 // budget (n bytes) until fasthttp has written it or the agent has gone:
 // fasthttp calls Close once, either way.
 type BudgetBody struct {

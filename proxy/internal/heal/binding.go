@@ -30,7 +30,7 @@ import (
 // principal stays bound too, so that a stranger with a token the upstream
 // accepts can never lock the creator out.
 
-// bindingOf returns the binding digest of an Authorization value; "" for
+// BindingOf returns the binding digest of an Authorization value; "" for
 // none.
 func BindingOf(auth []byte) string {
 	if len(auth) == 0 {
@@ -76,7 +76,7 @@ func jwtPrincipal(auth []byte) []byte {
 	return []byte("jwt\x00" + iss + "\x00" + sub.Str)
 }
 
-// standing is how a request's credential stands to its session.
+// Standing is how a request's credential stands to its session.
 type Standing int
 
 const (
@@ -90,7 +90,7 @@ const (
 	stranger
 )
 
-// standingOf tells how auth stands to sess, and whether auth is the very
+// StandingOf tells how auth stands to sess, and whether auth is the very
 // credential the session's headers hold for its own work (ownCredential: nothing
 // to refresh once the upstream accepts the request). It costs a string
 // compare when it is (every request but the first after a rotation), and

@@ -125,7 +125,7 @@ func (f *Fleet) call(ctx context.Context, op int, fn func(ctx context.Context) e
 	return err
 }
 
-// load returns the fleet's state of id; ok false when there is no store or
+// Load returns the fleet's state of id; ok false when there is no store or
 // it failed.
 func (f *Fleet) Load(ctx context.Context, id session.ClientID) (st session.State, ok bool) {
 	if f == nil {
@@ -154,7 +154,7 @@ func (f *Fleet) created(sess *session.Session) {
 	}
 }
 
-// keep records the initialize of a session whose id carries only its
+// Keep records the initialize of a session whose id carries only its
 // digest; for a held session (held.go), the upstream's answer to it.
 func (f *Fleet) Keep(id session.ClientID, init []byte) {
 	if f == nil {
@@ -243,7 +243,7 @@ func (f *Fleet) adopt(ctx context.Context, sess *session.Session, seen uint64) (
 	}
 }
 
-// leaseTTL bounds how long one process may hold a generation's heal: an
+// LeaseTTL bounds how long one process may hold a generation's heal: an
 // upstream initialize takes milliseconds, and a process that dies holding
 // the lease must not stall the session's heals fleet-wide for longer. A
 // heal slower than this may meet a second one; the compare-and-set then
@@ -277,7 +277,7 @@ func (f *Fleet) publish(ctx context.Context, sess *session.Session, seen uint64,
 	return st.Upstream, st.Gen, true, nil
 }
 
-// follow brings the session up to the fleet's generation (another process
+// Follow brings the session up to the fleet's generation (another process
 // healed it) and returns the session's generation afterwards.
 func (f *Fleet) Follow(sess *session.Session) uint64 {
 	if st, ok := f.Load(context.Background(), sess.ID); ok && st.Gen > 0 && st.Upstream != "" {
@@ -302,7 +302,7 @@ func (f *Fleet) forget(sess *session.Session) {
 	}
 }
 
-// claimStream tells the fleet that this process opens the session's GET
+// ClaimStream tells the fleet that this process opens the session's GET
 // stream: one that holds another lets go, since the upstream allows one.
 func (f *Fleet) ClaimStream(sess *session.Session) {
 	if f == nil || f.Watcher == nil {
@@ -313,7 +313,7 @@ func (f *Fleet) ClaimStream(sess *session.Session) {
 	})
 }
 
-// watch applies the fleet's events with apply until done closes.
+// Watch applies the fleet's events with apply until done closes.
 func (f *Fleet) Watch(done <-chan struct{}, apply func(session.ClientID, session.Event)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {

@@ -23,7 +23,7 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// healer re-creates upstream sessions (docs/healing.md "What it does with each
+// Healer re-creates upstream sessions (docs/healing.md "What it does with each
 // answer"): the single-flight re-initialize of a session from its recipe,
 // the journal replay on the new upstream session, the check of the tool
 // list after it, and the keepalive that heals a quiet session before its
@@ -53,13 +53,13 @@ type StreamNotes interface {
 	Inject(id session.ClientID, event []byte)
 }
 
-// errRecipeRefused: the upstream no longer accepts the session's initialize
+// ErrRecipeRefused: the upstream no longer accepts the session's initialize
 // (another protocol version, a credential it rejects, a session id past
 // maxUpstreamID). The agent must start over, so it is told its session is
 // gone.
 var ErrRecipeRefused = errors.New("upstream refused the recorded initialize")
 
-// heal runs (or joins) the session's re-init from generation seen, under
+// Heal runs (or joins) the session's re-init from generation seen, under
 // the agent headers hdr, and counts and logs the outcome once per
 // generation: only the caller that saw the generation change reports it.
 func (h *Healer) Heal(ctx context.Context, sess *session.Session, seen uint64, reason int, hdr *fasthttp.RequestHeader) (session.UpstreamID, uint64, error) {
@@ -128,14 +128,14 @@ func deadlineOf(ctx context.Context, def time.Time) time.Time {
 	return def
 }
 
-// breakerOpenError: the circuit breaker refused the work.
+// BreakerOpenError: the circuit breaker refused the work.
 type BreakerOpenError struct{ Wait time.Duration }
 
 func (e *BreakerOpenError) Error() string {
 	return fmt.Sprintf("circuit breaker open for %v", e.Wait.Round(time.Millisecond))
 }
 
-// healAuthError: the upstream refused the credential of the request
+// HealAuthError: the upstream refused the credential of the request
 // that healed (401 or 403 to the recorded initialize). The session stays:
 // the request is answered with the upstream's status and challenge.
 type HealAuthError struct {
@@ -147,7 +147,7 @@ func (e *HealAuthError) Error() string {
 	return "upstream refused the credential: initialize answered " + strconv.Itoa(e.Status)
 }
 
-// busyError: the upstream turned the recorded initialize away as at
+// BusyError: the upstream turned the recorded initialize away as at
 // capacity or rate-limited (classify.Busy). The session stays; the request
 // is answered with the upstream's status, words and Retry-After, and
 // nothing counts it as an outage.
@@ -161,7 +161,7 @@ func (e *BusyError) Error() string {
 	return "upstream busy: initialize answered " + strconv.Itoa(e.Status)
 }
 
-// errClosing: mcpheal is shutting down; work in flight is abandoned.
+// ErrClosing: mcpheal is shutting down; work in flight is abandoned.
 var ErrClosing = errors.New("mcpheal is shutting down")
 
 // reinit returns the re-init that Session.Heal runs once per generation:
@@ -300,7 +300,7 @@ func (h *Healer) initUpstream(ctx context.Context, agent *fasthttp.RequestHeader
 	return rep.Session, nil
 }
 
-// initialized sends notifications/initialized on a new upstream session
+// Initialized sends notifications/initialized on a new upstream session
 // (MCP lifecycle: the client MUST send it). A notification does no harm
 // twice, so a transport failure (a pooled connection the upstream closed
 // as it restarted) sends it again on a checked connection: giving up

@@ -25,7 +25,7 @@ func recipeHeaders(h *fasthttp.RequestHeader) [][2]string {
 	return out
 }
 
-// learnTools records which tools the upstream declares safe to run twice
+// LearnTools records which tools the upstream declares safe to run twice
 // (readOnlyHint or idempotentHint, MCP 2025-03-26+ tool annotations) from a
 // tools/list answer, passing through or mcpheal's own: msg is its JSON-RPC
 // message. It reports whether the list differs from the one the session

@@ -50,7 +50,7 @@ func (h *Healer) journalCall(ctx context.Context, hdr *fasthttp.RequestHeader, s
 		Msg("journal replay failed")
 }
 
-// sessionCall sends one proxy-made request on an upstream session and
+// SessionCall sends one proxy-made request on an upstream session and
 // classifies the answer; result, if not nil, receives the answer's result.
 func (h *Healer) SessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, sess *session.Session, up session.UpstreamID, body string, result *[]byte) (classify.Class, error) {
 	rep, err := h.Link.Call(&link.Upcall{Hdr: hdr, Session: up, Version: sess.Recipe.ProtocolVersion, Body: []byte(body),
@@ -71,7 +71,7 @@ func (h *Healer) SessionCall(ctx context.Context, hdr *fasthttp.RequestHeader, s
 // (MCP server/tools: notifications/tools/list_changed).
 var listChanged = sse.AppendEvent(nil, "message", []byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}`))
 
-// toolsDue lists the session's tools in the background if they are due
+// ToolsDue lists the session's tools in the background if they are due
 // (Session.DueTools).
 func (h *Healer) ToolsDue(sess *session.Session) {
 	if due, notify := sess.TakeDueTools(); due && h.Bg.Add(1) {
@@ -79,7 +79,7 @@ func (h *Healer) ToolsDue(sess *session.Session) {
 	}
 }
 
-// refreshTools lists the session's tools upstream itself and learns them
+// RefreshTools lists the session's tools upstream itself and learns them
 // (learnTools: the annotations the replay rules read, the list the next
 // check compares): after a heal when the agent has listed tools, so that
 // an agent whose new upstream session lists different tools (a server

@@ -13,7 +13,7 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-// keepaliveLoop probes quiet sessions' upstreams every Config.Keepalive so
+// KeepaliveLoop probes quiet sessions' upstreams every Config.Keepalive so
 // that they neither expire nor sit on a dead connection (docs/healing.md
 // "Keeping upstream healthy"). It runs until Close.
 func (h *Healer) KeepaliveLoop(done <-chan struct{}) {
@@ -116,7 +116,7 @@ func (h *Healer) probe(sess *session.Session, hdr *fasthttp.RequestHeader, up se
 	return rep.Class, nil
 }
 
-// recipeHeader rebuilds the agent's initialize headers for work done on the
+// RecipeHeader rebuilds the agent's initialize headers for work done on the
 // session's behalf.
 func RecipeHeader(sess *session.Session) *fasthttp.RequestHeader {
 	h := new(fasthttp.RequestHeader)

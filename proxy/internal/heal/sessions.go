@@ -18,7 +18,7 @@ import (
 	"github.com/mcpheal/mcpheal/session/seal"
 )
 
-// sessions is where a request's session comes from (docs/deployment.md "Sessions that
+// Sessions is where a request's session comes from (docs/deployment.md "Sessions that
 // outlive mcpheal"): the store of live sessions; an id the store does not
 // hold (this process restarted, another replica created it, the store
 // dropped it) is opened from its sealed id, checked, and re-created as a
@@ -47,14 +47,14 @@ type Sessions struct {
 	restoreMu sync.Mutex // one restore of an id at a time
 }
 
-// seal returns the agent-facing id for a new session and the record it
+// Seal returns the agent-facing id for a new session and the record it
 // seals (its nonce and expiry go into the session's recipe).
 func (ss *Sessions) Seal(auth []byte, version string, init []byte) (session.ClientID, *seal.Record) {
 	rec := seal.NewRecord(ss.Cfg.Name, BindingOf(auth), version, init, time.Now(), ss.Cfg.SessionMaxAge)
 	return session.ClientID(ss.Ring.Seal(rec)), rec
 }
 
-// origin is what a new session is made of: the initialize that opened it
+// Origin is what a new session is made of: the initialize that opened it
 // (init) under the credential auth; for a session held for 2026-07-28
 // agents, its held id and the last generation the fleet's store knew of it.
 type Origin struct {
@@ -63,7 +63,7 @@ type Origin struct {
 	HeldGen    uint64
 }
 
-// newSession returns a session for a freshly initialized upstream session
+// NewSession returns a session for a freshly initialized upstream session
 // (up; "" for a bridged one), not yet admitted: o's initialize under the
 // headers hdr, sealed into a new id; or, for a session held for
 // 2026-07-28 agents (o.heldID), under its held id, following the
@@ -79,7 +79,7 @@ func (ss *Sessions) NewSession(o Origin, hdr *fasthttp.RequestHeader, version st
 	return session.New(id, NewRecipe(hdr, rec, o.Init, version), up)
 }
 
-// newRecipe returns the recipe of a session whose record is rec.
+// NewRecipe returns the recipe of a session whose record is rec.
 func NewRecipe(hdr *fasthttp.RequestHeader, rec *seal.Record, init []byte, version string) session.Recipe {
 	in := session.Intern(init)
 	return session.Recipe{
@@ -94,10 +94,10 @@ func NewRecipe(hdr *fasthttp.RequestHeader, rec *seal.Record, init []byte, versi
 	}
 }
 
-// errBudget: the memory budget has no room for the session.
+// ErrBudget: the memory budget has no room for the session.
 var ErrBudget = errors.New("memory budget reached")
 
-// admit adds a new session to the store, under the store's caps and the
+// Admit adds a new session to the store, under the store's caps and the
 // memory budget, and tells the fleet. An error means the session was not
 // admitted: errBudget or session.ErrFull / ErrCredentialFull.
 func (ss *Sessions) Admit(sess *session.Session) error {
@@ -113,7 +113,7 @@ func (ss *Sessions) Admit(sess *session.Session) error {
 	return nil
 }
 
-// lookup returns the live session sid names, restoring it from its sealed
+// Lookup returns the live session sid names, restoring it from its sealed
 // id when the store does not hold it. A session past its maximum age ends
 // here, in memory as everywhere.
 func (ss *Sessions) Lookup(sid, auth []byte) (*session.Session, bool) {
@@ -207,7 +207,7 @@ func (ss *Sessions) restoredHeaders(auth []byte) [][2]string {
 	return [][2]string{{"Authorization", string(auth)}}
 }
 
-// addRestored admits a restored session, unless a concurrent request
+// AddRestored admits a restored session, unless a concurrent request
 // restored it first or it ended meanwhile.
 func (ss *Sessions) AddRestored(sess *session.Session, st session.State) (*session.Session, bool) {
 	ss.restoreMu.Lock()
@@ -234,7 +234,7 @@ func (ss *Sessions) AddRestored(sess *session.Session, st session.State) (*sessi
 	return sess, true
 }
 
-// end ends the agent's session (DELETE, or a recipe the upstream refused):
+// End ends the agent's session (DELETE, or a recipe the upstream refused):
 // its id never opens again, here or, with a fleet, anywhere. It reports
 // false when the session had ended already.
 func (ss *Sessions) End(sess *session.Session, everywhere bool) bool {
@@ -254,7 +254,7 @@ func (ss *Sessions) End(sess *session.Session, everywhere bool) bool {
 	return true
 }
 
-// endedElsewhere drops a session another process ended.
+// EndedElsewhere drops a session another process ended.
 func (ss *Sessions) EndedElsewhere(id session.ClientID) {
 	sess, ok := ss.Store.Peek(id)
 	if !ok {
@@ -276,7 +276,7 @@ func (ss *Sessions) release(sess *session.Session) {
 	}
 }
 
-// dropped runs when the store expires or evicts a session: idle past
+// Dropped runs when the store expires or evicts a session: idle past
 // session_ttl, past session_max_age, or making room.
 func (ss *Sessions) Dropped(sess *session.Session) {
 	ss.release(sess)
@@ -293,7 +293,7 @@ func (ss *Sessions) Dropped(sess *session.Session) {
 	ss.Link.DeleteLater(up, RecipeHeader(sess).PeekBytes(wire.HdrAuthorization), false)
 }
 
-// journal records a change to the session's journal that the upstream (or
+// Journal records a change to the session's journal that the upstream (or
 // the bridge) accepted, in the session and the fleet, and settles the
 // memory reserved for it by the guard (reserved bytes; see
 // guard.reserveJournal).
@@ -315,7 +315,7 @@ func (ss *Sessions) Journal(sess *session.Session, c session.JournalChange, rese
 	}
 }
 
-// rebind moves the session to a credential the upstream accepted: a
+// Rebind moves the session to a credential the upstream accepted: a
 // rotated one (another principal: here, and in the fleet), or a new token
 // of the same principal (a JWT renewed): then only the headers the session
 // uses for work on its behalf change, so that a keepalive or a heal does
@@ -336,7 +336,7 @@ func (ss *Sessions) Rebind(sess *session.Session, auth []byte, hdr *fasthttp.Req
 	ss.Log.Info().Str(obs.LogSession, sess.ID.Short()).Msg("session credential rotated")
 }
 
-// newRing returns the ring of Config.SessionKeys, or a ring of one key made
+// NewRing returns the ring of Config.SessionKeys, or a ring of one key made
 // up now.
 func NewRing(keys string) (*seal.Ring, error) {
 	if keys == "" {
@@ -349,6 +349,6 @@ func NewRing(keys string) (*seal.Ring, error) {
 	return seal.NewRing(ks)
 }
 
-// heldPrefix starts the id of every held session (a sealed id starts with
+// HeldPrefix starts the id of every held session (a sealed id starts with
 // 'm').
 const HeldPrefix = 'h'

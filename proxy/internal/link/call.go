@@ -17,7 +17,7 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// upcall is one request mcpheal makes on an agent's behalf: the initialize
+// Upcall is one request mcpheal makes on an agent's behalf: the initialize
 // and notifications/initialized of a heal, the journal replay, the
 // tools/list after a heal, a keepalive ping, an upstream GET stream, a
 // DELETE, the bridge's 2026-07-28 requests. All of them are built by
@@ -53,7 +53,7 @@ type Upcall struct {
 	Name string
 }
 
-// build fills req for c.
+// Build fills req for c.
 func (l *Link) Build(req *fasthttp.Request, c *Upcall) {
 	if c.Hdr != nil {
 		c.Hdr.CopyTo(&req.Header)
@@ -129,7 +129,7 @@ type Reply struct {
 	Wait time.Duration
 }
 
-// call sends c and reads and classifies its answer. An error means no
+// Call sends c and reads and classifies its answer. An error means no
 // answer came: its class is TransportDead or Timeout.
 func (l *Link) Call(c *Upcall) (Reply, error) {
 	req := fasthttp.AcquireRequest()
@@ -180,7 +180,7 @@ func (l *Link) Call(c *Upcall) (Reply, error) {
 	return rep, nil
 }
 
-// failClass is the class of an exchange that got no answer.
+// FailClass is the class of an exchange that got no answer.
 func FailClass(err error) classify.Class {
 	var ce *CredentialError
 	if errors.As(err, &ce) {

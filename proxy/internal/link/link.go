@@ -21,7 +21,7 @@ import (
 	"github.com/mcpheal/mcpheal/upstream"
 )
 
-// link is mcpheal's side of one upstream: the HTTP client, the credential
+// Link is mcpheal's side of one upstream: the HTTP client, the credential
 // mcpheal owns for it, the circuit breaker and the outage watch. Every
 // request sent upstream, the agent's and mcpheal's own, leaves through
 // [link.do] or [link.doOnce]; every request mcpheal makes on an agent's
@@ -79,7 +79,7 @@ func NewLink(cfg *conf.Config, log *zerolog.Logger, count *obs.Counters, bg *wir
 	return l, nil
 }
 
-// do sends one exchange upstream. When mcpheal owns the upstream
+// Do sends one exchange upstream. When mcpheal owns the upstream
 // credential it sets it first, and a 401 makes it drop the token, fetch a
 // new one and send once more (the upstream refused before dispatch, so
 // this is safe for any request).
@@ -87,7 +87,7 @@ func (l *Link) Do(req *fasthttp.Request, resp *upstream.Response, deadline time.
 	return l.exchange(req, resp, deadline, l.Up.Do)
 }
 
-// doOnce is do for a request that is not safe to send twice: the upstream
+// DoOnce is do for a request that is not safe to send twice: the upstream
 // client never resends it (upstream.Client.DoOnce).
 func (l *Link) DoOnce(req *fasthttp.Request, resp *upstream.Response, deadline time.Time) error {
 	return l.exchange(req, resp, deadline, l.Up.DoOnce)
@@ -123,7 +123,7 @@ func (l *Link) exchange(req *fasthttp.Request, resp *upstream.Response, deadline
 	}
 }
 
-// credentialError is the failure of an exchange that never started:
+// CredentialError is the failure of an exchange that never started:
 // mcpheal could not get the upstream credential it owns. Nothing was sent,
 // and the upstream is not at fault: it feeds neither the breaker nor a
 // retry (decide: actCredential).
@@ -132,7 +132,7 @@ type CredentialError struct{ Err error }
 func (e *CredentialError) Error() string { return "upstream credential: " + e.Err.Error() }
 func (e *CredentialError) Unwrap() error { return e.Err }
 
-// refused reports a token endpoint's refusal (a 4xx: invalid_client, …)
+// Refused reports a token endpoint's refusal (a 4xx: invalid_client, …)
 // or a missing login, which only the operator can mend, as opposed to an
 // outage.
 func (e *CredentialError) Refused() bool { return upstream.Refused(e.Err) }
@@ -150,14 +150,14 @@ func (l *Link) credentialFailed(err error) error {
 	return ce
 }
 
-// ownsAuthorization reports whether the agent's Authorization is the
+// OwnsAuthorization reports whether the agent's Authorization is the
 // proxy's business (inbound auth, or a proxy-owned upstream credential) and
 // must not be forwarded.
 func (l *Link) OwnsAuthorization() bool {
 	return l.Cfg.Credentials != nil || len(l.Cfg.AuthTokens) > 0
 }
 
-// requestDrops returns the names of the agent's fields that never go
+// RequestDrops returns the names of the agent's fields that never go
 // upstream.
 func (l *Link) RequestDrops() *wire.NameSet {
 	if l.OwnsAuthorization() {
@@ -166,7 +166,7 @@ func (l *Link) RequestDrops() *wire.NameSet {
 	return wire.ReqDropHeaders
 }
 
-// copyRequest builds the upstream request from the agent's headers and
+// CopyRequest builds the upstream request from the agent's headers and
 // body. The body is shared, not copied: the agent's request outlives
 // every upstream exchange made for it.
 func (l *Link) CopyRequest(hdr *fasthttp.RequestHeader, body []byte, req *fasthttp.Request) {
@@ -176,7 +176,7 @@ func (l *Link) CopyRequest(hdr *fasthttp.RequestHeader, body []byte, req *fastht
 	req.SetBodyRaw(body)
 }
 
-// setOperatorHeaders sets Config.Headers, which replace an agent's header
+// SetOperatorHeaders sets Config.Headers, which replace an agent's header
 // of the same name.
 func (l *Link) SetOperatorHeaders(h *fasthttp.RequestHeader) {
 	for k, v := range l.Cfg.Headers {
@@ -190,13 +190,13 @@ func (l *Link) Origin() string { return l.Up.Origin() }
 // Allow asks the circuit breaker for a try (upstream.Breaker.Allow).
 func (l *Link) Allow() (bool, time.Duration) { return l.Breaker.Allow() }
 
-// upcallID returns a JSON-RPC id (raw JSON) in mcpheal's own namespace for
+// UpcallID returns a JSON-RPC id (raw JSON) in mcpheal's own namespace for
 // a request of the given kind, unique in the process.
 func (l *Link) UpcallID(kind string) string {
 	return `"mcpheal-` + kind + `-` + strconv.FormatUint(l.seq.Add(1), 10) + `"`
 }
 
-// maxUpstreamID caps an upstream Mcp-Session-Id. MCP sets no maximum, but
+// MaxUpstreamID caps an upstream Mcp-Session-Id. MCP sets no maximum, but
 // every id mcpheal holds is sent on every request of its session, and
 // servers' ids are 32 to 48 characters (JWTs a few hundred): a longer one
 // is refused once, clearly, rather than carried until some hop between
@@ -207,7 +207,7 @@ const MaxUpstreamID = 4 << 10
 // than maxUpstreamID. The session is DELETEd and not used.
 var errUpstreamIDTooLong = errors.New("upstream Mcp-Session-Id longer than " + strconv.Itoa(MaxUpstreamID) + " bytes")
 
-// sessionOf returns the upstream session id an answer names, or
+// SessionOf returns the upstream session id an answer names, or
 // errUpstreamIDTooLong (the session it names is then DELETEd).
 func (l *Link) SessionOf(h *fasthttp.ResponseHeader, auth []byte) (session.UpstreamID, error) {
 	id := h.PeekBytes(wire.HdrSessionID)
@@ -220,7 +220,7 @@ func (l *Link) SessionOf(h *fasthttp.ResponseHeader, auth []byte) (session.Upstr
 	return "", errUpstreamIDTooLong
 }
 
-// deleteLater ends an upstream session best-effort in the background,
+// DeleteLater ends an upstream session best-effort in the background,
 // bounded by a few seconds.
 func (l *Link) DeleteLater(up session.UpstreamID, auth []byte, dead bool) {
 	if up == "" {
@@ -242,7 +242,7 @@ func (l *Link) DeleteLater(up session.UpstreamID, auth []byte, dead bool) {
 	}()
 }
 
-// deleteNow sends DELETE for an upstream session (MCP 2025-03-26+ §Session
+// DeleteNow sends DELETE for an upstream session (MCP 2025-03-26+ §Session
 // Management: the client SHOULD end sessions it no longer needs).
 func (l *Link) DeleteNow(up session.UpstreamID, auth []byte, deadline time.Time) (err error) {
 	defer func() {
@@ -264,7 +264,7 @@ func (l *Link) DeleteNow(up session.UpstreamID, auth []byte, deadline time.Time)
 	return l.Do(req, resp, deadline)
 }
 
-// dropMinted ends a session a server opened for a request that needs
+// DropMinted ends a session a server opened for a request that needs
 // none (a server/discover probe, a failed initialize, a 2026-07-28
 // request to a session-era server): nobody will use its id. The id is
 // taken off r, so that it is dropped once.
@@ -292,7 +292,7 @@ func (l *Link) NoteBusy(status int, waiting bool) {
 	l.log.Warn().Int("status", status).Msg(msg)
 }
 
-// retryAfter is how long a busy upstream asked to be left alone
+// RetryAfter is how long a busy upstream asked to be left alone
 // (Retry-After: seconds or an HTTP date), at most a minute; 1 s when it
 // did not say.
 func RetryAfter(h *fasthttp.ResponseHeader, now time.Time) time.Duration {

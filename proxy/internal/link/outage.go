@@ -12,7 +12,7 @@ import (
 // (session.Probe) while the others wait for it, and one watcher per
 // upstream notices the end of the outage and wakes them all.
 
-// sleep waits d unless the server is closing; it ends early, reporting
+// Sleep waits d unless the server is closing; it ends early, reporting
 // true, when the upstream answers again after failures, so that requests
 // and heals waiting out an outage go at once instead of at their next
 // backoff step.
@@ -37,7 +37,7 @@ func (l *Link) recovered() <-chan struct{} {
 	return l.wake
 }
 
-// success records that the upstream answered: it feeds the breaker and
+// Success records that the upstream answered: it feeds the breaker and
 // wakes everyone waiting out a failure.
 func (l *Link) Success() {
 	l.Breaker.Success()
@@ -49,7 +49,7 @@ func (l *Link) Success() {
 	}
 }
 
-// outageEnd is when the outage in progress stops being waited out: its
+// OutageEnd is when the outage in progress stops being waited out: its
 // start plus the heal budget. Until then a request that meets the open
 // breaker waits for the upstream instead of failing at once, so that a
 // redeploy shorter than heal_timeout costs the agents latency, not errors
@@ -71,7 +71,7 @@ func (l *Link) wakeAll() {
 	l.wakeMu.Unlock()
 }
 
-// failure records an infrastructure failure and makes sure the outage is
+// Failure records an infrastructure failure and makes sure the outage is
 // being watched.
 func (l *Link) Failure() {
 	now := time.Now().UnixNano()

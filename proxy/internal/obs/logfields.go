@@ -19,7 +19,7 @@ const (
 	logListen     = "listen"
 )
 
-// logText is a value an agent sent (a method, a tool name) as a log line
+// LogText is a value an agent sent (a method, a tool name) as a log line
 // carries it: cut at maxSpanText bytes, as a span attribute is, so that
 // an agent cannot write megabytes into every line mcpheal logs of it. It
 // allocates only for a value that long.

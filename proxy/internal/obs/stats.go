@@ -105,7 +105,7 @@ const (
 
 var SharedNames = [numShared]string{"written", "fallback", "served", "taken", "missing"}
 
-// counters is the one place where the proxy counts what it did: plain
+// Counters is the one place where the proxy counts what it did: plain
 // atomics on the hot path, exposed by collector at scrape time.
 type Counters struct {
 	Requests       [len(MethodNames)][NumClasses]atomic.Uint64

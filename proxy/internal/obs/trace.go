@@ -36,10 +36,10 @@ type Tracing struct {
 	server   []attribute.KeyValue
 }
 
-// propagator reads and writes W3C trace context (traceparent, tracestate).
+// Propagator reads and writes W3C trace context (traceparent, tracestate).
 var Propagator = propagation.TraceContext{}
 
-// newTracing returns the tracing of an upstream, or nil when cfg has no
+// NewTracing returns the tracing of an upstream, or nil when cfg has no
 // tracer.
 func NewTracing(cfg *conf.Config, host, port string) *Tracing {
 	if cfg.Tracer == nil {
@@ -53,7 +53,7 @@ func NewTracing(cfg *conf.Config, host, port string) *Tracing {
 	}
 }
 
-// headerCarrier is an agent's or an upstream request's header as a
+// HeaderCarrier is an agent's or an upstream request's header as a
 // propagation carrier.
 type HeaderCarrier struct{ H *fasthttp.RequestHeader }
 
@@ -67,7 +67,7 @@ func (c HeaderCarrier) Keys() []string {
 	return keys
 }
 
-// metaCarrier is a request's params._meta as a propagation carrier, read
+// MetaCarrier is a request's params._meta as a propagation carrier, read
 // only (MCP 2026-07-28 agents put traceparent and tracestate there).
 type MetaCarrier struct{ Body []byte }
 
@@ -77,12 +77,12 @@ func (c MetaCarrier) Get(k string) string {
 func (MetaCarrier) Set(string, string) {}
 func (MetaCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
 
-// maxSpanText bounds what a span copies of an agent's request (method,
+// MaxSpanText bounds what a span copies of an agent's request (method,
 // id, tool name): the agent chooses them, and a span lives until it is
 // exported, a slow collector's queue included.
 const MaxSpanText = 128
 
-// spanText is a copy of s of at most maxSpanText bytes, cut at a rune
+// SpanText is a copy of s of at most maxSpanText bytes, cut at a rune
 // boundary and marked with "…" when cut.
 func SpanText(s string) string {
 	if len(s) <= MaxSpanText {
@@ -95,7 +95,7 @@ func SpanText(s string) string {
 	return s[:cut] + "…" // a new string: the agent's body is not kept
 }
 
-// exchange begins the span of one upstream exchange of a request (a child
+// Exchange begins the span of one upstream exchange of a request (a child
 // of ctx) and writes its trace context into the upstream request's
 // headers. It returns nil when tracing is off or ctx has no span.
 func (tr *Tracing) Exchange(ctx context.Context, req *fasthttp.Request, name string, attrs ...attribute.KeyValue) trace.Span {
@@ -109,7 +109,7 @@ func (tr *Tracing) Exchange(ctx context.Context, req *fasthttp.Request, name str
 	return sp
 }
 
-// endExchange ends an exchange's span with what came back.
+// EndExchange ends an exchange's span with what came back.
 func EndExchange(sp trace.Span, status int, cls classify.Class, err error) {
 	if sp == nil {
 		return
@@ -125,7 +125,7 @@ func EndExchange(sp trace.Span, status int, cls classify.Class, err error) {
 	sp.End()
 }
 
-// child begins an internal span under ctx (a heal, a journal replay, a
+// Child begins an internal span under ctx (a heal, a journal replay, a
 // wait): ctx is returned as it is when tracing is off.
 func (tr *Tracing) Child(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	if tr == nil {
@@ -135,7 +135,7 @@ func (tr *Tracing) Child(ctx context.Context, name string, attrs ...attribute.Ke
 	return tr.Tracer.Start(ctx, name, trace.WithAttributes(attrs...))
 }
 
-// traceID returns the trace id of ctx's span, for a log line that an
+// TraceID returns the trace id of ctx's span, for a log line that an
 // operator can find in the traces; "" for none.
 func TraceID(ctx context.Context) string {
 	if ctx == nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// dialect selects how a StartDialect peer answers a request that carries an
+// Dialect selects how a StartDialect peer answers a request that carries an
 // unknown or forgotten Mcp-Session-Id.
 type Dialect int
 

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// bgGroup tracks a Server's background goroutines. Unlike a bare
+// BgGroup tracks a Server's background goroutines. Unlike a bare
 // sync.WaitGroup it refuses new work once Close waits: a heal's leader
 // runs detached from any request and may start work (an outage watcher, a
 // DELETE) while the server closes.
@@ -39,7 +39,7 @@ func (g *BgGroup) Wait() {
 	g.wg.Wait()
 }
 
-// armWrite bounds the next writes to c by d.
+// ArmWrite bounds the next writes to c by d.
 func ArmWrite(c net.Conn, d time.Duration) {
 	if c == nil {
 		return
@@ -50,7 +50,7 @@ func ArmWrite(c net.Conn, d time.Duration) {
 	_ = c.SetWriteDeadline(time.Now().Add(d))
 }
 
-// sleepUnless waits d unless quit or done closes first.
+// SleepUnless waits d unless quit or done closes first.
 func SleepUnless(d time.Duration, quit, done <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

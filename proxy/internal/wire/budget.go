@@ -7,7 +7,7 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-// budget is the memory an upstream's sessions may hold (Config.MemoryBudget):
+// Budget is the memory an upstream's sessions may hold (Config.MemoryBudget):
 // session state, and upstream answers while they are buffered. Taking more
 // than is left fails; nothing is ever evicted to make room. A new session
 // past the budget gets 503 -32015, an answer that would be buffered past it
@@ -28,12 +28,12 @@ type Budget struct {
 	Used  atomic.Int64
 }
 
-// freeHold is what a stream may hold whole without counting it (a line,
+// FreeHold is what a stream may hold whole without counting it (a line,
 // an event): the read buffer's size, which every stream has anyway. Past
 // it, holdMeter counts what is held.
 const FreeHold = 64 << 10
 
-// errHoldBudget ends a stream that would hold a line or an event whole
+// ErrHoldBudget ends a stream that would hold a line or an event whole
 // past freeHold, and the budget has no room for it.
 var ErrHoldBudget = errors.New("memory_budget reached holding an event")
 
@@ -51,7 +51,7 @@ type holdMeter struct {
 	Charged int64
 }
 
-// hold makes the charge n bytes, or nothing for n ≤ freeHold, taking or
+// Hold makes the charge n bytes, or nothing for n ≤ freeHold, taking or
 // giving back the difference. It reports false, the charge unchanged,
 // when the budget has no room.
 func (m *holdMeter) Hold(n int) bool {
@@ -74,7 +74,7 @@ func (m *holdMeter) Hold(n int) bool {
 	return true
 }
 
-// release gives the charge back.
+// Release gives the charge back.
 func (m *holdMeter) Release() { m.Hold(0) }
 
 // sessionOverhead approximates what one session costs beyond its recipe.
@@ -102,7 +102,7 @@ func (b *Budget) Give(n int64) { b.Used.Add(-n) }
 // server's discover answer). Negative n gives back.
 func (b *Budget) Charge(n int64) { b.Used.Add(n) }
 
-// sessionCost is what a session is counted for, the same when it is
+// SessionCost is what a session is counted for, the same when it is
 // admitted and when it leaves.
 func SessionCost(sess *session.Session) int64 {
 	n := sessionOverhead + len(sess.Recipe.InitBody)

@@ -8,7 +8,7 @@ import (
 	"github.com/mcpheal/mcpheal/session"
 )
 
-// envelope returns body as a 2026-07-28 request: id replaced by id, the
+// Envelope returns body as a 2026-07-28 request: id replaced by id, the
 // params' _meta completed with the session's protocol version, client info,
 // client capabilities and log level, and inputResponses and requestState
 // set when not empty.
@@ -56,7 +56,7 @@ func Envelope(body []byte, id string, sess *session.Session, inputs []byte, stat
 	return append(out, "}}}"...)
 }
 
-// copyParams appends to out the members of the params object, comma
+// CopyParams appends to out the members of the params object, comma
 // separated, but for those each era carries its own way: _meta, and unless
 // inputs, inputResponses and requestState. It returns out, how many
 // members it appended, and the _meta.
@@ -85,7 +85,7 @@ func CopyParams(out []byte, params gjson.Result, inputs bool) ([]byte, int, gjso
 	return out, n, meta
 }
 
-// appendForeignMeta appends to out, each after a comma, the members of
+// AppendForeignMeta appends to out, each after a comma, the members of
 // the _meta object that are not MCP's own (io.modelcontextprotocol/…):
 // the agent's and the server's, passed on whatever the era.
 func AppendForeignMeta(out []byte, meta gjson.Result) []byte {
@@ -101,7 +101,7 @@ func AppendForeignMeta(out []byte, meta gjson.Result) []byte {
 	return out
 }
 
-// mcpNameOf returns the Mcp-Name header value of a 2026-07-28 request.
+// McpNameOf returns the Mcp-Name header value of a 2026-07-28 request.
 func McpNameOf(method string, body []byte) string {
 	switch method {
 	case "tools/call", "prompts/get":

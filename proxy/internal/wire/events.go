@@ -11,7 +11,7 @@ import (
 	"github.com/mcpheal/mcpheal/classify/sse"
 )
 
-// eventRewriter turns an upstream SSE stream into the agent's, so that a
+// EventRewriter turns an upstream SSE stream into the agent's, so that a
 // heal stays invisible (docs/streams.md "Streams and session state across a heal"):
 //
 //   - event ids become "<gen>-<upstream id>": a Last-Event-ID from the agent
@@ -76,10 +76,10 @@ type EventRewriter struct {
 	data  bool // the line passing through is a data line
 }
 
-// next returns the next complete event of the stream framed so far.
+// Next returns the next complete event of the stream framed so far.
 func (er *EventRewriter) Next() ([]byte, bool, error) { return er.Fr.Next() }
 
-// event appends one complete event to out, rewritten where needed.
+// Event appends one complete event to out, rewritten where needed.
 func (er *EventRewriter) Event(out, ev []byte) []byte {
 	if !er.Answered && IsResponse(sse.Data(nil, ev)) {
 		er.Answered = true
@@ -145,7 +145,7 @@ func (er *EventRewriter) endEvent() {
 	er.inEvent = false
 }
 
-// noteEvent records the id and retry: of a whole event that a route reads
+// NoteEvent records the id and retry: of a whole event that a route reads
 // itself (attempt.eachEvent) rather than relays: where its stream resumes,
 // and after how long. An id equal to the last allocates nothing.
 func (er *EventRewriter) NoteEvent(ev []byte) {
@@ -221,7 +221,7 @@ func namespaceRequestID(msg []byte, gen uint64) ([]byte, bool) {
 	return append(out, msg[id.Index+len(id.Raw):]...), true
 }
 
-// answerRoute decides where an agent's answer to a server→client request
+// AnswerRoute decides where an agent's answer to a server→client request
 // goes: it returns the body to send upstream with the id restored (nil when
 // the body goes as it is), or ok false when the request belonged to a dead
 // generation (drop it: the upstream session that asked is gone).
@@ -251,7 +251,7 @@ func AnswerRoute(body []byte, id string, gen uint64) ([]byte, bool) {
 	return append(out, body[v.Index+len(v.Raw):]...), true
 }
 
-// answerGen returns the generation named by the id of an agent's answer to
+// AnswerGen returns the generation named by the id of an agent's answer to
 // a server→client request, 0 for an id mcpheal did not rewrite.
 func AnswerGen(id string) uint64 {
 	rest, ok := strings.CutPrefix(id, `"mcpheal-g`)
@@ -263,7 +263,7 @@ func AnswerGen(id string) uint64 {
 	return n
 }
 
-// upstreamEventID returns the upstream part of an agent's Last-Event-ID when
+// UpstreamEventID returns the upstream part of an agent's Last-Event-ID when
 // it belongs to generation gen, else "".
 func UpstreamEventID(agentID []byte, gen uint64) string {
 	g, rest, ok := strings.Cut(string(agentID), "-")
@@ -281,7 +281,7 @@ func appendOwnID(out []byte, own, seq uint64) []byte {
 	return strconv.AppendUint(out, seq, 10)
 }
 
-// parseOwnID splits a Last-Event-ID of mcpheal's own into the answer's key
+// ParseOwnID splits a Last-Event-ID of mcpheal's own into the answer's key
 // ("m<own>") and the event's number; ok is false for any other id.
 func ParseOwnID(id []byte) (key string, seq int, ok bool) {
 	s := string(id)

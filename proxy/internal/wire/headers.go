@@ -50,7 +50,7 @@ var (
 // idBit is Mcp-Session-Id's bit in respDropHeaders.
 var idBit = RespDropHeaders.Bits(HdrSessionID)
 
-// nameSet is a set of up to 32 field names, looked up ignoring case.
+// NameSet is a set of up to 32 field names, looked up ignoring case.
 type NameSet struct {
 	Names []string
 	byLen [maxNameLen + 1]uint32 // the bits of the names of each length
@@ -72,7 +72,7 @@ func NewNameSet(names ...string) *NameSet {
 	return s
 }
 
-// bits returns 1<<i if name is names[i] (ignoring case), else 0.
+// Bits returns 1<<i if name is names[i] (ignoring case), else 0.
 func (s *NameSet) Bits(name []byte) uint32 {
 	if len(name) > maxNameLen {
 		return 0
@@ -86,7 +86,7 @@ func (s *NameSet) Bits(name []byte) uint32 {
 	return 0
 }
 
-// stripRequestHeader deletes the fields named in drop from h, a copy of an
+// StripRequestHeader deletes the fields named in drop from h, a copy of an
 // agent's request header as parsed, and keeps the order of those that stay
 // (the order of the fields of one name is part of their meaning).
 //
@@ -114,7 +114,7 @@ func StripRequestHeader(h *fasthttp.RequestHeader, drop *NameSet) {
 	}
 }
 
-// stripListed is stripRequestHeader for a header whose raw block is not
+// StripListed is stripRequestHeader for a header whose raw block is not
 // its fields (none: built with Add, or not parsed; stale: changed since it
 // was parsed): it reads h's own list, in order. The Cookie fields are
 // fasthttp's cookie list, which Del leaves alone, so only the other fields
@@ -224,7 +224,7 @@ func delFound(h *fasthttp.RequestHeader, drop *NameSet, found uint32) {
 
 var fieldCopies = sync.Pool{New: func() any { return new(fieldCopy) }}
 
-// rawHeaderNames returns a bit (1<<i) for each of drop's names that names a
+// RawHeaderNames returns a bit (1<<i) for each of drop's names that names a
 // field line of raw, a header block as received (ignoring case, as HTTP
 // field names are), and whether deleting them from fasthttp's list of
 // fields could reorder fields of one name that stays: fasthttp's Del moves
@@ -279,7 +279,7 @@ func fieldName(b []byte) (name, rest []byte) {
 	return line[:colon], rest
 }
 
-// maxNames is how many distinct field names rawHeaderNames and
+// MaxNames is how many distinct field names rawHeaderNames and
 // stripResponseHeader tell apart when they look for repeats; past it they
 // assume one.
 const MaxNames = 32
@@ -294,7 +294,7 @@ func seenName(seen [][]byte, name []byte) bool {
 	return false
 }
 
-// stripResponseHeader deletes the hop-by-hop fields and the upstream's
+// StripResponseHeader deletes the hop-by-hop fields and the upstream's
 // session ids from h, a copy of src (an upstream answer's head), keeping
 // the order of the fields that stay; with keepOneID, a sole Mcp-Session-Id
 // stays for its caller to overwrite in place. It reports how many
@@ -363,7 +363,7 @@ func responseRepeats(h *fasthttp.ResponseHeader) bool {
 	return false
 }
 
-// headerValue returns the value of the named header in hdr, or "".
+// HeaderValue returns the value of the named header in hdr, or "".
 func HeaderValue(hdr [][2]string, name string) string {
 	for _, kv := range hdr {
 		if strings.EqualFold(kv[0], name) {

@@ -54,7 +54,7 @@ const (
 	CodeHeaderMismatch = -32020
 )
 
-// message is what the proxy needs to know of one agent POST body. Fields are
+// Message is what the proxy needs to know of one agent POST body. Fields are
 // views into the request body, valid until the handler returns.
 type Message struct {
 	Method string // "" for a JSON-RPC response or a batch
@@ -65,7 +65,7 @@ type Message struct {
 	Dup    bool // a member routed on appears twice: refused
 }
 
-// idOrNull returns the id for an error answer.
+// IdOrNull returns the id for an error answer.
 func (m *Message) IdOrNull() string {
 	if m.ID == "" {
 		return "null"
@@ -73,10 +73,10 @@ func (m *Message) IdOrNull() string {
 	return m.ID
 }
 
-// isRequest reports whether the message expects a response.
+// IsRequest reports whether the message expects a response.
 func (m *Message) IsRequest() bool { return m.ID != "" && m.Method != "" }
 
-// parseMessage reads the fields of body the proxy routes on. body must be
+// ParseMessage reads the fields of body the proxy routes on. body must be
 // valid JSON. A member the proxy routes on that appears twice (method, id,
 // params, or the name of a tools/call) makes the message ambiguous: mcpheal
 // would judge one value and the server act on another (servers keep the
@@ -123,12 +123,12 @@ func ParseMessage(body []byte) (m Message) {
 	return m
 }
 
-// errorCode returns error.code of a JSON-RPC answer, or 0.
+// ErrorCode returns error.code of a JSON-RPC answer, or 0.
 func ErrorCode(body []byte) int64 {
 	return gjson.GetBytes(body, "error.code").Int()
 }
 
-// writeError answers the agent with a JSON-RPC error carrying id (raw JSON).
+// WriteError answers the agent with a JSON-RPC error carrying id (raw JSON).
 func WriteError(ctx *fasthttp.RequestCtx, status, code int, id, msg string) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
@@ -136,7 +136,7 @@ func WriteError(ctx *fasthttp.RequestCtx, status, code int, id, msg string) {
 	ctx.Response.SetBodyRaw(AppendError(ctx.Response.Body()[:0], code, id, msg))
 }
 
-// appendError appends a JSON-RPC error message carrying id (raw JSON) to b.
+// AppendError appends a JSON-RPC error message carrying id (raw JSON) to b.
 func AppendError(b []byte, code int, id, msg string) []byte {
 	b = append(b, `{"jsonrpc":"2.0","error":{"code":`...)
 	b = strconv.AppendInt(b, int64(code), 10)
@@ -150,6 +150,6 @@ func AppendError(b []byte, code int, id, msg string) []byte {
 	return append(b, '}')
 }
 
-// b2s views b as a string without copying; b must not change while the
+// B2s views b as a string without copying; b must not change while the
 // string is in use.
 func B2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -27,7 +27,7 @@ const (
 	LinePassing
 )
 
-// startStream hands what the framer holds of an unfinished event over to
+// StartStream hands what the framer holds of an unfinished event over to
 // the line relay; out receives what of it can go to the agent now.
 func (er *EventRewriter) StartStream(out []byte) ([]byte, error) {
 	rest, lines := er.Fr.Handover()
@@ -40,7 +40,7 @@ func (er *EventRewriter) StartStream(out []byte) ([]byte, error) {
 	return res, err
 }
 
-// stream relays p. The output is either a prefix of p itself (aliased
+// Stream relays p. The output is either a prefix of p itself (aliased
 // true: nothing in it changed, and the rest of p is held), or out with the
 // output appended. err is sse.ErrTooLarge when a held line outgrows
 // er.max, errHoldBudget when the memory budget has no room for it (it is
@@ -126,7 +126,7 @@ func (er *EventRewriter) emitHeld(e *emitter) {
 	// the relay has handed that on (handedOn).
 }
 
-// handedOn runs when the relay has handed its output to the agent: the
+// HandedOn runs when the relay has handed its output to the agent: the
 // copy of a line held past freeHold is gone from the count, unless a line
 // is held now.
 func (er *EventRewriter) HandedOn() {
@@ -135,7 +135,7 @@ func (er *EventRewriter) HandedOn() {
 	}
 }
 
-// endStream ends the relay of a stream that ended or broke. The bytes of a
+// EndStream ends the relay of a stream that ended or broke. The bytes of a
 // line it held unfinished go to out when keep is set (the agent's parser
 // drops an unfinished event at the end of a stream, as it would without
 // mcpheal), and are dropped otherwise (an error event follows, which must
@@ -276,7 +276,7 @@ func (er *EventRewriter) endHead() {
 		(bytes.Contains(h, []byte(`"result"`)) || bytes.Contains(h, []byte(`"error"`)))
 }
 
-// resumed readies the rewriter for the events of a resumed stream: the
+// Resumed readies the rewriter for the events of a resumed stream: the
 // framer's unfinished event is dropped (the server sends it again whole,
 // after the last event that ended), and a line or event cut half-way on
 // its way to the agent is ended first, so that the resumed events are not

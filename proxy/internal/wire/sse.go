@@ -16,7 +16,7 @@ import (
 // an eventRewriter and so through one sse.Framer: an event counts only once
 // its blank line has arrived, whatever the read sizes.
 
-// peekLimit caps how much of an SSE answer is held back to find its first
+// PeekLimit caps how much of an SSE answer is held back to find its first
 // event. A first event larger than that (a large tool result) is judged on
 // its prefix and then streamed: what decides is at the start of a message
 // (a result, or an error whose message names the session), and a result's
@@ -28,10 +28,10 @@ const PeekLimit = 64 << 10
 // got no answer (a server that died or dropped the session mid-call).
 var errNoEvent = errors.New("stream ended before an answer")
 
-// errAnswerTooLarge: an SSE answer read whole passed Config.MaxAnswer.
+// ErrAnswerTooLarge: an SSE answer read whole passed Config.MaxAnswer.
 var ErrAnswerTooLarge = errors.New("SSE answer larger than max_answer")
 
-// readBuf is the size of one read from an upstream stream: a relayed
+// ReadBuf is the size of one read from an upstream stream: a relayed
 // answer goes to the agent one chunk per read.
 const ReadBuf = 64 << 10
 
@@ -39,7 +39,7 @@ const ReadBuf = 64 << 10
 // keepalive per quiet session) should not allocate one each.
 var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBuf); return &b }}
 
-// peekFirst reads r through er until the first event with data is complete,
+// PeekFirst reads r through er until the first event with data is complete,
 // appending the rewritten events before it and itself to out. first is that
 // event, raw, valid until er is fed again; when the first event outgrows
 // peekLimit, first is the prefix read so far (whole false) and stays in
@@ -77,7 +77,7 @@ func PeekFirst(r io.Reader, er *EventRewriter, out, buf []byte) (_, first []byte
 	}
 }
 
-// hasData reports whether an event carries a message (data beyond
+// HasData reports whether an event carries a message (data beyond
 // whitespace): not a comment, a priming event or a lone line ending.
 func HasData(ev []byte) bool {
 	return notBlank(sse.Data(nil, ev))
@@ -97,7 +97,7 @@ func notBlank(b []byte) bool {
 	return false
 }
 
-// isResponse reports whether a JSON-RPC message is a response (it has a
+// IsResponse reports whether a JSON-RPC message is a response (it has a
 // result or an error and no method), as opposed to a notification or a
 // server→client request sent before it.
 func IsResponse(msg []byte) bool {
@@ -122,7 +122,7 @@ func IsResponse(msg []byte) bool {
 	return answer && !method
 }
 
-// readAnswer reads the JSON-RPC answer of r whole: the body of a JSON
+// ReadAnswer reads the JSON-RPC answer of r whole: the body of a JSON
 // answer, or the data of the first event of an SSE answer that is a
 // response (events before it, such as progress notifications, are read
 // past; the stream is closed after it). The stream's end, which a server
@@ -188,6 +188,6 @@ const FinishWait = 20 * time.Millisecond
 // relayed as it comes.
 const EndWait = 2 * time.Millisecond
 
-// errQuiet ends the peek at an answer's first event when the upstream sent
+// ErrQuiet ends the peek at an answer's first event when the upstream sent
 // none for stream_keepalive: the answer is judged on its head and relayed.
 var ErrQuiet = errors.New("no event yet")

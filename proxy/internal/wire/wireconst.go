@@ -19,11 +19,11 @@ var (
 	MimeEventStream    = []byte("text/event-stream")
 )
 
-// statelessVersion is the first MCP version without sessions (2026-07-28
+// StatelessVersion is the first MCP version without sessions (2026-07-28
 // changelog): its traffic passes through without session mapping.
 const StatelessVersion = "2026-07-28"
 
-// legacyVersions are the session-era versions an agent may ask for; the
+// LegacyVersions are the session-era versions an agent may ask for; the
 // bridge answers initialize with the agent's own, or the newest.
 var LegacyVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
 
@@ -36,7 +36,7 @@ func Contains(list []string, v string) bool {
 	return false
 }
 
-// mcpNameValue returns the Mcp-Name header value for v (2026-07-28
+// McpNameValue returns the Mcp-Name header value for v (2026-07-28
 // streamable HTTP): as it is when it is safe visible ASCII, else
 // =?base64?…?=.
 func McpNameValue(v string) string {
@@ -58,7 +58,7 @@ func answers(msg []byte, id string) bool {
 		(r.Get("result").Exists() || r.Get("error").Exists())
 }
 
-// initializedVersion returns result.protocolVersion of a successful
+// InitializedVersion returns result.protocolVersion of a successful
 // initialize answer (its JSON-RPC message), or "".
 func InitializedVersion(status int, msg []byte) string {
 	if status/100 != 2 {
@@ -71,7 +71,7 @@ func InitializedVersion(status int, msg []byte) string {
 	return v.Str
 }
 
-// withID returns a copy of the JSON object body with its top-level "id"
+// WithID returns a copy of the JSON object body with its top-level "id"
 // replaced by id (raw JSON).
 func WithID(body []byte, id string) []byte {
 	r := gjson.GetBytes(body, "id")
@@ -84,7 +84,7 @@ func WithID(body []byte, id string) []byte {
 	return append(out, body[r.Index+len(r.Raw):]...)
 }
 
-// hasMediaType reports whether a Content-Type value names mt (parameters
+// HasMediaType reports whether a Content-Type value names mt (parameters
 // such as charset allowed).
 func HasMediaType(ct, mt []byte) bool {
 	if len(ct) < len(mt) || !bytes.EqualFold(ct[:len(mt)], mt) {

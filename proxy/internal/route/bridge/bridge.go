@@ -83,7 +83,7 @@ type pendingInput struct {
 
 func callKey(id session.ClientID, rawID string) string { return string(id) + "\x00" + rawID }
 
-// serve handles one request of a legacy agent of a 2026-07-28 upstream.
+// Serve handles one request of a legacy agent of a 2026-07-28 upstream.
 // A request under a credential the session is not bound to (a possible
 // rotation) may only go upstream, which judges it: nothing local happens
 // for it (binding.go).

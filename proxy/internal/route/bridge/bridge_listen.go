@@ -88,7 +88,7 @@ func (b *Route) listenChanged(id session.ClientID) {
 	}
 }
 
-// stopListens ends every bridged GET stream (shutdown).
+// StopListens ends every bridged GET stream (shutdown).
 func (b *Route) StopListens() {
 	b.listens.Range(func(k, v any) bool {
 		b.listens.Delete(k)
@@ -97,7 +97,7 @@ func (b *Route) StopListens() {
 	})
 }
 
-// stopListen ends the session's bridged GET stream.
+// StopListen ends the session's bridged GET stream.
 func (b *Route) StopListen(id session.ClientID) {
 	if v, ok := b.listens.LoadAndDelete(id); ok {
 		v.(*listenState).stop()

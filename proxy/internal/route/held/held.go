@@ -169,7 +169,7 @@ func Scope(listen string) string {
 	return host + "\x00" + listen
 }
 
-// lookup returns the live held session of k, if any.
+// Lookup returns the live held session of k, if any.
 func (h *Route) Lookup(k Key) *session.Session {
 	h.mu.Lock()
 	e := h.ByKey[k]
@@ -187,7 +187,7 @@ func (h *Route) Lookup(k Key) *session.Session {
 	return nil
 }
 
-// released forgets a held session that left the store. Its key may
+// Released forgets a held session that left the store. Its key may
 // already name the next one (a request came meanwhile): what it held is
 // found by the session itself.
 func (h *Route) Released(sess *session.Session) {
@@ -270,7 +270,7 @@ func (h *Route) logAll(c *heldCall, r *exchange.Request) {
 // errJournalFull: the change would pass max_journal.
 var errJournalFull = errors.New("the session's state would pass max_journal")
 
-// serve handles one request of a 2026-07-28 agent of a session-era
+// Serve handles one request of a 2026-07-28 agent of a session-era
 // upstream.
 func (h *Route) Serve(ctx *fasthttp.RequestCtx, r *exchange.Request) {
 	m, w := &r.Msg, h.S.Writer()
@@ -772,7 +772,7 @@ func stripStateless(h *fasthttp.RequestHeader) {
 	h.Del("Mcp-Name")
 }
 
-// downgrade returns body as a session-era request of the held session:
+// Downgrade returns body as a session-era request of the held session:
 // its id replaced by id, without the 2026-07-28 members of params._meta
 // (the session's initialize carries them). Its inputResponses and
 // requestState, when it has any, are the server's own (a result of its

@@ -465,7 +465,7 @@ func cacheable(method string) bool {
 	return false
 }
 
-// modernMessage returns a copy of a session-era JSON-RPC response as
+// ModernMessage returns a copy of a session-era JSON-RPC response as
 // MCP 2026-07-28 has it: with id agentID (unless empty), and its result's
 // resultType, which every 2026-07-28 result carries ("complete", or
 // "input_required" for one that carries inputRequests); a

@@ -60,7 +60,7 @@ type heldListen struct {
 	charged            bool // listenCost taken from the memory budget, given back by unlisten
 }
 
-// maxRefusing bounds the refusals of upstream requests in flight, over
+// MaxRefusing bounds the refusals of upstream requests in flight, over
 // every held session: each is a POST that may wait up to 5 s.
 const MaxRefusing = 8
 
@@ -177,7 +177,7 @@ func (l *heldListen) cancelByAgent() { l.stop() }
 
 func (l *heldListen) stop() { l.once.Do(func() { close(l.quit) }) }
 
-// stopListens ends every agent's listen (shutdown): a listen stays open
+// StopListens ends every agent's listen (shutdown): a listen stays open
 // until its agent leaves, and would hold the drain for its whole timeout.
 func (h *Route) StopListens() {
 	h.mu.Lock()
@@ -343,7 +343,7 @@ func (hub *Hub) deliver(h *Route, msg []byte) {
 	}
 }
 
-// withSubscription returns a notification with params._meta naming the
+// WithSubscription returns a notification with params._meta naming the
 // listen it is delivered on.
 func WithSubscription(msg []byte, listenID string) []byte {
 	p := gjson.GetBytes(msg, "params")

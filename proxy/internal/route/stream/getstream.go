@@ -95,7 +95,7 @@ type Upstream interface {
 	RecordHealth(cls classify.Class)
 }
 
-// serve opens the upstream GET for the agent's stream. If that first
+// Serve opens the upstream GET for the agent's stream. If that first
 // open fails the agent gets the upstream's answer (405: the server has no GET
 // stream; 409: one is already open) or the proxy's own; once open, the stream
 // outlives upstream sessions.
@@ -176,7 +176,7 @@ func (g *Stream) write(w *bufio.Writer) {
 	out.Pump(g.Out, g.Done, g.Quit, true)
 }
 
-// pump reads the upstream GET stream, and when it ends opens the next one:
+// Pump reads the upstream GET stream, and when it ends opens the next one:
 // in the same session with Last-Event-ID, or after healing the session.
 func (g *Stream) Pump() {
 	defer g.S.Bg.Done()
@@ -295,7 +295,7 @@ const lostPause = time.Second
 // QueueLen is how many events a stream queues for its agent's writer.
 const QueueLen = 16
 
-// reopen opens the next upstream GET. It waits the server's retry: interval
+// Reopen opens the next upstream GET. It waits the server's retry: interval
 // (or a backoff while the upstream is down), heals a session found gone, and
 // gives up only when the stream is stopped, the session ended, or the
 // upstream says it has no GET stream.
@@ -466,7 +466,7 @@ func (g *Stream) reconnectBefore(gen uint64) {
 	}
 }
 
-// stop ends the stream: the pump and the writer return.
+// Stop ends the stream: the pump and the writer return.
 func (g *Stream) Stop() {
 	g.once.Do(func() {
 		close(g.Quit)
@@ -499,7 +499,7 @@ func setLastEventID(req *fasthttp.Request, id string) {
 	req.Header.SetBytesK(wire.HdrLastEventID, id)
 }
 
-// serveLog answers an agent's GET whose Last-Event-ID names event seq of
+// ServeLog answers an agent's GET whose Last-Event-ID names event seq of
 // the answer logged in l: the events after it, then the rest as it comes,
 // with keepalive comments while none does, until the answer ends.
 func (sr *Route) ServeLog(ctx *fasthttp.RequestCtx, r *exchange.Request, l *exchange.AnswerLog, seq int) {

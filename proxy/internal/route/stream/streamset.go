@@ -52,7 +52,7 @@ func (ss *Set) each(id session.ClientID, f func(*Stream)) {
 	}
 }
 
-// stop ends the session's streams for good.
+// Stop ends the session's streams for good.
 func (ss *Set) Stop(id session.ClientID) { ss.each(id, (*Stream).Stop) }
 
 // Healed moves the session's streams to generation gen, and waits (up to
@@ -69,12 +69,12 @@ func (ss *Set) Healed(id session.ClientID, gen uint64) {
 // healedWait bounds the wait for a healed session's GET streams.
 const healedWait = time.Second
 
-// inject sends one event to the session's streams (dropped if none is open).
+// Inject sends one event to the session's streams (dropped if none is open).
 func (ss *Set) Inject(id session.ClientID, event []byte) {
 	ss.each(id, func(g *Stream) { g.send(event) })
 }
 
-// stopAll ends every stream (shutdown).
+// StopAll ends every stream (shutdown).
 func (ss *Set) StopAll() {
 	ss.mu.Lock()
 	var all []*Stream
@@ -87,7 +87,7 @@ func (ss *Set) StopAll() {
 	}
 }
 
-// evict stops the session's oldest streams until at most keep remain, and
+// Evict stops the session's oldest streams until at most keep remain, and
 // waits (briefly) until their upstream streams are closed. It reports
 // whether it stopped any.
 func (ss *Set) Evict(id session.ClientID, keep int) bool {
@@ -115,7 +115,7 @@ func (ss *Set) Evict(id session.ClientID, keep int) bool {
 	return len(old) > 0
 }
 
-// count returns how many streams the session holds open.
+// Count returns how many streams the session holds open.
 func (ss *Set) Count(id session.ClientID) int {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
