@@ -79,8 +79,8 @@ const eraProbeTimeout = 5 * time.Second
 // meets the outage there).
 func (e *State) era(auth []byte) int { return e.Detect(true, auth) }
 
-// Detect is what era does (era reports it with log set); log says whether
-// to log the era it detects.
+// Detect returns the upstream's era as era does; log says whether to log
+// the era it detects.
 func (e *State) Detect(log bool, auth []byte) int {
 	if e.Cfg.EraBridge == "off" {
 		return eraBoth // as if: nothing is bridged
