@@ -192,9 +192,6 @@ func FailClass(err error) classify.Class {
 	return classify.TransportDead
 }
 
-// isEventStreamCT reports whether a Content-Type is text/event-stream.
-func isEventStreamCT(ct []byte) bool { return wire.HasMediaType(ct, wire.MimeEventStream) }
-
 // Describe says what a reply was, for an error.
 func (r *Reply) Describe() string {
 	return "answered " + strconv.Itoa(r.Status) + " " + r.Class.String()

@@ -50,14 +50,6 @@ func McpNameValue(v string) string {
 	return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(v)) + "?="
 }
 
-// answers reports a JSON-RPC response (result or error) with the given
-// raw id.
-func answers(msg []byte, id string) bool {
-	r := gjson.ParseBytes(msg)
-	return r.Get("method").Type == gjson.Null && r.Get("id").Raw == id &&
-		(r.Get("result").Exists() || r.Get("error").Exists())
-}
-
 // InitializedVersion returns result.protocolVersion of a successful
 // initialize answer (its JSON-RPC message), or "".
 func InitializedVersion(status int, msg []byte) string {
