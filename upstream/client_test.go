@@ -143,21 +143,11 @@ func TestDoChunkedAndReuse(t *testing.T) {
 	// The request after the trailer may run twice: it takes the pooled
 	// connection without looking at what is left in it.
 	for i, body := range []string{`{"n":1}`, `{"trailer":true}`, `{"n":2}`, `{"n":3}`} {
-		req := fasthttp.AcquireRequest()
-		req.Header.SetMethod("POST")
-		req.Header.SetContentType("application/json")
-		req.SetBodyString(body)
-		resp := AcquireResponse()
 		do := c.DoOnce
 		if i == 2 {
 			do = c.Do
 		}
-		err := do(req, resp, time.Now().Add(time.Second))
-		fasthttp.ReleaseRequest(req)
-		if err != nil || string(resp.Body()) != body {
-			t.Fatalf("request #%d: %v, %q, want %q", i+1, err, resp.Body(), body)
-		}
-		ReleaseResponse(resp)
+		echoed(t, do, i, body)
 	}
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections, want 1: a chunked answer read to its end leaves its connection for the next request", n)
@@ -185,20 +175,26 @@ func TestDoChunkedTrailerGoneWrong(t *testing.T) {
 	})
 	c := newClient(t, url)
 	for i, body := range []string{`{"cut":true}`, `{"n":1}`, `{"refused":true}`, `{"n":2}`} {
-		req := fasthttp.AcquireRequest()
-		req.Header.SetMethod("POST")
-		req.Header.SetContentType("application/json")
-		req.SetBodyString(body)
-		resp := AcquireResponse()
-		err := c.DoOnce(req, resp, time.Now().Add(time.Second))
-		fasthttp.ReleaseRequest(req)
-		if err != nil || string(resp.Body()) != body {
-			t.Fatalf("request #%d: %v, %q, want %q", i+1, err, resp.Body(), body)
-		}
-		ReleaseResponse(resp)
+		echoed(t, c.DoOnce, i, body)
 	}
 	if n := conns.Load(); n != 3 {
 		t.Fatalf("%d connections, want 3: each answer whose trailer went wrong gives up its connection", n)
+	}
+}
+
+// echoed posts body with do (Client.Do or DoOnce), as request i of a
+// test, and fails t unless the answer is body again.
+func echoed(t *testing.T, do func(*fasthttp.Request, *Response, time.Time) error, i int, body string) {
+	t.Helper()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod("POST")
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(body)
+	resp := AcquireResponse()
+	defer ReleaseResponse(resp)
+	if err := do(req, resp, time.Now().Add(time.Second)); err != nil || string(resp.Body()) != body {
+		t.Fatalf("request #%d: %v, %q, want %q", i+1, err, resp.Body(), body)
 	}
 }
 
