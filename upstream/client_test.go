@@ -76,13 +76,18 @@ func newClient(t *testing.T, url string) *Client {
 }
 
 func post(c *Client, body string, d time.Duration) (*Response, error) {
+	return postWith(c.Do, body, d)
+}
+
+// postWith posts body with do (Client.Do or DoOnce) within d.
+func postWith(do func(*fasthttp.Request, *Response, time.Time) error, body string, d time.Duration) (*Response, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod("POST")
 	req.Header.SetContentType("application/json")
 	req.SetBodyString(body)
 	resp := AcquireResponse()
-	err := c.Do(req, resp, time.Now().Add(d))
+	err := do(req, resp, time.Now().Add(d))
 	return resp, err
 }
 
@@ -186,14 +191,9 @@ func TestDoChunkedTrailerGoneWrong(t *testing.T) {
 // test, and fails t unless the answer is body again.
 func echoed(t *testing.T, do func(*fasthttp.Request, *Response, time.Time) error, i int, body string) {
 	t.Helper()
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.Header.SetMethod("POST")
-	req.Header.SetContentType("application/json")
-	req.SetBodyString(body)
-	resp := AcquireResponse()
+	resp, err := postWith(do, body, time.Second)
 	defer ReleaseResponse(resp)
-	if err := do(req, resp, time.Now().Add(time.Second)); err != nil || string(resp.Body()) != body {
+	if err != nil || string(resp.Body()) != body {
 		t.Fatalf("request #%d: %v, %q, want %q", i+1, err, resp.Body(), body)
 	}
 }
